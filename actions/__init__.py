@@ -1,0 +1,1 @@
+"""One backend per database, each with the same anatomy (see actions/redis/)."""

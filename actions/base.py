@@ -1,0 +1,104 @@
+"""What every backend is: connect, write a batch, check health, close.
+
+The runner (bridge/runner.py) owns queueing, batching, in-flight limits,
+retries and ordering; a backend only turns a batch of jobs into database
+calls and says which errors are worth retrying.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+from bridge.brokers.base import BrokerSource
+from bridge.conf.config import PoolConfig
+from bridge.events import Event
+from bridge.render import Values
+
+if TYPE_CHECKING:
+    from bridge.rules import Rule
+
+
+@dataclass(slots=True)
+class Job:
+    """One rule to run for one event."""
+
+    rule: Rule
+    event: Event
+    seq: int = 0  # submission order across the pool, set by the runner
+    cursor: str | None = None  # a paged fetch's continuation: deliver after this msgid
+    _values: Values | None = field(default=None, repr=False)
+
+    @property
+    def values(self) -> Values:
+        if self._values is None:
+            self._values = Values(self.event)
+        return self._values
+
+
+@dataclass
+class FunctionContext:
+    """What functions may use beyond their database."""
+
+    node: str
+    broker: BrokerSource | None = None
+    # Waits until every message.publish job submitted before `seq` has been
+    # committed, so a fetch sees every message published before its subscription.
+    publishes_committed: Callable[[int], Awaitable[None]] | None = None
+    # Continue a paged fetch after the given page has been acked.
+    pager: Pager | None = None
+
+
+class Pager(abc.ABC):
+    @abc.abstractmethod
+    def track(self, job: Job, delivered: Sequence[tuple[str, int]], last: str) -> None:
+        """A fetch sent one page, `delivered` (msgid, qos), and more messages wait.
+
+        Once every delivered message is acked, run the fetch again after `last`.
+        """
+
+
+class PermanentError(Exception):
+    """An action that cannot succeed by retrying (bad data, wrong type): counted failed."""
+
+
+class Backend(abc.ABC):
+    db: ClassVar[str]
+    # Set when a rule of the pool has `expired_time`: maintenance then trims.
+    trim_enabled: bool = False
+
+    def __init__(self, pool: PoolConfig, ctx: FunctionContext) -> None:
+        self.pool = pool
+        self.ctx = ctx
+
+    @abc.abstractmethod
+    async def connect(self) -> None:
+        """Open the pool; create the schema when `auto_schema` is on."""
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    @abc.abstractmethod
+    async def ping(self) -> None:
+        """Raise when the database does not answer."""
+
+    @abc.abstractmethod
+    async def execute(self, batch: Sequence[Job]) -> list[BaseException | None]:
+        """Run a batch in order; one outcome per job (None: committed).
+
+        Raise instead when the whole batch must be retried (connection lost):
+        every write is idempotent, so replaying a partly applied batch is safe.
+        """
+
+    @abc.abstractmethod
+    def is_recoverable(self, exc: BaseException) -> bool:
+        """True for errors worth retrying (connection refused, timeout, loading)."""
+
+    @abc.abstractmethod
+    async def schema(self, apply: bool) -> str:
+        """The tables / keys / indexes this pool needs, as text; create them with apply."""
+
+    async def maintenance(self) -> None:  # noqa: B027 - optional hook
+        """Periodic work (trimming expired entries); called by the runner every `trim_interval`."""

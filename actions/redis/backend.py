@@ -1,0 +1,172 @@
+"""Redis backend: a batch becomes one pipeline, flushed before each read-then-act job."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis import exceptions as rexc
+
+from actions.base import Backend, Job, PermanentError
+from actions.redis import scripts
+from actions.redis.functions import WRITERS, Command, Script
+from actions.redis.reads import READERS
+from actions.redis.schema import describe
+from bridge.rules import CommandsAction, FunctionAction, TemplateAction
+
+_RECOVERABLE = (
+    rexc.ConnectionError,
+    rexc.TimeoutError,
+    rexc.BusyLoadingError,
+    rexc.TryAgainError,
+    rexc.ReadOnlyError,
+    rexc.NoScriptError,
+    OSError,
+)
+
+
+def _ssl_context(pool: Any) -> ssl.SSLContext | None:
+    if not pool["ssl"]:
+        return None
+    context = ssl.create_default_context(cafile=pool["ssl.cafile"] or None)
+    if pool["ssl.certfile"]:
+        context.load_cert_chain(pool["ssl.certfile"], pool["ssl.keyfile"] or None)
+    if not pool["ssl.verify"]:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+class RedisBackend(Backend):
+    db = "redis"
+
+    async def connect(self) -> None:
+        host, port = self.pool["server"]
+        context = _ssl_context(self.pool)
+        options: dict[str, Any] = {}
+        if context is not None:
+            options = {"connection_class": aioredis.SSLConnection, "ssl_context": context}
+        connections = aioredis.ConnectionPool(
+            host=host,
+            port=port,
+            db=self.pool["database"],
+            username=self.pool["username"] or None,
+            password=self.pool["password"] or None,
+            max_connections=max(2, self.pool["pool_size"]),
+            protocol=2,
+            socket_connect_timeout=5,
+            socket_timeout=30,
+            health_check_interval=30,
+            **options,
+        )
+        self.redis = aioredis.Redis(connection_pool=connections)
+        self._shas: dict[str, str] = {}
+        await self._load_scripts()
+
+    async def _load_scripts(self) -> None:
+        for name, source in scripts.ALL.items():
+            self._shas[name] = await self.redis.script_load(source)
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+    async def ping(self) -> None:
+        await self.redis.ping()
+
+    def is_recoverable(self, exc: BaseException) -> bool:
+        return isinstance(exc, _RECOVERABLE)
+
+    async def schema(self, apply: bool) -> str:
+        return describe()
+
+    async def execute(self, batch: Sequence[Job]) -> list[BaseException | None]:
+        if not self._shas:
+            await self._load_scripts()
+        outcomes: list[BaseException | None] = [None] * len(batch)
+        pipe = self.redis.pipeline(transaction=False)
+        owners: list[int] = []
+        for index, job in enumerate(batch):
+            action = job.rule.action
+            if isinstance(action, FunctionAction) and action.spec.impl_name in READERS:
+                await self._flush(pipe, owners, outcomes)
+                outcomes[index] = await self._read(job, READERS[action.spec.impl_name])
+            elif isinstance(action, CommandsAction) and not action.pipeline:
+                await self._flush(pipe, owners, outcomes)
+                outcomes[index] = await self._one_by_one(job, action)
+            else:
+                try:
+                    plan = self._plan(job)
+                except (PermanentError, ValueError) as exc:
+                    outcomes[index] = exc
+                    continue
+                for command in plan:
+                    self._queue(pipe, command)
+                    owners.append(index)
+        await self._flush(pipe, owners, outcomes)
+        return outcomes
+
+    def _plan(self, job: Job) -> list[Command]:
+        action = job.rule.action
+        if isinstance(action, FunctionAction):
+            return WRITERS[action.spec.impl_name](job)
+        if isinstance(action, CommandsAction):
+            return [tuple(command.render(job.values)) for command in action.commands]
+        assert isinstance(action, TemplateAction)
+        return [tuple(args) for args in action.template.render_lines(job.values)]
+
+    def _queue(self, pipe: Any, command: Command) -> None:
+        if isinstance(command, Script):
+            pipe.execute_command("EVALSHA", self._shas[command.name], len(command.keys), *command.keys, *command.args)
+        else:
+            pipe.execute_command(*command)
+
+    async def _flush(self, pipe: Any, owners: list[int], outcomes: list[BaseException | None]) -> None:
+        if not owners:
+            return
+        replies = await pipe.execute(raise_on_error=False)
+        for owner, reply in zip(owners, replies, strict=True):
+            if isinstance(reply, rexc.NoScriptError):
+                self._shas.clear()  # Redis restarted and lost its script cache: retry the batch
+                raise reply
+            if isinstance(reply, Exception) and outcomes[owner] is None:
+                if self.is_recoverable(reply):
+                    raise reply
+                outcomes[owner] = reply
+        owners.clear()
+
+    async def _read(self, job: Job, reader: Any) -> BaseException | None:
+        try:
+            await reader(self.redis, self.ctx, job)
+        except rexc.ResponseError as exc:
+            return exc
+        except PermanentError as exc:
+            return exc
+        return None
+
+    async def _one_by_one(self, job: Job, action: CommandsAction) -> BaseException | None:
+        for command in action.commands:
+            try:
+                await self.redis.execute_command(*command.render(job.values))
+            except rexc.ResponseError as exc:
+                return exc
+        return None
+
+    async def maintenance(self) -> None:
+        """Drop ids of expired message hashes from the topic lists (the periodic trim).
+
+        Runs only when a rule of this pool sets `expired_time` (`trim_enabled`).
+        """
+        if not self.trim_enabled:
+            return
+        async for key in self.redis.scan_iter(match=b"mqtt:msg:*", count=1000, _type="zset"):
+            members = await self.redis.zrange(key, 0, -1)
+            for start in range(0, len(members), 1000):
+                chunk = members[start : start + 1000]
+                pipe = self.redis.pipeline(transaction=False)
+                for member in chunk:
+                    pipe.exists(b"mqtt:msg:" + member)
+                gone = [m for m, alive in zip(chunk, await pipe.execute(), strict=True) if not alive]
+                if gone:
+                    await self.redis.zrem(key, *gone)

@@ -1,0 +1,169 @@
+"""The write functions: each turns a job into Redis commands for the batch pipeline.
+
+A plan is a list of commands; `Script` entries are EVALSHA calls of the Lua
+scripts in scripts.py. Nothing here waits on Redis, so a whole batch of these
+goes out in one pipeline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from actions.base import Job
+from actions.redis import keys
+from bridge.events import (
+    ClientConnected,
+    ClientDisconnected,
+    MessageAcked,
+    MessagePublish,
+    SessionUnsubscribed,
+)
+from bridge.render import placeholder_value, to_bytes
+
+Arg = bytes | str | int
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    name: str
+    keys: tuple[bytes, ...]
+    args: tuple[Arg, ...]
+
+
+Command = tuple[Arg, ...] | Script
+Plan = list[Command]
+
+
+def _stored_fields(event: MessagePublish, expire: int) -> tuple[Arg, ...]:
+    return (
+        event.msgid,
+        keys.score(event.msgid),
+        expire,
+        keys.enc(event.clientid),
+        event.qos,
+        keys.enc(event.topic),
+        event.payload,
+        int(event.timestamp),
+        "true" if event.retain else "false",
+    )
+
+
+def client_connected(job: Job) -> Plan:
+    event = job.event
+    assert isinstance(event, ClientConnected)
+    ts = int(event.timestamp)
+    key = keys.client(event.clientid)
+    return [
+        ("HSET", key, "state", 1, "online_at", ts, "node", keys.enc(event.node)),
+        ("HSETNX", key, "offline_at", "undefined"),
+        ("HSET", keys.node(event.node), keys.enc(event.clientid), ts),
+    ]
+
+
+def client_disconnected(job: Job) -> Plan:
+    event = job.event
+    assert isinstance(event, ClientDisconnected)
+    return [
+        ("HSET", keys.client(event.clientid), "state", 0, "offline_at", int(event.timestamp)),
+        ("HDEL", keys.node(event.node), keys.enc(event.clientid)),
+    ]
+
+
+def _store(job: Job) -> Plan:
+    event = job.event
+    assert isinstance(event, MessagePublish)
+    return [
+        Script(
+            "store",
+            (keys.message(event.msgid), keys.topic_list(event.topic), keys.retain(event.topic)),
+            _stored_fields(event, job.rule.expired_time or 0),
+        )
+    ]
+
+
+def message_publish(job: Job) -> Plan:
+    assert isinstance(job.event, MessagePublish)
+    return _store(job) if job.event.qos > 0 else []
+
+
+def message_store(job: Job) -> Plan:
+    return _store(job)
+
+
+def message_retain(job: Job) -> Plan:
+    event = job.event
+    assert isinstance(event, MessagePublish)
+    if not (event.retain and event.payload):
+        return []
+    return [
+        Script(
+            "retain_set",
+            (keys.message(event.msgid), keys.retain(event.topic), keys.topic_list(event.topic)),
+            _stored_fields(event, job.rule.expired_time or 0),
+        )
+    ]
+
+
+def retain_delete(job: Job) -> Plan:
+    event = job.event
+    assert isinstance(event, MessagePublish)
+    if not event.retain or event.payload:
+        return []
+    return [Script("retain_clear", (keys.retain(event.topic), keys.topic_list(event.topic)),
+                   (job.rule.expired_time or 0,))]
+
+
+def acked_for_queue(job: Job) -> Plan:
+    event = job.event
+    assert isinstance(event, MessageAcked)
+    return [
+        Script(
+            "ack_queue",
+            (keys.topic_list(event.topic), keys.message(event.msgid), keys.retain(event.topic)),
+            (event.msgid,),
+        )
+    ]
+
+
+def acked_for_pubsub(job: Job) -> Plan:
+    event = job.event
+    assert isinstance(event, MessageAcked)
+    filters = event.filters or (event.topic,)
+    return [Script("advance", tuple(keys.acked(event.clientid, f) for f in filters), (event.msgid,))]
+
+
+def acked_delete(job: Job) -> Plan:
+    event = job.event
+    assert isinstance(event, SessionUnsubscribed)
+    return [("DEL", keys.acked(event.clientid, event.topic))]
+
+
+_LOG_FIELDS = ("clientid", "username", "node", "topic", "qos", "msgid", "reason", "peername")
+
+
+def event_log(job: Job) -> Plan:
+    """XADD to the `mqtt:event_log` stream: one entry per event, fields as in mqtt_event_log."""
+    event = job.event
+    fields: list[Arg] = ["event", str(event.hookpoint), "ts", int(event.timestamp * 1000)]
+    for name in _LOG_FIELDS:
+        if hasattr(event, name):
+            fields += [name, to_bytes(placeholder_value(event, name))]
+    payload = getattr(event, "payload", None)
+    if payload is not None:
+        fields += ["bytes", len(payload)]
+    return [("XADD", keys.EVENT_LOG, "*", *fields)]
+
+
+WRITERS: dict[str, Callable[[Job], Plan]] = {
+    "on_client_connected": client_connected,
+    "on_client_disconnected": client_disconnected,
+    "on_message_publish": message_publish,
+    "on_message_store": message_store,
+    "on_message_retain": message_retain,
+    "on_retain_delete": retain_delete,
+    "on_message_acked_for_queue": acked_for_queue,
+    "on_message_acked_for_pubsub": acked_for_pubsub,
+    "on_acked_delete": acked_delete,
+    "on_event_log": event_log,
+}

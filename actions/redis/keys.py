@@ -1,0 +1,60 @@
+"""The Redis key layout of SPEC 5.1 (seed 003), in one place."""
+
+from __future__ import annotations
+
+from bridge.msgid import timestamp_us
+
+PREFIX = b"mqtt:"
+EVENT_LOG = b"mqtt:event_log"
+
+
+def enc(text: str) -> bytes:
+    # clientids and topics arrive as str; surrogateescape keeps any byte intact.
+    return text.encode("utf-8", "surrogateescape")
+
+
+def dec(raw: bytes) -> str:
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def client(clientid: str) -> bytes:
+    return b"mqtt:client:" + enc(clientid)
+
+
+def node(name: str) -> bytes:
+    return b"mqtt:node:" + enc(name)
+
+
+def subs(clientid: str) -> bytes:
+    return b"mqtt:sub:" + enc(clientid)
+
+
+def topic_list(topic: str) -> bytes:
+    return b"mqtt:msg:" + enc(topic)
+
+
+def message(msgid: str) -> bytes:
+    return b"mqtt:msg:" + msgid.encode()
+
+
+def retain(topic: str) -> bytes:
+    return b"mqtt:retain:" + enc(topic)
+
+
+def acked(clientid: str, topic_filter: str) -> bytes:
+    return b"mqtt:acked:" + enc(clientid) + b":" + enc(topic_filter)
+
+
+def score(msgid: str) -> int:
+    """Publish time in ms, taken from the id so score order is id order."""
+    return timestamp_us(msgid) // 1000
+
+
+def glob_escape(text: str) -> bytes:
+    """Escape a literal for SCAN MATCH."""
+    out = bytearray()
+    for byte in enc(text):
+        if byte in b"*?[]\\":
+            out += b"\\"
+        out.append(byte)
+    return bytes(out)

@@ -1,0 +1,220 @@
+"""The read-then-act functions: proxy subscription, retain lookup, offline fetch.
+
+They read Redis, then act through the broker (subscribe a client, deliver to
+one session). The backend flushes the batch's pending writes before each one.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+from actions.base import FunctionContext, Job, PermanentError
+from actions.redis import keys
+from bridge.brokers.base import Delivery, DeliveryError
+from bridge.events import ClientConnected, SessionSubscribed
+from bridge.topics import filter_error, is_wildcard, literal_prefix, matches
+
+log = logging.getLogger(__name__)
+
+Reader = Callable[[Redis, FunctionContext, Job], Awaitable[None]]
+
+_MSG_PREFIX = b"mqtt:msg:"
+_RETAIN_PREFIX = b"mqtt:retain:"
+
+
+async def subscribe_lookup(redis: Redis, ctx: FunctionContext, job: Job) -> None:
+    event = job.event
+    assert isinstance(event, ClientConnected) and ctx.broker is not None
+    stored = await redis.hgetall(keys.subs(event.clientid))
+    bad: list[str] = []
+    for raw_topic, raw_qos in sorted(stored.items()):
+        topic = keys.dec(raw_topic)
+        qos = int(raw_qos) if raw_qos.isdigit() else -1
+        if filter_error(topic) or qos not in (0, 1, 2):
+            bad.append(f"{topic!r}={raw_qos!r}")
+            continue
+        await ctx.broker.subscribe(event.clientid, topic, qos)
+    if bad:
+        raise PermanentError(f"skipped bad entries in mqtt:sub:{event.clientid}: {', '.join(bad)}")
+
+
+async def _scan_topics(redis: Redis, prefix: bytes, topic_filter: str, type_: str) -> list[str]:
+    """Stored topics under `prefix` matching a wildcard filter (SCAN on the literal prefix)."""
+    pattern = prefix + keys.glob_escape(literal_prefix(topic_filter)) + b"*"
+    found = []
+    async for key in redis.scan_iter(match=pattern, count=1000, _type=type_):
+        topic = keys.dec(key[len(prefix) :])
+        if matches(topic_filter, topic):
+            found.append(topic)
+    return sorted(found)
+
+
+def _delivery(fields: dict[bytes, bytes], sub_qos: int, retain: bool, topic_filter: str) -> Delivery:
+    return Delivery(
+        msgid=fields[b"id"].decode(),
+        topic=keys.dec(fields[b"topic"]),
+        payload=fields.get(b"payload", b""),
+        qos=min(int(fields.get(b"qos", b"0")), sub_qos),
+        retain=retain,
+        from_clientid=keys.dec(fields.get(b"from", b"")),
+        filter=topic_filter,
+    )
+
+
+async def _deliver(ctx: FunctionContext, clientid: str, deliveries: list[Delivery]) -> None:
+    assert ctx.broker is not None
+    if not deliveries:
+        return
+    try:
+        await ctx.broker.deliver(clientid, deliveries)
+    except DeliveryError as exc:
+        raise PermanentError(f"cannot deliver to {clientid!r}: {exc}") from exc
+
+
+async def retain_lookup(redis: Redis, ctx: FunctionContext, job: Job) -> None:
+    event = job.event
+    assert isinstance(event, SessionSubscribed)
+    if not event.is_new:
+        return
+    if ctx.publishes_committed is not None:
+        await ctx.publishes_committed(job.seq)
+    if is_wildcard(event.topic):
+        topics = await _scan_topics(redis, _RETAIN_PREFIX, event.topic, "zset")
+    else:
+        topics = [event.topic]
+    topics = [t for t in topics if t not in event.retained_sent]
+    pipe = redis.pipeline(transaction=False)
+    for topic in topics:
+        pipe.zrange(keys.retain(topic), 0, 0)
+    ids = [members[0].decode() for members in await pipe.execute() if members]
+    for msgid in ids:
+        pipe.hgetall(keys.message(msgid))
+    found = [fields for fields in await pipe.execute() if fields]
+    await _deliver(ctx, event.clientid, [_delivery(f, event.qos, True, event.topic) for f in found])
+
+
+@dataclass(frozen=True, slots=True)
+class _Window:
+    after: str | None  # deliver ids greater than this
+    before: str | None  # and smaller than this (live_from_msgid)
+    min_score: float  # time_range lower bound, ms
+    limit: int
+
+
+async def _candidates(redis: Redis, topics: list[str], window: _Window) -> tuple[list[tuple[int, str, str]], bool]:
+    """Up to `limit` (score, msgid, topic) in publish order across topics, and whether more wait."""
+    upper: Any = keys.score(window.before) if window.before else "+inf"
+    lower_score = keys.score(window.after) if window.after else None
+    pipe = redis.pipeline(transaction=False)
+    for topic in topics:
+        key = keys.topic_list(topic)
+        if lower_score is not None:
+            # Same-millisecond ids sort by id inside one score; read that score whole.
+            pipe.zrangebyscore(key, lower_score, lower_score, withscores=True)
+            pipe.zrangebyscore(key, f"({lower_score}", upper, start=0, num=window.limit + 1, withscores=True)
+        else:
+            pipe.zrangebyscore(key, window.min_score, upper, start=0, num=window.limit + 1, withscores=True)
+    replies = await pipe.execute()
+    per_topic = 2 if lower_score is not None else 1
+    found: list[tuple[int, str, str]] = []
+    for index, topic in enumerate(topics):
+        for reply in replies[index * per_topic : (index + 1) * per_topic]:
+            for member, member_score in reply:
+                msgid = member.decode()
+                if (window.after is None or msgid > window.after) and (window.before is None or msgid < window.before):
+                    if member_score >= window.min_score:
+                        found.append((int(member_score), msgid, topic))
+    found.sort()
+    return found[: window.limit], len(found) > window.limit
+
+
+async def _fetch(redis: Redis, ctx: FunctionContext, job: Job, pubsub: bool) -> None:
+    event = job.event
+    assert isinstance(event, SessionSubscribed)
+    if job.cursor is None:
+        if not (event.is_new and event.persistent and event.qos > 0):
+            return
+        if ctx.publishes_committed is not None:
+            await ctx.publishes_committed(job.seq)
+    if is_wildcard(event.topic):
+        topics = await _scan_topics(redis, _MSG_PREFIX, event.topic, "zset")
+    else:
+        topics = [event.topic]
+    after = job.cursor
+    if pubsub and after is None:
+        offset_key = keys.acked(event.clientid, event.topic)
+        offset = await redis.get(offset_key)
+        if offset is None:
+            # First subscription: start after the newest stored message, deliver nothing.
+            newest = await _newest(redis, topics, event.live_from_msgid)
+            await redis.set(offset_key, newest or "0", nx=True)
+            return
+        after = offset.decode()
+        if after == "0":
+            after = None
+    opts = job.rule.offline_opts
+    min_score = (time.time() - opts.time_range) * 1000 if opts.time_range else float("-inf")
+    window = _Window(after, event.live_from_msgid, min_score, opts.max_returned_count)
+    while True:
+        page, more = await _candidates(redis, topics, window)
+        deliveries = await _load(redis, page, event)
+        if deliveries or not more or not page:
+            break
+        window = _Window(page[-1][1], window.before, window.min_score, window.limit)  # all expired: next page
+    await _deliver(ctx, event.clientid, deliveries)
+    if more and page and ctx.pager is not None:
+        ctx.pager.track(job, [(d.msgid, d.qos) for d in deliveries], page[-1][1])
+
+
+async def _load(redis: Redis, page: list[tuple[int, str, str]], event: SessionSubscribed) -> list[Delivery]:
+    pipe = redis.pipeline(transaction=False)
+    for _, msgid, _ in page:
+        pipe.hgetall(keys.message(msgid))
+    deliveries, expired = [], []
+    for (_, msgid, topic), fields in zip(page, await pipe.execute(), strict=True):
+        if fields:
+            deliveries.append(_delivery(fields, event.qos, False, event.topic))
+        else:
+            expired.append((topic, msgid))
+    for topic, msgid in expired:  # lazy trim: the hash expired, drop its list entry
+        pipe.zrem(keys.topic_list(topic), msgid)
+    if expired:
+        await pipe.execute()
+    return deliveries
+
+
+async def _newest(redis: Redis, topics: list[str], before: str | None) -> str | None:
+    upper: Any = keys.score(before) if before else "+inf"
+    pipe = redis.pipeline(transaction=False)
+    for topic in topics:
+        pipe.zrevrangebyscore(keys.topic_list(topic), upper, "-inf", start=0, num=64)
+    newest = None
+    for members in await pipe.execute():
+        for member in members:
+            msgid = member.decode()
+            if before is None or msgid < before:
+                newest = max(newest or msgid, msgid)
+                break
+    return newest
+
+
+async def fetch_for_queue(redis: Redis, ctx: FunctionContext, job: Job) -> None:
+    await _fetch(redis, ctx, job, pubsub=False)
+
+
+async def fetch_for_pubsub(redis: Redis, ctx: FunctionContext, job: Job) -> None:
+    await _fetch(redis, ctx, job, pubsub=True)
+
+
+READERS: dict[str, Reader] = {
+    "on_subscribe_lookup": subscribe_lookup,
+    "on_retain_lookup": retain_lookup,
+    "on_message_fetch_for_queue": fetch_for_queue,
+    "on_message_fetch_for_pubsub": fetch_for_pubsub,
+}

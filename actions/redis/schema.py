@@ -1,0 +1,19 @@
+"""Redis needs no schema; `hookbridge schema` prints the key layout it writes (SPEC 5.1)."""
+
+from __future__ import annotations
+
+LAYOUT = """\
+# Redis key layout written by hookbridge (nothing to create: keys appear on first write)
+mqtt:client:<clientid>         hash    state 1/0, online_at, offline_at (`undefined` until the first disconnect), node
+mqtt:node:<node>               hash    clientid -> connect time (Unix seconds)
+mqtt:sub:<clientid>            hash    topic -> qos; written by applications, read by on_subscribe_lookup
+mqtt:msg:<topic>               zset    member msgid, score = publish time in ms (ties: msgid order)
+mqtt:msg:<msgid>               hash    id, from, qos, topic, payload, ts (Unix seconds), retain (true/false)
+mqtt:retain:<topic>            zset    the msgid of the topic's retained message (one member)
+mqtt:acked:<clientid>:<topic>  string  last acked msgid of a pubsub subscription (`0`: before everything)
+mqtt:event_log                 stream  on_event_log entries: event, ts (ms), clientid, username, node, topic, ...
+"""
+
+
+def describe() -> str:
+    return LAYOUT

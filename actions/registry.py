@@ -1,0 +1,91 @@
+"""The function set (SPEC 5): names, the hookpoints each may bind to, what each needs.
+
+One table for every backend: the rules loader resolves every `function` here
+when the rules load, and each backend supplies an implementation per name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bridge.brokers.base import Capability
+from bridge.events import Hookpoint as H
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionSpec:
+    name: str
+    hookpoints: frozenset[H]
+    summary: str
+    needs: frozenset[Capability] = frozenset()
+    # The implementation this name stands for (aliases such as on_message_fetch).
+    canonical: str = ""
+
+    @property
+    def impl_name(self) -> str:
+        return self.canonical or self.name
+
+
+_ANY = frozenset(H)
+_DELIVER = frozenset({Capability.DELIVER_TO_SESSION})
+
+
+def _spec(name: str, hooks: set[H] | frozenset[H], summary: str, **kw: object) -> FunctionSpec:
+    return FunctionSpec(name, frozenset(hooks), summary, **kw)  # type: ignore[arg-type]
+
+
+FUNCTIONS: dict[str, FunctionSpec] = {
+    spec.name: spec
+    for spec in (
+        _spec("on_client_connected", {H.CLIENT_CONNECTED}, "mark online: state 1, online_at, node; node's list"),
+        _spec("on_client_disconnected", {H.CLIENT_DISCONNECTED}, "state 0, offline_at; remove from node's list"),
+        _spec(
+            "on_subscribe_lookup",
+            {H.CLIENT_CONNECTED},
+            "subscribe the client to its stored subscriptions (proxy subscription)",
+            needs=frozenset({Capability.PROXY_SUBSCRIBE}),
+        ),
+        _spec("on_message_publish", {H.MESSAGE_PUBLISH}, "store a QoS>0 message (topic list + details)"),
+        _spec("on_message_store", {H.MESSAGE_PUBLISH}, "store a message of any QoS, 0 included"),
+        _spec("on_message_retain", {H.MESSAGE_PUBLISH}, "retained + non-empty: upsert the topic's retained message"),
+        _spec("on_retain_delete", {H.MESSAGE_PUBLISH}, "retained + empty payload: delete the retained message"),
+        _spec(
+            "on_retain_lookup",
+            {H.SESSION_SUBSCRIBED},
+            "deliver matching retained messages to the new subscriber",
+            needs=_DELIVER,
+        ),
+        _spec(
+            "on_message_fetch_for_queue",
+            {H.SESSION_SUBSCRIBED},
+            "one-to-one: deliver the stored messages; an ack deletes them",
+            needs=_DELIVER,
+        ),
+        _spec(
+            "on_message_fetch_for_pubsub",
+            {H.SESSION_SUBSCRIBED},
+            "one-to-many: deliver what this subscriber has not acked yet",
+            needs=_DELIVER,
+        ),
+        _spec(
+            "on_message_fetch",
+            {H.SESSION_SUBSCRIBED},
+            "same as on_message_fetch_for_pubsub",
+            needs=_DELIVER,
+            canonical="on_message_fetch_for_pubsub",
+        ),
+        _spec("on_message_acked_for_queue", {H.MESSAGE_ACKED}, "delete the acked message and its list entry"),
+        _spec("on_message_acked_for_pubsub", {H.MESSAGE_ACKED}, "advance the subscriber's offset, never backwards"),
+        _spec(
+            "on_message_acked",
+            {H.MESSAGE_ACKED},
+            "same as on_message_acked_for_pubsub",
+            canonical="on_message_acked_for_pubsub",
+        ),
+        _spec("on_acked_delete", {H.SESSION_UNSUBSCRIBED}, "drop the (clientid, topic) offset"),
+        _spec("on_event_log", _ANY, "append the event to the append-only event log"),
+    )
+}
+
+# The fetch functions read `offline_opts`; these options are accepted by them only.
+FETCH_FUNCTIONS = frozenset({"on_message_fetch_for_queue", "on_message_fetch_for_pubsub"})

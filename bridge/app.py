@@ -1,0 +1,174 @@
+"""Lifecycle: broker source -> dispatcher -> engine -> runners -> backends.
+
+`Bridge.load` validates everything (config, rules, templates) before anything
+starts; `start` connects the pools, then opens the broker; `stop` closes the
+broker first (no new events), drains the runners, then closes the pools.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from actions.base import Backend, FunctionContext
+from actions.redis.backend import RedisBackend
+from bridge.brokers.base import BrokerSource, Capability
+from bridge.conf.config import Config, load_config
+from bridge.conf.errors import ConfError, ConfErrors, Position
+from bridge.dispatcher import Dispatcher
+from bridge.engine import Engine
+from bridge.http import StatusServer
+from bridge.metrics import Metrics
+from bridge.msgid import MsgIdGenerator
+from bridge.rules import Rule, RuleContext, load_rules
+from bridge.runner import Runner
+
+log = logging.getLogger(__name__)
+
+BACKENDS: dict[str, type[Backend]] = {"redis": RedisBackend}
+
+MODE_CAPABILITIES: dict[str, frozenset[Capability]] = {
+    "embedded": frozenset({Capability.PROXY_SUBSCRIBE, Capability.DELIVER_TO_SESSION}),
+}
+
+
+@dataclass(frozen=True)
+class Paths:
+    config: Path
+    rules: Path
+
+    @property
+    def templates(self) -> Path:
+        return self.rules.parent / "templates"
+
+
+def load_all(paths: Paths) -> tuple[Config, list[Rule]]:
+    """Config + rules + templates, every problem reported at once (ConfErrors)."""
+    config = load_config(paths.config)
+    mode = config["broker.mode"]
+    if mode not in MODE_CAPABILITIES:
+        raise ConfErrors([ConfError(Position(str(paths.config), 1, 1),
+                                    f"broker.mode = {mode} is not available in this version (use embedded)")])
+    ctx = RuleContext(config, paths.templates, frozenset(BACKENDS), MODE_CAPABILITIES[mode])
+    return config, load_rules(paths.rules, ctx)
+
+
+class Bridge:
+    def __init__(self, config: Config, rules: list[Rule], paths: Paths, broker: BrokerSource | None = None) -> None:
+        self.config = config
+        self.paths = paths
+        self.metrics = Metrics()
+        self.msgids = MsgIdGenerator(config["node.name"])
+        self.broker = broker or self._make_broker()
+        self.engine = Engine(rules)
+        self.runners: dict[str, Runner] = {}
+        self.dispatcher = Dispatcher(self.engine, self.runners, self.metrics)
+        self.status: StatusServer | None = None
+        self.started_at = time.time()
+        for rule in rules:
+            self.metrics.rule_pool[rule.id] = rule.pool
+
+    @classmethod
+    def load(cls, paths: Paths, broker: BrokerSource | None = None) -> Bridge:
+        config, rules = load_all(paths)
+        return cls(config, rules, paths, broker)
+
+    def _make_broker(self) -> BrokerSource:
+        from bridge.brokers.embedded import EmbeddedBroker
+
+        host, port = self.config["broker.listener.tcp"]
+        return EmbeddedBroker(
+            f"{host}:{port}",
+            node=self.config["node.name"],
+            msgids=self.msgids,
+            max_offline_messages=self.config["broker.max_offline_messages"],
+        )
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def start(self) -> None:
+        for pool_id in sorted(self.engine.pools):
+            await self._start_pool(pool_id)
+        unused = set(self.config.pools) - self.engine.pools
+        for pool_id in sorted(unused):
+            log.info("pool %s is configured but no rule uses it; not connecting", pool_id)
+        self._gauges()
+        listener = self.config["metrics.listener"]
+        if listener is not None:
+            self.status = StatusServer(listener[0], listener[1], self.metrics.render, self.health)
+            await self.status.start()
+        await self.broker.start(self.dispatcher)
+        log.info("hookbridge %s running: %d rules, pools %s, broker %s",
+                 self.config["node.name"], len(self.engine.rules), ", ".join(sorted(self.runners)) or "none",
+                 self.broker.mode)
+
+    async def _start_pool(self, pool_id: str) -> None:
+        pool = self.config.pools[pool_id]
+        ctx = FunctionContext(node=self.config["node.name"], broker=self.broker, pager=self.dispatcher.pager)
+        backend = BACKENDS[pool.db](pool, ctx)
+        backend.trim_enabled = any(r.expired_time for r in self.engine.rules if r.pool == pool_id)
+        await backend.connect()
+        runner = Runner(pool, backend, self.metrics)
+        ctx.publishes_committed = runner.publishes_committed
+        await runner.start()
+        self.runners[pool_id] = runner
+        log.info("pool %s connected", pool_id)
+
+    async def stop(self, drain_timeout: float = 10.0) -> None:
+        await self.broker.stop()
+        for runner in self.runners.values():
+            await runner.stop(drain_timeout)
+            await runner.backend.close()
+        if self.status is not None:
+            await self.status.stop()
+        log.info("hookbridge stopped")
+
+    async def reload(self) -> bool:
+        """Reload rules (SIGHUP). On any error the old rules stay and every error is logged."""
+        try:
+            config, rules = load_all(self.paths)
+        except ConfErrors as exc:
+            for error in exc.errors:
+                log.error("reload refused: %s", error)
+            log.error("reload refused: keeping the %d rules loaded before", len(self.engine.rules))
+            return False
+        engine = Engine(rules)
+        new_pools = engine.pools - set(self.runners)
+        self.config.pools.update({p: config.pools[p] for p in new_pools})
+        for pool_id in sorted(new_pools):
+            await self._start_pool(pool_id)
+        for rule in rules:
+            self.metrics.rule_pool[rule.id] = rule.pool
+        self.engine = engine
+        self.dispatcher.swap(engine)
+        log.info("rules reloaded: %d rules", len(rules))
+        return True
+
+    async def idle(self) -> None:
+        """Wait until every queued action is written (tests and benchmarks)."""
+        for runner in list(self.runners.values()):
+            await runner.idle()
+
+    # -- health --------------------------------------------------------------
+
+    def _gauges(self) -> None:
+        self.metrics.gauge("hookbridge_queue_depth", "Actions waiting, per pool",
+                           lambda: {p: float(r.depth) for p, r in self.runners.items()})
+        self.metrics.gauge("hookbridge_pool_up", "1 when the pool's last write worked",
+                           lambda: {p: float(r.healthy) for p, r in self.runners.items()})
+        self.metrics.gauge("hookbridge_broker_up", "1 while the broker source is serving",
+                           lambda: {self.broker.mode: float(self.broker.is_connected())})
+        self.metrics.gauge("hookbridge_fetches_paging", "Offline fetches waiting for acks to send the next page",
+                           lambda: {"all": float(self.dispatcher.pager.paging)})
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        pools = {
+            pool_id: {"up": runner.healthy, "queue": runner.depth, "error": runner.last_error}
+            for pool_id, runner in self.runners.items()
+        }
+        broker_up = self.broker.is_connected()
+        ready = broker_up and all(p["up"] for p in pools.values())
+        return ready, {"ready": ready, "broker": {"mode": self.broker.mode, "up": broker_up}, "pools": pools}

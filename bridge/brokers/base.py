@@ -1,0 +1,83 @@
+"""The broker-source interface: events in, effects out.
+
+A broker source (the embedded broker, EMQX, a generic MQTT broker) produces
+`bridge.events` events and hands each one to the dispatcher's sink. Where the
+broker allows it, it also carries out the two effects the fetch / lookup
+functions need: subscribe a client on its behalf, and deliver stored messages
+to exactly one session.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from bridge.events import Event
+
+# The dispatcher. Awaiting it is the back-pressure point: a source must not
+# produce the next event of a client before the previous call returned.
+EventSink = Callable[[Event], Awaitable[None]]
+
+
+class Capability(StrEnum):
+    PROXY_SUBSCRIBE = "proxy-subscribe"  # subscribe a client on its behalf
+    DELIVER_TO_SESSION = "deliver-to-session"  # send stored messages to one session
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A stored message the bridge sends to one subscriber (fetch, retain lookup).
+
+    Deliveries are not publish events: they are never routed to other clients
+    and never stored again. They do produce message.delivered / message.acked
+    events (with this msgid and `filter`), which is how acks reach the offsets.
+    """
+
+    msgid: str
+    topic: str
+    payload: bytes
+    qos: int  # already min(message qos, subscription qos)
+    retain: bool
+    from_clientid: str
+    filter: str  # the subscription filter this delivery is for
+
+
+class DeliveryError(Exception):
+    """The session does not exist (or cannot take messages)."""
+
+
+class BrokerSource(abc.ABC):
+    """Events in, effects out. One instance per `broker.mode`."""
+
+    mode: str = ""
+    capabilities: frozenset[Capability] = frozenset()
+
+    @abc.abstractmethod
+    async def start(self, sink: EventSink) -> None:
+        """Start producing events into `sink`. Returns once the source is serving."""
+
+    @abc.abstractmethod
+    async def stop(self) -> None:
+        """Stop intake and close connections."""
+
+    async def subscribe(self, clientid: str, topic: str, qos: int) -> bool:
+        """Subscribe `clientid` to `topic` as if it had sent SUBSCRIBE.
+
+        Fires session.subscribed like a client's own subscription. Returns False
+        when the client has no session.
+        """
+        raise NotImplementedError(f"{self.mode} mode cannot subscribe a client on its behalf")
+
+    async def deliver(self, clientid: str, deliveries: Sequence[Delivery]) -> None:
+        """Queue `deliveries`, in order, to the one session of `clientid`.
+
+        Offline persistent sessions keep them until the client returns.
+        Raises DeliveryError when the session does not exist.
+        """
+        raise NotImplementedError(f"{self.mode} mode cannot deliver to one session")
+
+    def is_connected(self) -> bool:
+        """For /healthz: the source is serving (listening, or connected upstream)."""
+        return True

@@ -1,0 +1,81 @@
+"""The ordered event stream of one client.
+
+A client's events come from several tasks: its message loop (connected,
+subscribed, publish, disconnected), its sender (delivered), its reader
+(acked) and the bridge's own calls (proxy subscriptions). `post()` fixes an
+event's place in the client's stream at the moment it happens, without
+awaiting; one pump task hands the events to the sink in that order, one call
+at a time. `emit()` posts and then waits until the sink has returned for that
+event, which is how back-pressure from the sink reaches the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+
+from bridge.brokers.base import EventSink
+from bridge.events import Event
+
+log = logging.getLogger("bridge.brokers.embedded")
+
+
+class EventLane:
+    def __init__(self, sink: EventSink, clientid: str) -> None:
+        self._sink = sink
+        self._clientid = clientid
+        self._queue: deque[tuple[Event, asyncio.Future[None] | None]] = deque()
+        self._pump: asyncio.Task[None] | None = None
+
+    def post(self, event: Event, *, wait: bool = False) -> asyncio.Future[None] | None:
+        """Append `event` to the stream; with `wait`, return a future done once the sink took it."""
+        future: asyncio.Future[None] | None = None
+        if wait:
+            future = asyncio.get_running_loop().create_future()
+        self._queue.append((event, future))
+        if self._pump is None:
+            self._pump = asyncio.create_task(self._run(), name=f"hookbridge-events-{self._clientid}")
+        return future
+
+    async def emit(self, event: Event) -> None:
+        """Post `event` and wait until the sink has returned for it."""
+        future = self.post(event, wait=True)
+        assert future is not None
+        await future
+
+    @property
+    def idle(self) -> bool:
+        return self._pump is None
+
+    async def drain(self) -> None:
+        """Wait until every posted event reached the sink."""
+        while self._pump is not None:
+            await asyncio.shield(self._pump)
+
+    def cancel(self) -> None:
+        if self._pump is not None:
+            self._pump.cancel()
+
+    async def _run(self) -> None:
+        try:
+            while self._queue:
+                event, future = self._queue[0]
+                try:
+                    await self._sink(event)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    # A failing sink must not stop the broker; the dispatcher owns retries.
+                    log.exception("event sink failed on %s of client %r", type(event).__name__, self._clientid)
+                self._queue.popleft()
+                if future is not None and not future.done():
+                    future.set_result(None)
+        finally:
+            self._pump = None
+            if self._queue:  # cancelled: release whoever waits, the events are lost
+                log.warning("%d events of client %r not delivered to the sink", len(self._queue), self._clientid)
+                for _, future in self._queue:
+                    if future is not None and not future.done():
+                        future.cancel()
+                self._queue.clear()

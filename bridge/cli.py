@@ -1,0 +1,141 @@
+"""`hookbridge run | check | schema` (also `python -m bridge`)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from bridge import logs
+from bridge.app import BACKENDS, Bridge, Paths, load_all
+from bridge.conf.config import load_config
+from bridge.conf.errors import ConfErrors
+
+log = logging.getLogger("hookbridge")
+
+EXIT_CONFIG = 2
+
+
+def _paths(args: argparse.Namespace) -> Paths:
+    return Paths(Path(args.config), Path(args.rules))
+
+
+def _print_errors(exc: ConfErrors) -> int:
+    for error in exc.errors:
+        print(error, file=sys.stderr)
+    print(f"{len(exc.errors)} problem{'s' if len(exc.errors) != 1 else ''} found", file=sys.stderr)
+    return EXIT_CONFIG
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    try:
+        config, rules = load_all(_paths(args))
+    except ConfErrors as exc:
+        return _print_errors(exc)
+    pools = sorted({rule.pool for rule in rules})
+    print(f"ok: {args.config} and {args.rules}: {len(rules)} rules, pools {', '.join(pools) or 'none'}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    try:
+        bridge = Bridge.load(_paths(args))
+    except ConfErrors as exc:
+        return _print_errors(exc)
+    logs.setup(bridge.config["log.level"], bridge.config["log.format"], bridge.config.secrets)
+    try:
+        asyncio.run(_serve(bridge))
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        log.error("cannot start: %s", exc)
+        return 1
+    return 0
+
+
+async def _serve(bridge: Bridge) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    reloads: set[asyncio.Task[bool]] = set()
+
+    def reload() -> None:
+        task = loop.create_task(bridge.reload())
+        reloads.add(task)
+        task.add_done_callback(reloads.discard)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, reload)
+    try:
+        await bridge.start()
+        await stop.wait()
+        log.info("stopping: draining queues")
+    finally:
+        with contextlib.suppress(Exception):
+            await bridge.stop()
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config)
+    except ConfErrors as exc:
+        return _print_errors(exc)
+    pool = config.pools.get(args.pool)
+    if pool is None:
+        known = ", ".join(sorted(config.pools)) or "none"
+        print(f"{args.config}: no pool {args.pool!r} (configured: {known})", file=sys.stderr)
+        return EXIT_CONFIG
+    backend_type = BACKENDS.get(pool.db)
+    if backend_type is None:
+        print(f"the {pool.db} backend is not available in this version", file=sys.stderr)
+        return EXIT_CONFIG
+    from actions.base import FunctionContext
+
+    async def describe() -> str:
+        backend = backend_type(pool, FunctionContext(node=config["node.name"]))
+        if not args.apply:
+            return await backend.schema(apply=False)
+        await backend.connect()
+        try:
+            return await backend.schema(apply=True)
+        finally:
+            await backend.close()
+
+    print(asyncio.run(describe()), end="")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hookbridge", description="MQTT hook events into databases")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def common(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("-c", "--config", default="config/bridge.conf", help="config file")
+        sub.add_argument("-r", "--rules", default="rules", help="rules directory (templates/ beside it)")
+
+    run = commands.add_parser("run", help="start the bridge")
+    common(run)
+    run.set_defaults(func=cmd_run)
+    check = commands.add_parser("check", help="validate config, rules and templates")
+    common(check)
+    check.set_defaults(func=cmd_check)
+    schema = commands.add_parser("schema", help="print (and create) what a pool needs")
+    schema.add_argument("-c", "--config", default="config/bridge.conf")
+    schema.add_argument("--pool", required=True, help="<db>.<pool>, e.g. redis.pool1")
+    schema.add_argument("--apply", action="store_true", help="create it")
+    schema.set_defaults(func=cmd_schema)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""`config/bridge.conf`: validated against the declared settings in `schema.py`."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bridge.conf.errors import ConfError, ConfErrors, Position
+from bridge.conf.lexer import Entry, read_entries
+from bridge.conf.schema import DEFAULT_PORTS, GLOBAL, POOL_BY_DB, Setting, pool_settings
+from bridge.conf.values import substitute_env
+
+_POOL_KEY = re.compile(r"^backend\.([a-z]+)\.([A-Za-z0-9_\-]+)\.(.+)$")
+
+
+@dataclass
+class PoolConfig:
+    db: str
+    name: str
+    settings: dict[str, Any]
+    defined_at: Position
+
+    @property
+    def id(self) -> str:
+        return f"{self.db}.{self.name}"
+
+    def __repr__(self) -> str:  # settings hold passwords: never print them
+        return f"PoolConfig({self.id!r}, defined at {self.defined_at})"
+
+    def __getitem__(self, key: str) -> Any:
+        return self.settings[key]
+
+
+@dataclass
+class Config:
+    path: str
+    settings: dict[str, Any]
+    pools: dict[str, PoolConfig] = field(default_factory=dict)  # keyed "<db>.<pool>"
+    secrets: list[str] = field(default_factory=list)  # secret values, to scrub from any output
+
+    def __getitem__(self, key: str) -> Any:
+        return self.settings[key]
+
+    def __repr__(self) -> str:  # settings hold passwords: never print them
+        return f"Config({self.path!r}, pools={sorted(self.pools)})"
+
+    def pools_of(self, db: str) -> list[PoolConfig]:
+        return [pool for pool in self.pools.values() if pool.db == db]
+
+
+def _suggest(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _parse_value(entry: Entry, setting: Setting, errors: list[ConfError], secrets: list[str]) -> Any:
+    text, missing = substitute_env(entry.value)
+    for name in missing:
+        errors.append(ConfError(entry.value_at, f"environment variable {name} is not set (use ${{{name}:-default}})"))
+    if setting.secret and text:
+        secrets.append(text)
+    try:
+        return setting.parse(text)
+    except ValueError as exc:
+        message = f"{entry.key}: {exc}"
+        if setting.secret and text:
+            message = message.replace(text, "***")
+        errors.append(ConfError(entry.value_at, message))
+        return None
+
+
+def parse_config(path: str, text: str) -> Config:
+    """Parse and validate a config file; raises ConfErrors listing every problem."""
+    entries, errors = read_entries(path, text)
+    settings: dict[str, Any] = {key: setting.default for key, setting in GLOBAL.items()}
+    pools: dict[str, PoolConfig] = {}
+    secrets: list[str] = []
+    seen: dict[str, Position] = {}
+    for entry in entries:
+        if entry.key in seen:
+            errors.append(ConfError(entry.key_at, f"duplicate key {entry.key} (first set at line {seen[entry.key].line})"))
+            continue
+        seen[entry.key] = entry.key_at
+        if entry.key in GLOBAL:
+            settings[entry.key] = _parse_value(entry, GLOBAL[entry.key], errors, secrets)
+            continue
+        match = _POOL_KEY.match(entry.key)
+        if match and match.group(2) == "hook":
+            errors.append(ConfError(entry.key_at, "hook lines belong in rules/*.conf, not in the config file"))
+            continue
+        if not match:
+            errors.append(ConfError(entry.key_at, f"unknown key {entry.key}{_suggest(entry.key, list(GLOBAL))}"))
+            continue
+        db, pool_name, key = match.groups()
+        if db not in POOL_BY_DB:
+            errors.append(
+                ConfError(entry.key_at, f"unknown backend {db!r}{_suggest(db, list(POOL_BY_DB))} in {entry.key}")
+            )
+            continue
+        known = pool_settings(db)
+        if key not in known:
+            errors.append(
+                ConfError(entry.key_at, f"unknown {db} pool setting {key!r}{_suggest(key, list(known))}")
+            )
+            continue
+        pool = pools.get(f"{db}.{pool_name}")
+        if pool is None:
+            defaults = {name: setting.default for name, setting in known.items()}
+            pool = pools[f"{db}.{pool_name}"] = PoolConfig(db, pool_name, defaults, entry.key_at)
+        pool.settings[key] = _parse_value(entry, known[key], errors, secrets)
+    for pool in pools.values():
+        if pool.db == "cassa":
+            if pool.settings["nodes"] is None:
+                pool.settings["nodes"] = [("127.0.0.1", DEFAULT_PORTS["cassa"])]
+        elif pool.settings["server"] is None:
+            pool.settings["server"] = ("127.0.0.1", DEFAULT_PORTS[pool.db])
+    if errors:
+        raise ConfErrors(errors)
+    return Config(path=path, settings=settings, pools=pools, secrets=secrets)
+
+
+def load_config(path: str | Path) -> Config:
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfErrors([ConfError(Position(str(path), 1, 1), f"cannot read config: {exc.strerror}")]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfErrors([ConfError(Position(str(path), 1, 1), f"config is not UTF-8: {exc.reason}")]) from None
+    return parse_config(str(path), text)

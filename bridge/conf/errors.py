@@ -1,0 +1,32 @@
+"""Errors that point at a place in a file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    path: str
+    line: int  # 1-based
+    col: int  # 1-based
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}:{self.col}"
+
+
+@dataclass(frozen=True, slots=True)
+class ConfError:
+    where: Position
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.message}"
+
+
+class ConfErrors(Exception):
+    """Every problem found in the config, rules and templates, in file order."""
+
+    def __init__(self, errors: list[ConfError]) -> None:
+        self.errors = sorted(errors, key=lambda e: (e.where.path, e.where.line, e.where.col))
+        super().__init__("\n".join(str(e) for e in self.errors))

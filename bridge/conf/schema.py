@@ -1,0 +1,111 @@
+"""The declared settings: one table drives validation, defaults and the docs.
+
+Global keys are listed in GLOBAL; pool keys (`backend.<db>.<pool>.<key>`) in
+POOL_COMMON plus the per-database tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bridge.conf import values as v
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    parse: Callable[[str], Any]
+    default: Any
+    doc: str
+    secret: bool = False
+    example: str | None = None  # how it looks in a file, for the docs
+
+
+GLOBAL: dict[str, Setting] = {
+    "node.name": Setting(v.parse_str, "hookbridge@127.0.0.1", "name of this bridge node; stored as `node`"),
+    "broker.mode": Setting(v.enum_of("embedded", "emqx", "mqtt"), "embedded", "where events come from"),
+    "broker.listener.tcp": Setting(
+        v.parse_hostport, ("127.0.0.1", 1883), "embedded mode: MQTT listener address", example="127.0.0.1:1883"
+    ),
+    "broker.max_offline_messages": Setting(
+        v.parse_int, 100_000, "embedded mode: QoS 1/2 messages kept per offline persistent session"
+    ),
+    "broker.server": Setting(v.parse_hostport, ("127.0.0.1", 1883), "external modes: broker to connect to"),
+    "broker.clientid": Setting(v.parse_str, "hookbridge-1", "external modes: fixed client id (session persists)"),
+    "broker.username": Setting(v.parse_str, "", "external modes: username"),
+    "broker.password": Setting(v.parse_str, "", "external modes: password", secret=True),
+    "broker.ssl": Setting(v.parse_bool, False, "external modes: TLS to the broker"),
+    "broker.ssl.cafile": Setting(v.parse_str, "", "CA bundle to verify the broker"),
+    "broker.ssl.certfile": Setting(v.parse_str, "", "client certificate"),
+    "broker.ssl.keyfile": Setting(v.parse_str, "", "client key"),
+    "broker.ssl.verify": Setting(v.parse_bool, True, "verify the broker's certificate"),
+    "broker.shared_group": Setting(v.parse_str, "", "subscribe through $share/<group>/<filter>; empty: plain"),
+    "broker.receive_maximum": Setting(v.parse_int, 1024, "QoS 1 messages in flight to the bridge"),
+    "broker.emqx.api": Setting(v.parse_str, "http://127.0.0.1:18083", "emqx mode: REST API base URL"),
+    "broker.emqx.api_key": Setting(v.parse_str, "", "emqx mode: API key", secret=True),
+    "broker.emqx.api_secret": Setting(v.parse_str, "", "emqx mode: API secret", secret=True),
+    "broker.emqx.event_topic": Setting(
+        v.parse_str, "hookbridge/events/#", "emqx mode: where EMQX rules republish $events/*"
+    ),
+    "metrics.listener": Setting(
+        v.optional_hostport, ("127.0.0.1", 9100), "GET /metrics and /healthz; `off` disables", example="127.0.0.1:9100"
+    ),
+    "spool.dir": Setting(v.parse_str, "data/spool", "directory for the on-disk spool"),
+    "spool.max_bytes": Setting(v.parse_size, 1 << 30, "bound of the spool", example="1GB"),
+    "log.level": Setting(v.enum_of("debug", "info", "warning", "error"), "info", "log level"),
+    "log.format": Setting(v.enum_of("text", "json"), "text", "log line format on stderr"),
+}
+
+POOL_COMMON: dict[str, Setting] = {
+    "server": Setting(v.parse_hostport, None, "database address", example="127.0.0.1:6379"),
+    "pool_size": Setting(v.parse_int, 8, "connections in the pool"),
+    "username": Setting(v.parse_str, "", "login name"),
+    "password": Setting(v.parse_str, "", "password", secret=True),
+    "auto_schema": Setting(v.parse_bool, True, "create missing tables / keyspace / indexes at start"),
+    "ssl": Setting(v.parse_bool, False, "TLS to the database"),
+    "ssl.cafile": Setting(v.parse_str, "", "CA bundle to verify the server"),
+    "ssl.certfile": Setting(v.parse_str, "", "client certificate"),
+    "ssl.keyfile": Setting(v.parse_str, "", "client key"),
+    "ssl.verify": Setting(v.parse_bool, True, "verify the server certificate and host name"),
+    "batch_size": Setting(v.parse_int, 500, "most actions written in one batch"),
+    "batch_time": Setting(v.parse_duration, 0.005, "longest wait to fill a batch", example="5ms"),
+    "max_inflight": Setting(v.parse_int, 4, "batches written concurrently (ordering lanes)"),
+    "queue_size": Setting(v.parse_int, 100_000, "actions waiting in memory before back-pressure"),
+    "retry_backoff_max": Setting(v.parse_duration, 5.0, "longest pause between retries", example="5s"),
+}
+
+POOL_BY_DB: dict[str, dict[str, Setting]] = {
+    "redis": {
+        "type": Setting(v.enum_of("single"), "single", "deployment type (single node)"),
+        "database": Setting(v.parse_int, 0, "Redis logical database number"),
+        "trim_interval": Setting(
+            v.parse_duration, 60.0, "how often expired ids are trimmed from sorted sets", example="60s"
+        ),
+    },
+    "pgsql": {"database": Setting(v.parse_str, "mqtt", "database name")},
+    "mongo": {
+        "type": Setting(v.enum_of("single", "rs"), "single", "single server or replica set"),
+        "database": Setting(v.parse_str, "mqtt", "database name"),
+        "login": Setting(v.parse_str, "", "login name"),
+        "auth_source": Setting(v.parse_str, "admin", "authentication database"),
+        "replica_set": Setting(v.parse_str, "", "replica set name"),
+    },
+    "cassa": {
+        "nodes": Setting(v.parse_hostports, None, "contact points", example="127.0.0.1:9042"),
+        "keyspace": Setting(v.parse_str, "mqtt", "keyspace"),
+        "local_datacenter": Setting(v.parse_str, "datacenter1", "local data center for routing"),
+        "consistency": Setting(v.parse_str, "LOCAL_QUORUM", "consistency level"),
+        "replication": Setting(
+            v.parse_json,
+            {"class": "SimpleStrategy", "replication_factor": 1},
+            "keyspace replication (JSON)",
+        ),
+    },
+}
+
+DEFAULT_PORTS = {"redis": 6379, "pgsql": 5432, "mongo": 27017, "cassa": 9042}
+
+
+def pool_settings(db: str) -> dict[str, Setting]:
+    return {**POOL_COMMON, **POOL_BY_DB[db]}

@@ -1,0 +1,221 @@
+"""The event model: one frozen type per hookpoint, and the placeholder table.
+
+Every broker source (embedded, EMQX, generic MQTT) turns what it sees into these
+events; the rule engine, the renderer, the backends and the docs all read the
+same table of which placeholders each hookpoint offers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Hookpoint(StrEnum):
+    CLIENT_CONNECTED = "client.connected"
+    CLIENT_DISCONNECTED = "client.disconnected"
+    SESSION_SUBSCRIBED = "session.subscribed"
+    SESSION_UNSUBSCRIBED = "session.unsubscribed"
+    MESSAGE_PUBLISH = "message.publish"
+    MESSAGE_DELIVERED = "message.delivered"
+    MESSAGE_ACKED = "message.acked"
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConnected:
+    clientid: str
+    username: str | None
+    node: str
+    peername: str
+    timestamp: float  # Unix seconds, when the broker saw it
+    clean_session: bool = True
+    hookpoint = Hookpoint.CLIENT_CONNECTED
+
+
+@dataclass(frozen=True, slots=True)
+class ClientDisconnected:
+    clientid: str
+    username: str | None
+    node: str
+    peername: str
+    reason: str
+    timestamp: float
+    hookpoint = Hookpoint.CLIENT_DISCONNECTED
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSubscribed:
+    clientid: str
+    username: str | None
+    node: str
+    topic: str  # the subscription's topic filter
+    qos: int
+    timestamp: float
+    # False when a resumed session already had this subscription: fetch and
+    # retain lookup run only for new ones.
+    is_new: bool = True
+    # Offline delivery needs a persistent session (clean session false).
+    persistent: bool = False
+    # Messages with an id >= this one were routed to the subscription live by
+    # the broker, so a fetch must stop before it (no message reaches it twice).
+    live_from_msgid: str | None = None
+    # Topics whose retained message the broker itself already sent for this
+    # subscription; retain lookup skips them.
+    retained_sent: frozenset[str] = frozenset()
+    hookpoint = Hookpoint.SESSION_SUBSCRIBED
+
+
+@dataclass(frozen=True, slots=True)
+class SessionUnsubscribed:
+    clientid: str
+    username: str | None
+    node: str
+    topic: str
+    timestamp: float
+    hookpoint = Hookpoint.SESSION_UNSUBSCRIBED
+
+
+@dataclass(frozen=True, slots=True)
+class MessagePublish:
+    msgid: str
+    clientid: str  # the publisher
+    username: str | None
+    topic: str
+    qos: int
+    payload: bytes
+    retain: bool
+    node: str
+    peername: str
+    timestamp: float
+    hookpoint = Hookpoint.MESSAGE_PUBLISH
+
+
+@dataclass(frozen=True, slots=True)
+class MessageDelivered:
+    msgid: str
+    clientid: str  # the receiver
+    username: str | None
+    from_clientid: str
+    topic: str
+    qos: int
+    payload: bytes
+    retain: bool
+    node: str
+    timestamp: float
+    # The receiver's subscription filters this delivery was for (pubsub
+    # offsets are kept per filter). External sources that cannot tell give (topic,).
+    filters: tuple[str, ...] = field(default=())
+    hookpoint = Hookpoint.MESSAGE_DELIVERED
+
+
+@dataclass(frozen=True, slots=True)
+class MessageAcked:
+    msgid: str
+    clientid: str  # the receiver that acknowledged
+    username: str | None
+    from_clientid: str
+    topic: str
+    qos: int
+    payload: bytes
+    retain: bool
+    node: str
+    timestamp: float
+    filters: tuple[str, ...] = field(default=())
+    hookpoint = Hookpoint.MESSAGE_ACKED
+
+
+Event = (
+    ClientConnected
+    | ClientDisconnected
+    | SessionSubscribed
+    | SessionUnsubscribed
+    | MessagePublish
+    | MessageDelivered
+    | MessageAcked
+)
+
+EVENT_TYPES: dict[Hookpoint, type[Any]] = {
+    Hookpoint.CLIENT_CONNECTED: ClientConnected,
+    Hookpoint.CLIENT_DISCONNECTED: ClientDisconnected,
+    Hookpoint.SESSION_SUBSCRIBED: SessionSubscribed,
+    Hookpoint.SESSION_UNSUBSCRIBED: SessionUnsubscribed,
+    Hookpoint.MESSAGE_PUBLISH: MessagePublish,
+    Hookpoint.MESSAGE_DELIVERED: MessageDelivered,
+    Hookpoint.MESSAGE_ACKED: MessageAcked,
+}
+
+_COMMON = ("clientid", "username", "node", "timestamp")
+_MESSAGE = (*_COMMON, "msgid", "topic", "qos", "payload", "retain")
+
+# The placeholder table: which `${name}` each hookpoint offers. `${payload.a.b}`
+# is allowed wherever `payload` is.
+PLACEHOLDERS: dict[Hookpoint, tuple[str, ...]] = {
+    Hookpoint.CLIENT_CONNECTED: (*_COMMON, "peername"),
+    Hookpoint.CLIENT_DISCONNECTED: (*_COMMON, "peername", "reason"),
+    Hookpoint.SESSION_SUBSCRIBED: (*_COMMON, "topic", "qos"),
+    Hookpoint.SESSION_UNSUBSCRIBED: (*_COMMON, "topic"),
+    Hookpoint.MESSAGE_PUBLISH: (*_MESSAGE, "peername"),
+    Hookpoint.MESSAGE_DELIVERED: (*_MESSAGE, "from_clientid"),
+    Hookpoint.MESSAGE_ACKED: (*_MESSAGE, "from_clientid"),
+}
+
+PLACEHOLDER_DOCS: dict[str, str] = {
+    "clientid": "client id (the publisher on message.publish, the receiver on delivered/acked)",
+    "username": "username of that client, empty when it gave none",
+    "node": "node name of the bridge / broker (`node.name`)",
+    "timestamp": "event time, Unix milliseconds",
+    "peername": "client address as host:port",
+    "reason": "why the client disconnected (normal, keepalive_timeout, closed, takeover, ...)",
+    "topic": "message topic, or the subscription's topic filter on session hooks",
+    "qos": "QoS of the message or subscription",
+    "msgid": "message id, 32 upper-case hex characters, time-ordered",
+    "payload": "message payload, bytes as published",
+    "retain": "`true`/`false`",
+    "from_clientid": "the client that published the message",
+}
+
+
+def placeholder_allowed(hookpoint: Hookpoint, name: str) -> bool:
+    """True when `${name}` (or `${payload.x.y}`) can be used on this hookpoint."""
+    offered = PLACEHOLDERS[hookpoint]
+    if name.startswith("payload."):
+        return "payload" in offered and all(name.split(".")[1:])
+    return name in offered
+
+
+def parse_json_payload(payload: bytes) -> Any:
+    """The payload as JSON, or None when it is not JSON (never raises)."""
+    try:
+        return json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def placeholder_value(event: Event, name: str, payload_json: Any = None) -> Any:
+    """The value of `${name}` for this event.
+
+    Returns str / int / bytes / None; `${payload.a.b}` is looked up in the JSON
+    payload (pass it in when already parsed) and is None when missing.
+    """
+    if name == "timestamp":
+        return int(event.timestamp * 1000)
+    if name == "retain":
+        return "true" if getattr(event, "retain", False) else "false"
+    if name == "username":
+        return getattr(event, "username", None) or ""
+    if name.startswith("payload."):
+        doc = payload_json if payload_json is not None else parse_json_payload(getattr(event, "payload", b""))
+        for part in name.split(".")[1:]:
+            if isinstance(doc, dict) and part in doc:
+                doc = doc[part]
+            else:
+                return None
+        return doc
+    return getattr(event, name)
+
+
+def event_topic(event: Event) -> str | None:
+    """The topic rules filter on: message topic, or the subscription filter."""
+    return getattr(event, "topic", None)

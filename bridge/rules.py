@@ -1,0 +1,347 @@
+"""`rules/*.conf`: EMQX-style hook lines compiled into rules.
+
+    backend.<db>.hook.<hookpoint>.<n> = {"pool": ..., "action": ..., "topic": ...}
+
+Every problem is collected with its `path:line:col`; loading raises ConfErrors
+once with all of them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from actions.registry import FETCH_FUNCTIONS, FUNCTIONS, FunctionSpec
+from bridge.brokers.base import Capability
+from bridge.conf.config import Config
+from bridge.conf.errors import ConfError, ConfErrors, Position
+from bridge.conf.lexer import Entry, read_entries
+from bridge.conf.values import parse_duration
+from bridge.events import Hookpoint
+from bridge.render import CommandTemplate, RenderError, StatementTemplate
+from bridge.topics import filter_error
+
+_HOOK_KEY = re.compile(r"^backend\.([a-z]+)\.hook\.([a-z]+\.[a-z]+)\.(\d+)$")
+_RULE_KEYS = ("pool", "action", "topic", "offline_opts", "expired_time", "payload_format")
+_STATEMENT_KIND = {"redis": "commands", "pgsql": "sql", "cassa": "cql"}
+_ACTION_KINDS = ("function", "commands", "sql", "cql", "template")
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionAction:
+    spec: FunctionSpec
+
+
+@dataclass(frozen=True, slots=True)
+class CommandsAction:
+    commands: tuple[CommandTemplate, ...]
+    pipeline: bool = True  # False: one round trip per command, stop at the first error
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateAction:
+    template: StatementTemplate
+    path: str
+
+
+Action = FunctionAction | CommandsAction | TemplateAction
+
+
+@dataclass(frozen=True, slots=True)
+class OfflineOpts:
+    max_returned_count: int = 500
+    time_range: float | None = None  # seconds; None: no limit
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    id: str  # "redis.message.publish.1"
+    db: str
+    pool: str  # "<db>.<pool>"
+    hookpoint: Hookpoint
+    order: int
+    topics: tuple[str, ...] | None
+    action: Action
+    where: Position
+    offline_opts: OfflineOpts = field(default_factory=OfflineOpts)
+    expired_time: int | None = None
+    payload_format: str = "plain_text"
+
+
+@dataclass(frozen=True, slots=True)
+class RuleContext:
+    """What rule validation needs to know about the rest of the bridge."""
+
+    config: Config
+    templates_dir: Path
+    backends: frozenset[str]  # databases this build implements
+    capabilities: frozenset[Capability]  # of the configured broker mode
+
+
+def _locate(raw: str, *needles: str) -> int:
+    """Offset of the last of `needles`, each searched after the previous one."""
+    offset = 0
+    for needle in needles:
+        found = raw.find(needle, offset)
+        if found < 0:
+            return offset
+        offset = found
+    return offset
+
+
+def _suggest(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+class _RuleBuilder:
+    def __init__(self, entry: Entry, ctx: RuleContext, errors: list[ConfError]) -> None:
+        self.entry, self.ctx, self.errors = entry, ctx, errors
+        self.failed = False
+
+    def error(self, message: str, *needles: str) -> None:
+        self.failed = True
+        self.errors.append(ConfError(self.entry.at(_locate(self.entry.value, *needles)), message))
+
+    def build(self) -> Rule | None:
+        entry = self.entry
+        match = _HOOK_KEY.match(entry.key)
+        if not match:
+            self.failed = True
+            self.errors.append(
+                ConfError(entry.key_at, f"bad hook line key {entry.key!r}: expected backend.<db>.hook.<hookpoint>.<n>")
+            )
+            return None
+        db, hook_text, order = match.group(1), match.group(2), int(match.group(3))
+        hook_col = entry.key.index(".hook.") + 6
+        key_at = entry.key_at
+        if db not in ("redis", "pgsql", "mongo", "cassa"):
+            self.errors.append(ConfError(key_at, f"unknown database {db!r}{_suggest(db, list(_STATEMENT_KIND))}"))
+            return None
+        try:
+            hookpoint = Hookpoint(hook_text)
+        except ValueError:
+            at = Position(key_at.path, key_at.line, key_at.col + hook_col)
+            names = [h.value for h in Hookpoint]
+            self.errors.append(ConfError(at, f"unknown hookpoint {hook_text!r}{_suggest(hook_text, names)}"))
+            return None
+        try:
+            body = json.loads(entry.value)
+        except json.JSONDecodeError as exc:
+            self.errors.append(ConfError(entry.at(exc.pos), f"bad JSON: {exc.msg}"))
+            return None
+        if not isinstance(body, dict):
+            self.error("a hook line's value must be a JSON object")
+            return None
+        for key in body:
+            if key not in _RULE_KEYS:
+                self.error(f"unknown key {key!r}{_suggest(key, list(_RULE_KEYS))}", f'"{key}"')
+        if db not in self.ctx.backends:
+            self.errors.append(ConfError(key_at, f"the {db} backend is not available in this version of hookbridge"))
+            return None
+        pool = self._pool(db, body.get("pool"))
+        topics = self._topics(hookpoint, body.get("topic"))
+        action = self._action(db, hookpoint, body.get("action"))
+        opts = self._offline_opts(action, body.get("offline_opts"))
+        expired = self._expired_time(body.get("expired_time"))
+        payload_format = body.get("payload_format", "plain_text")
+        if payload_format not in ("plain_text", "json"):
+            self.error(f"payload_format must be \"plain_text\" or \"json\", got {payload_format!r}", '"payload_format"')
+        if self.failed or pool is None or action is None:
+            return None
+        return Rule(
+            id=f"{db}.{hookpoint}.{order}",
+            db=db,
+            pool=pool,
+            hookpoint=hookpoint,
+            order=order,
+            topics=topics,
+            action=action,
+            where=entry.key_at,
+            offline_opts=opts,
+            expired_time=expired,
+            payload_format=payload_format,
+        )
+
+    def _pool(self, db: str, name: Any) -> str | None:
+        pools = [p.name for p in self.ctx.config.pools_of(db)]
+        if name is None:
+            if len(pools) == 1:
+                return f"{db}.{pools[0]}"
+            self.error(f"no \"pool\" given and the config has {len(pools)} {db} pools" + (
+                f" ({', '.join(pools)})" if pools else f"; add backend.{db}.pool1.server to the config"
+            ))
+            return None
+        if not isinstance(name, str) or name not in pools:
+            known = ", ".join(pools) or "none"
+            self.error(f"unknown {db} pool {name!r} (configured: {known})", '"pool"', f'"{name}"')
+            return None
+        return f"{db}.{name}"
+
+    def _topics(self, hookpoint: Hookpoint, value: Any) -> tuple[str, ...] | None:
+        if value is None:
+            return None
+        if hookpoint in (Hookpoint.CLIENT_CONNECTED, Hookpoint.CLIENT_DISCONNECTED):
+            self.error(f"\"topic\" does not apply to {hookpoint} (client events have no topic)", '"topic"')
+            return None
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list) or not items or not all(isinstance(t, str) for t in items):
+            self.error("\"topic\" must be a topic filter or a list of them", '"topic"')
+            return None
+        for topic in items:
+            problem = filter_error(topic)
+            if problem:
+                self.error(problem if problem.startswith("bad") else f"bad topic filter: {problem}", '"topic"', f'"{topic}"')
+        return tuple(items)
+
+    def _action(self, db: str, hookpoint: Hookpoint, action: Any) -> Action | None:
+        if not isinstance(action, dict) or len(action.keys() & set(_ACTION_KINDS)) != 1:
+            self.error(
+                "\"action\" must be an object with exactly one of function, commands, sql, cql, template",
+                '"action"',
+            )
+            return None
+        if "function" in action:
+            return self._function(hookpoint, action["function"])
+        if "template" in action:
+            return self._template(hookpoint, action["template"])
+        kind = next(k for k in action if k in _ACTION_KINDS)
+        if kind != _STATEMENT_KIND.get(db):
+            allowed = _STATEMENT_KIND.get(db)
+            self.error(
+                f"{kind} actions are not for {db}" + (f"; {db} takes {allowed}" if allowed else ""),
+                '"action"', f'"{kind}"',
+            )
+            return None
+        return self._commands(hookpoint, action)
+
+    def _function(self, hookpoint: Hookpoint, name: Any) -> Action | None:
+        needle = ('"function"', f'"{name}"')
+        spec = FUNCTIONS.get(name) if isinstance(name, str) else None
+        if spec is None:
+            self.error(f"unknown function {name!r} for {hookpoint}{_suggest(str(name), list(FUNCTIONS))}", *needle)
+            return None
+        if hookpoint not in spec.hookpoints:
+            bound = ", ".join(sorted(spec.hookpoints))
+            self.error(f"function {name} cannot run on {hookpoint} (it runs on {bound})", *needle)
+            return None
+        missing = spec.needs - self.ctx.capabilities
+        if missing:
+            mode = self.ctx.config["broker.mode"]
+            self.error(
+                f"function {name} needs {', '.join(sorted(missing))}, which broker mode {mode} does not offer",
+                *needle,
+            )
+            return None
+        return FunctionAction(spec)
+
+    def _template(self, hookpoint: Hookpoint, path: Any) -> Action | None:
+        needle = ('"template"', f'"{path}"')
+        if not isinstance(path, str) or not path:
+            self.error("\"template\" must be a path under templates/", *needle)
+            return None
+        file = (self.ctx.templates_dir / path).resolve()
+        if not file.is_relative_to(self.ctx.templates_dir.resolve()) or not file.is_file():
+            self.error(f"template {path!r} not found under {self.ctx.templates_dir}", *needle)
+            return None
+        display = str(self.ctx.templates_dir / path)
+        try:
+            return TemplateAction(StatementTemplate(file, display, hookpoint), path)
+        except RenderError as exc:
+            self.failed = True
+            self.errors.append(ConfError(Position(display, exc.line or 1, exc.col), str(exc)))
+            return None
+
+    def _commands(self, hookpoint: Hookpoint, action: dict[str, Any]) -> Action | None:
+        texts = action["commands"]
+        if isinstance(texts, str):
+            texts = [texts]
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+            self.error("\"commands\" must be a command or a non-empty list of them", '"commands"')
+            return None
+        pipeline = action.get("pipeline", True)
+        if not isinstance(pipeline, bool):
+            self.error("\"pipeline\" must be true or false", '"pipeline"')
+        compiled = []
+        for text in texts:
+            start = _locate(self.entry.value, '"commands"', json.dumps(text)[:-1]) + 1
+            try:
+                compiled.append(CommandTemplate.compile(text, hookpoint))
+            except RenderError as exc:
+                self.failed = True
+                self.errors.append(ConfError(self.entry.at(start + exc.offset), str(exc)))
+        return CommandsAction(tuple(compiled), pipeline is not False)
+
+    def _offline_opts(self, action: Action | None, value: Any) -> OfflineOpts:
+        if value is None:
+            return OfflineOpts()
+        is_fetch = isinstance(action, FunctionAction) and action.spec.impl_name in FETCH_FUNCTIONS
+        if action is not None and not is_fetch:
+            self.error("\"offline_opts\" applies only to the fetch functions", '"offline_opts"')
+        if not isinstance(value, dict) or value.keys() - {"max_returned_count", "time_range"}:
+            self.error("\"offline_opts\" takes max_returned_count and time_range", '"offline_opts"')
+            return OfflineOpts()
+        count = value.get("max_returned_count", 500)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            self.error("max_returned_count must be a positive integer", '"max_returned_count"')
+            count = 500
+        time_range = value.get("time_range")
+        seconds = None
+        if time_range is not None:
+            try:
+                seconds = parse_duration(str(time_range))
+            except ValueError as exc:
+                self.error(f"time_range: {exc}", '"time_range"')
+        return OfflineOpts(count, seconds)
+
+    def _expired_time(self, value: Any) -> int | None:
+        if value is None:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            self.error("expired_time must be a positive number of seconds", '"expired_time"')
+            return None
+        return value
+
+
+def parse_rules(path: str, text: str, ctx: RuleContext, seen: dict[str, Position] | None = None) -> tuple[
+    list[Rule], list[ConfError]
+]:
+    entries, errors = read_entries(path, text)
+    seen = {} if seen is None else seen
+    rules: list[Rule] = []
+    for entry in entries:
+        if entry.key in seen:
+            first = seen[entry.key]
+            errors.append(ConfError(entry.key_at, f"duplicate key {entry.key} (first at {first})"))
+            continue
+        seen[entry.key] = entry.key_at
+        rule = _RuleBuilder(entry, ctx, errors).build()
+        if rule is not None:
+            rules.append(rule)
+    return rules, errors
+
+
+def load_rules(rules_dir: str | Path, ctx: RuleContext) -> list[Rule]:
+    """Every `*.conf` under `rules_dir`, in name order; raises ConfErrors with all problems."""
+    directory = Path(rules_dir)
+    if not directory.is_dir():
+        raise ConfErrors([ConfError(Position(str(directory), 1, 1), "rules directory not found")])
+    rules: list[Rule] = []
+    errors: list[ConfError] = []
+    seen: dict[str, Position] = {}
+    for file in sorted(directory.glob("*.conf")):
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            errors.append(ConfError(Position(str(file), 1, 1), f"cannot read rules file: {exc}"))
+            continue
+        found, problems = parse_rules(str(file), text, ctx, seen)
+        rules.extend(found)
+        errors.extend(problems)
+    if errors:
+        raise ConfErrors(errors)
+    return rules

@@ -1,0 +1,36 @@
+# Shared helpers for the project's scripts. Source it: . "$(dirname "$0")/lib.sh"
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+RUN_DIR="$ROOT/.run"           # pid files, logs and data of services the scripts start
+mkdir -p "$RUN_DIR"
+
+say() { printf '\033[1m==>\033[0m %s\n' "$*" >&2; }
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+# apt_install PKG... : install Debian packages that are missing (one apt-get update per run).
+apt_install() {
+  local missing=()
+  for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  say "installing Debian packages: ${missing[*]}"
+  if [ ! -f "$RUN_DIR/.apt-updated" ]; then as_root apt-get update -qq && touch "$RUN_DIR/.apt-updated"; fi
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# python_env [extras]: the project's virtualenv, reinstalled only when pyproject.toml changes.
+python_env() {
+  local extras="${1:-}"
+  local stamp="$VENV/.installed${extras:+-$extras}"
+  if [ ! -x "$VENV/bin/python" ]; then
+    say "creating virtualenv in .venv"
+    python3 -m venv "$VENV"
+  fi
+  if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then
+    say "installing Python dependencies${extras:+ ($extras)}"
+    "$VENV/bin/pip" install -q --upgrade pip
+    "$VENV/bin/pip" install -q -e "$ROOT${extras:+[$extras]}"
+    touch "$stamp"
+  fi
+}

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# One command: install what the tests need, then run lint, types and the whole test suite.
+# The test fixtures start the servers they use (Redis, Mosquitto) through the scripts here.
+. "$(dirname "$0")/lib.sh"
+apt_install redis-server mosquitto
+python_env test
+cd "$ROOT"
+say "ruff"
+"$VENV/bin/ruff" check bridge actions tests bench
+say "mypy"
+"$VENV/bin/mypy"
+say "pytest"
+exec "$VENV/bin/pytest" -q "$@"

@@ -1,0 +1,29 @@
+"""Build configs and rule sets for tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bridge.app import BACKENDS, MODE_CAPABILITIES
+from bridge.conf.config import Config, parse_config
+from bridge.rules import RuleContext
+
+BASE_CONFIG = """\
+node.name = test@127.0.0.1
+broker.listener.tcp = 127.0.0.1:0
+metrics.listener = off
+backend.redis.pool1.server = 127.0.0.1:{redis_port}
+backend.redis.pool1.batch_time = 1ms
+"""
+
+
+def config_text(redis_port: int = 6379, extra: str = "") -> str:
+    return BASE_CONFIG.format(redis_port=redis_port) + extra
+
+
+def make_config(redis_port: int = 6379, extra: str = "") -> Config:
+    return parse_config("config/bridge.conf", config_text(redis_port, extra))
+
+
+def rule_context(config: Config, templates: Path) -> RuleContext:
+    return RuleContext(config, templates, frozenset(BACKENDS), MODE_CAPABILITIES["embedded"])

@@ -1,0 +1,134 @@
+"""Broken hook lines, each pinned to its exact `path:line:col: message`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bridge.conf.errors import ConfErrors
+from bridge.rules import load_rules, parse_rules
+from support.conf import make_config, rule_context
+
+P = "rules/t.conf"
+OK_ACTION = '"action": {"function": "on_client_connected"}'
+
+CASES = [
+    (
+        'backend.redis.hook.client.connected.1 = {"action": {"function": "on_client_conect"}, "pool": "pool1"}',
+        f"{P}:1:65: unknown function 'on_client_conect' for client.connected (did you mean on_client_connected?)",
+    ),
+    (
+        'backend.redis.hook.client.connected.1 = {"action": {"function": "on_message_publish"}}',
+        f"{P}:1:65: function on_message_publish cannot run on client.connected (it runs on message.publish)",
+    ),
+    (
+        'backend.redis.hook.client.connected.1 = {"action": {"function": "on_client_connected"}, "pool": "pool9"}',
+        f"{P}:1:97: unknown redis pool 'pool9' (configured: pool1)",
+    ),
+    (
+        'backend.redis.hook.client.connected.1 = {"action": {"function": "on_client_connected"},}',
+        f"{P}:1:88: bad JSON: Expecting property name enclosed in double quotes",
+    ),
+    (
+        'backend.redis.hook.client.conected.1 = {' + OK_ACTION + '}',
+        f"{P}:1:20: unknown hookpoint 'client.conected' (did you mean client.connected?)",
+    ),
+    (
+        'backend.redis.hook.message.publish.1 = {"topic": "a/#/b", "action": {"function": "on_message_publish"}}',
+        f"{P}:1:50: bad topic filter 'a/#/b': '#' must be a whole level and the last one",
+    ),
+    (
+        'backend.redis.hook.session.subscribed.1 = {"action": {"commands": ["SET k:${clientid} ${payload}"]}}',
+        f"{P}:1:87: unknown placeholder ${{payload}} for session.subscribed (it offers ${{clientid}}, "
+        "${username}, ${node}, ${timestamp}, ${topic}, ${qos})",
+    ),
+    (
+        'backend.redis.hook.client.connected.1 = {' + OK_ACTION + ', "topik": "a"}',
+        f"{P}:1:89: unknown key 'topik' (did you mean topic?)",
+    ),
+    (
+        'backend.redis.hook.message.publish.1 = {"action": {"sql": ["insert into t values (${msgid})"]}}',
+        f"{P}:1:52: sql actions are not for redis; redis takes commands",
+    ),
+    (
+        'backend.redis.hook.message.publish.1 = {"action": {"template": "redis/missing.j2"}}',
+        f"{P}:1:64: template 'redis/missing.j2' not found under templates",
+    ),
+    (
+        'backend.redis.hook.client.connected.1 = {"topic": "a", ' + OK_ACTION + '}',
+        f"{P}:1:42: \"topic\" does not apply to client.connected (client events have no topic)",
+    ),
+    (
+        'backend.pgsql.hook.client.connected.1 = {' + OK_ACTION + '}',
+        f"{P}:1:1: the pgsql backend is not available in this version of hookbridge",
+    ),
+    (
+        'backend.redis.hook.session.subscribed.1 = {"action": {"function": "on_message_fetch_for_queue"}, '
+        '"offline_opts": {"max_returned_count": 0}}',
+        f"{P}:1:115: max_returned_count must be a positive integer",
+    ),
+    ("backend.redis.hook.client.connected.1", f"{P}:1:1: expected 'key = value'"),
+]
+
+
+@pytest.mark.parametrize(("line", "expected"), CASES)
+def test_broken_line_is_pinned(line: str, expected: str) -> None:
+    ctx = rule_context(make_config(), Path("templates"))
+    rules, errors = parse_rules(P, line + "\n", ctx)
+    assert [str(e) for e in errors] == [expected]
+    assert rules == []
+
+
+def test_duplicate_key_names_the_first() -> None:
+    line = 'backend.redis.hook.client.connected.1 = {' + OK_ACTION + '}\n'
+    ctx = rule_context(make_config(), Path("templates"))
+    _, errors = parse_rules(P, "# comment\n" + line + line, ctx)
+    assert [str(e) for e in errors] == [f"{P}:3:1: duplicate key backend.redis.hook.client.connected.1 "
+                                        f"(first at {P}:2:1)"]
+
+
+def test_all_errors_reported_at_once(tmp_path: Path) -> None:
+    rules_dir = tmp_path / "rules"
+    rules_dir.mkdir()
+    (rules_dir / "a.conf").write_text(
+        'backend.redis.hook.client.connected.1 = {"action": {"function": "nope"}}\n'
+        "\n"
+        'backend.redis.hook.message.publish.1 = {"topic": "+x", "action": {"function": "on_message_publish"}}\n'
+    )
+    (rules_dir / "b.conf").write_text('backend.redis.hook.message.acked.1 = {"action": 1}\n')
+    with pytest.raises(ConfErrors) as caught:
+        load_rules(rules_dir, rule_context(make_config(), tmp_path / "templates"))
+    lines = [str(e) for e in caught.value.errors]
+    a, b = rules_dir / "a.conf", rules_dir / "b.conf"
+    assert lines == [
+        f"{a}:1:65: unknown function 'nope' for client.connected",
+        f"{a}:3:50: bad topic filter '+x': '+' must be a whole level",
+        f"{b}:1:39: \"action\" must be an object with exactly one of function, commands, sql, cql, template",
+    ]
+
+
+def test_template_syntax_error_points_into_the_template(tmp_path: Path) -> None:
+    templates = tmp_path / "templates"
+    (templates / "redis").mkdir(parents=True)
+    (templates / "redis" / "bad.j2").write_text("HSET k:{{ clientid }} a 1\n{% if qos %}\nSET x 1\n")
+    (templates / "redis" / "var.j2").write_text("HSET k a 1\nSET {{ clientid }} {{ secret }}\n")
+    ctx = rule_context(make_config(), templates)
+    text = (
+        'backend.redis.hook.message.publish.1 = {"action": {"template": "redis/bad.j2"}}\n'
+        'backend.redis.hook.message.publish.2 = {"action": {"template": "redis/var.j2"}}\n'
+    )
+    _, errors = parse_rules(P, text, ctx)
+    assert [str(e) for e in errors] == [
+        f"{templates}/redis/bad.j2:2:1: template syntax error: Unexpected end of template. Jinja was looking "
+        "for the following tags: 'elif' or 'else' or 'endif'. The innermost block that needs to be closed is 'if'.",
+        f"{templates}/redis/var.j2:2:23: unknown variable 'secret' for message.publish (it offers clientid, json, "
+        "msgid, node, payload, peername, qos, retain, timestamp, topic, username)",
+    ]
+
+
+def test_shipped_rules_load() -> None:
+    root = Path(__file__).resolve().parents[2]
+    rules = load_rules(root / "rules", rule_context(make_config(), root / "templates"))
+    assert len(rules) == 12
+    assert {r.pool for r in rules} == {"redis.pool1"}
