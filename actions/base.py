@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from bridge.brokers.base import BrokerSource
 from bridge.conf.config import PoolConfig
+from bridge.delivery import DeliveryLog
 from bridge.events import Event
 from bridge.render import Values
 
@@ -49,6 +50,8 @@ class FunctionContext:
     publishes_committed: Callable[[int], Awaitable[None]] | None = None
     # Continue a paged fetch after the given page has been acked.
     pager: Pager | None = None
+    # Drops repeats so a message reaches a subscription once across rules.
+    deliveries: DeliveryLog = field(default_factory=DeliveryLog)
 
 
 class Pager(abc.ABC):

@@ -18,6 +18,7 @@ from actions.redis.backend import RedisBackend
 from bridge.brokers.base import BrokerSource, Capability
 from bridge.conf.config import Config, load_config
 from bridge.conf.errors import ConfError, ConfErrors, Position
+from bridge.delivery import DeliveryLog
 from bridge.dispatcher import Dispatcher
 from bridge.engine import Engine
 from bridge.http import StatusServer
@@ -66,8 +67,10 @@ class Bridge:
         self.engine = Engine(rules)
         self.runners: dict[str, Runner] = {}
         self.dispatcher = Dispatcher(self.engine, self.runners, self.metrics)
+        self.deliveries = DeliveryLog()
         self.status: StatusServer | None = None
         self.started_at = time.time()
+        self._stopped = False
         for rule in rules:
             self.metrics.rule_pool[rule.id] = rule.pool
 
@@ -107,7 +110,8 @@ class Bridge:
 
     async def _start_pool(self, pool_id: str) -> None:
         pool = self.config.pools[pool_id]
-        ctx = FunctionContext(node=self.config["node.name"], broker=self.broker, pager=self.dispatcher.pager)
+        ctx = FunctionContext(node=self.config["node.name"], broker=self.broker, pager=self.dispatcher.pager,
+                              deliveries=self.deliveries)
         backend = BACKENDS[pool.db](pool, ctx)
         backend.trim_enabled = any(r.expired_time for r in self.engine.rules if r.pool == pool_id)
         await backend.connect()
@@ -118,6 +122,9 @@ class Bridge:
         log.info("pool %s connected", pool_id)
 
     async def stop(self, drain_timeout: float = 10.0) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
         await self.broker.stop()
         for runner in self.runners.values():
             await runner.stop(drain_timeout)

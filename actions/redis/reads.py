@@ -67,14 +67,12 @@ def _delivery(fields: dict[bytes, bytes], sub_qos: int, retain: bool, topic_filt
     )
 
 
-async def _deliver(ctx: FunctionContext, clientid: str, deliveries: list[Delivery]) -> None:
+async def _deliver(ctx: FunctionContext, event: SessionSubscribed, deliveries: list[Delivery]) -> list[Delivery]:
     assert ctx.broker is not None
-    if not deliveries:
-        return
     try:
-        await ctx.broker.deliver(clientid, deliveries)
+        return await ctx.deliveries.deliver(ctx.broker, event, deliveries)
     except DeliveryError as exc:
-        raise PermanentError(f"cannot deliver to {clientid!r}: {exc}") from exc
+        raise PermanentError(f"cannot deliver to {event.clientid!r}: {exc}") from exc
 
 
 async def retain_lookup(redis: Redis, ctx: FunctionContext, job: Job) -> None:
@@ -96,7 +94,7 @@ async def retain_lookup(redis: Redis, ctx: FunctionContext, job: Job) -> None:
     for msgid in ids:
         pipe.hgetall(keys.message(msgid))
     found = [fields for fields in await pipe.execute() if fields]
-    await _deliver(ctx, event.clientid, [_delivery(f, event.qos, True, event.topic) for f in found])
+    await _deliver(ctx, event, [_delivery(f, event.qos, True, event.topic) for f in found])
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,9 +165,9 @@ async def _fetch(redis: Redis, ctx: FunctionContext, job: Job, pubsub: bool) -> 
         if deliveries or not more or not page:
             break
         window = _Window(page[-1][1], window.before, window.min_score, window.limit)  # all expired: next page
-    await _deliver(ctx, event.clientid, deliveries)
+    sent = await _deliver(ctx, event, deliveries)
     if more and page and ctx.pager is not None:
-        ctx.pager.track(job, [(d.msgid, d.qos) for d in deliveries], page[-1][1])
+        ctx.pager.track(job, [(d.msgid, d.qos) for d in sent], page[-1][1])
 
 
 async def _load(redis: Redis, page: list[tuple[int, str, str]], event: SessionSubscribed) -> list[Delivery]:

@@ -1,0 +1,127 @@
+"""`broker.mode = embedded`: an MQTT 3.1.1 broker inside the bridge process."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from bridge.brokers.base import BrokerSource, Capability, Delivery, EventSink
+from bridge.brokers.embedded.broker import HookBroker
+from bridge.msgid import MsgIdGenerator
+
+log = logging.getLogger("bridge.brokers.embedded")
+
+_STOP_TIMEOUT = 5.0
+
+
+def _amqtt_config(listen: str) -> dict[str, Any]:
+    return {
+        "listeners": {"default": {"type": "tcp", "bind": listen}},
+        # Only anonymous-friendly authentication: no $SYS, event or packet
+        # logger plugins (they cost a task per packet).
+        "plugins": {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}},
+    }
+
+
+class EmbeddedBroker(BrokerSource):
+    """An MQTT 3.1.1 broker (amqtt, corrected) whose hooks become bridge events.
+
+    Every hookpoint fires in-process; proxy subscriptions and deliveries to one
+    session are exact. Sessions live in memory: a restart loses them.
+    """
+
+    mode = "embedded"
+    capabilities = frozenset({Capability.PROXY_SUBSCRIBE, Capability.DELIVER_TO_SESSION})
+
+    def __init__(
+        self,
+        listen: str = "127.0.0.1:1883",
+        *,
+        node: str,
+        msgids: MsgIdGenerator,
+        max_offline_messages: int = 100_000,
+    ) -> None:
+        if max_offline_messages < 1:
+            raise ValueError("max_offline_messages must be at least 1")
+        self._listen = listen
+        self._node = node
+        self._msgids = msgids
+        self._max_queue = max_offline_messages
+        self._broker: HookBroker | None = None
+        self._port: int | None = None
+
+    @property
+    def port(self) -> int:
+        """The TCP port the broker listens on (useful with port 0)."""
+        if self._port is None:
+            raise RuntimeError("the embedded broker is not started")
+        return self._port
+
+    @property
+    def dropped_messages(self) -> int:
+        """Messages dropped from full session queues, over all sessions now known."""
+        if self._broker is None:
+            return 0
+        return sum(state.dropped for state in self._broker.states.values())
+
+    async def start(self, sink: EventSink) -> None:
+        """Listen and serve; returns once the listener is bound."""
+        if self._broker is not None:
+            raise RuntimeError("the embedded broker is already started")
+        broker = HookBroker(
+            _amqtt_config(self._listen),
+            node=self._node,
+            msgids=self._msgids,
+            sink=sink,
+            max_queue=self._max_queue,
+        )
+        await broker.start()
+        self._broker = broker
+        self._port = broker.listening_port()
+        log.info("embedded MQTT broker listening on %s (port %d)", self._listen, self._port)
+
+    async def stop(self) -> None:
+        """Close every connection (reason "shutdown"), stop listening, flush events."""
+        broker, self._broker = self._broker, None
+        if broker is None:
+            return
+        await broker.close_all(_STOP_TIMEOUT)
+        await broker.shutdown()
+        lanes = [state.lane for state in broker.states.values()]
+        if lanes:
+            drained = asyncio.gather(*(lane.drain() for lane in lanes), return_exceptions=True)
+            try:
+                await asyncio.wait_for(drained, _STOP_TIMEOUT)
+            except TimeoutError:
+                log.warning("event sink did not take the last events within %.0f s", _STOP_TIMEOUT)
+                for lane in lanes:
+                    lane.cancel()
+        self._port = None
+
+    async def subscribe(self, clientid: str, topic: str, qos: int) -> bool:
+        """Subscribe `clientid` (connected or offline persistent) as if it had sent SUBSCRIBE.
+
+        Retained messages are sent when the client is connected. Fires
+        session.subscribed (queued in the client's event order, not awaited).
+        Returns False when the client has no session.
+        """
+        return self._running.proxy_subscribe(clientid, topic, qos)
+
+    async def deliver(self, clientid: str, deliveries: Sequence[Delivery]) -> None:
+        """Queue `deliveries` to the one session of `clientid`, in order.
+
+        Connected: sent through its normal QoS flow. Offline persistent: kept in
+        its queue until it returns. Raises DeliveryError when there is no session.
+        """
+        self._running.deliver_to(clientid, deliveries)
+
+    def is_connected(self) -> bool:
+        return self._broker is not None
+
+    @property
+    def _running(self) -> HookBroker:
+        if self._broker is None:
+            raise RuntimeError("the embedded broker is not started")
+        return self._broker

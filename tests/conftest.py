@@ -1,0 +1,66 @@
+"""Shared fixtures: a real Redis started by scripts/redis.sh, and bridges built from config + rules text."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis as redis_sync
+
+from bridge.app import Bridge, Paths
+from support.conf import config_text
+from support.services import ROOT, start_redis
+
+REDIS_TEST_PORT = 6391
+
+BridgeFactory = Callable[..., Awaitable[Bridge]]
+
+
+@pytest.fixture(scope="session")
+def redis_port() -> int:
+    start_redis(REDIS_TEST_PORT)
+    return REDIS_TEST_PORT
+
+
+@pytest.fixture
+def redis_db(redis_port: int) -> Iterator[redis_sync.Redis]:
+    """A synchronous client on an emptied test Redis (bytes in, bytes out)."""
+    client = redis_sync.Redis(port=redis_port, protocol=2)
+    client.flushall()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+async def make_bridge(tmp_path: Path, redis_port: int) -> AsyncIterator[BridgeFactory]:
+    """Start bridges from config/rules text (shipped rules by default); all stopped at the end."""
+    started: list[Bridge] = []
+    counter = iter(range(1000))
+
+    async def factory(rules: str | None = None, extra_config: str = "", port: int | None = None,
+                      templates: dict[str, str] | None = None) -> Bridge:
+        home = tmp_path / f"bridge{next(counter)}"
+        (home / "rules").mkdir(parents=True)
+        shutil.copytree(ROOT / "templates", home / "templates")
+        for name, text in (templates or {}).items():
+            (home / "templates" / name).parent.mkdir(parents=True, exist_ok=True)
+            (home / "templates" / name).write_text(text)
+        if rules is None:
+            shutil.copy(ROOT / "rules" / "redis.conf", home / "rules" / "redis.conf")
+        else:
+            (home / "rules" / "test.conf").write_text(rules)
+        (home / "bridge.conf").write_text(config_text(port or redis_port, extra_config))
+        bridge = Bridge.load(Paths(home / "bridge.conf", home / "rules"))
+        await bridge.start()
+        started.append(bridge)
+        return bridge
+
+    yield factory
+    for bridge in reversed(started):
+        await bridge.stop(drain_timeout=5)
+
+
+def mqtt_port(bridge: Bridge) -> int:
+    return bridge.broker.port  # type: ignore[attr-defined,no-any-return]

@@ -1,0 +1,100 @@
+"""Hostile clientids, topics and payloads are stored byte-exact and run no extra command;
+Redis going away for a while loses nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterator
+
+import pytest
+import redis as redis_sync
+
+from conftest import BridgeFactory, mqtt_port
+from support.mqtt import Client
+from support.services import start_redis, stop_redis
+
+INJECTION = "x\r\n*3\r\n$3\r\nSET\r\n$8\r\ninjected\r\n$1\r\n1\r\n"
+HOSTILE_IDS = ['a b "c" \'d\'', "new\nline", INJECTION, "ü-日本-🙂", "*?[glob]\\"]
+HOSTILE_TOPICS = ["a b/\"q\"/'s'", "line\nbreak", INJECTION.replace("*", "star"), "日本/🙂", "glob/*?[x]\\"]
+PAYLOADS = [b"\x00\xff\xfe binary \r\n", INJECTION.encode(), b"\x80\x81 not utf-8", os.urandom(1 << 20), b""]
+
+COMMAND_RULES = """
+backend.redis.hook.message.publish.1 = {"topic": "#", "action": {"function": "on_message_store"}}
+backend.redis.hook.message.publish.2 = {"topic": "#", "action": {"commands": ["HSET raw:${clientid} ${topic} ${payload}", "HSET field:${clientid} json ${payload.a.b} missing ${payload.nope}"]}}
+backend.redis.hook.message.publish.3 = {"topic": "#", "action": {"template": "redis/copy.j2"}}
+"""
+TEMPLATE = """{% if qos > 0 %}
+SET tpl:{{ clientid }}:{{ topic }} {{ payload }}
+{% endif %}
+"""
+
+
+async def test_hostile_input_is_stored_byte_exact(make_bridge: BridgeFactory, redis_db: redis_sync.Redis) -> None:
+    bridge = await make_bridge(COMMAND_RULES, templates={"redis/copy.j2": TEMPLATE})
+    expected_keys: set[bytes] = set()
+    for clientid, topic, payload in zip(HOSTILE_IDS, HOSTILE_TOPICS, PAYLOADS, strict=True):
+        client = await Client(clientid, mqtt_port(bridge)).connect()
+        await client.publish(topic, payload, qos=1)
+        await client.disconnect()
+        await bridge.idle()
+        ids = redis_db.zrange(f"mqtt:msg:{topic}".encode(), 0, -1)
+        assert len(ids) == 1
+        stored = redis_db.hgetall(b"mqtt:msg:" + ids[0])
+        assert stored[b"payload"] == payload
+        assert stored[b"from"] == clientid.encode()
+        assert stored[b"topic"] == topic.encode()
+        assert redis_db.hgetall(f"raw:{clientid}".encode()) == {topic.encode(): payload}
+        assert redis_db.get(f"tpl:{clientid}:{topic}".encode()) == payload
+        expected_keys |= {f"mqtt:msg:{topic}".encode(), b"mqtt:msg:" + ids[0], f"raw:{clientid}".encode(),
+                          f"tpl:{clientid}:{topic}".encode(), f"field:{clientid}".encode()}
+    # nothing else was written: no `injected` key, no split arguments
+    assert set(redis_db.keys("*")) == expected_keys
+    assert redis_db.exists("injected") == 0
+
+
+async def test_json_placeholders(make_bridge: BridgeFactory, redis_db: redis_sync.Redis) -> None:
+    bridge = await make_bridge(COMMAND_RULES, templates={"redis/copy.j2": TEMPLATE})
+    client = await Client("dev", mqtt_port(bridge)).connect()
+    await client.publish("t", b'{"a": {"b": "x y\\r\\nSET z 1"}}', qos=1)
+    await client.disconnect()
+    await bridge.idle()
+    # a nested value is one argument; a missing field renders as null (empty in Redis)
+    assert redis_db.hgetall("field:dev") == {b"json": b"x y\r\nSET z 1", b"missing": b""}
+    assert redis_db.exists("z") == 0
+
+
+@pytest.fixture
+def outage_redis_port() -> Iterator[int]:
+    port = 6392
+    stop_redis(port)
+    start_redis(port, "--appendonly", "yes", "--appendfsync", "always")
+    yield port
+    stop_redis(port)
+
+
+async def test_redis_down_during_publishing_loses_nothing(make_bridge: BridgeFactory,
+                                                          outage_redis_port: int) -> None:
+    rules = 'backend.redis.hook.message.publish.1 = {"topic": "#", "action": {"function": "on_message_publish"}}\n'
+    bridge = await make_bridge(rules, port=outage_redis_port,
+                               extra_config="backend.redis.pool1.retry_backoff_max = 200ms\n")
+    client = await Client("pub", mqtt_port(bridge)).connect()
+    payloads = [f"{n}".encode() for n in range(600)]
+    await client.publish_many([("t/outage", p) for p in payloads[:200]])
+    stop_redis(outage_redis_port)
+    await client.publish_many([("t/outage", p) for p in payloads[200:400]])
+    await asyncio.sleep(2)
+    assert not bridge.runners["redis.pool1"].healthy
+    ready, _ = bridge.health()
+    assert not ready
+    start_redis(outage_redis_port, "--appendonly", "yes", "--appendfsync", "always")
+    await client.publish_many([("t/outage", p) for p in payloads[400:]])
+    await asyncio.wait_for(bridge.idle(), 30)
+    await client.disconnect()
+    check = redis_sync.Redis(port=outage_redis_port, protocol=2)
+    ids = check.zrange("mqtt:msg:t/outage", 0, -1)
+    assert [check.hget(b"mqtt:msg:" + i, "payload") for i in ids] == payloads
+    assert bridge.runners["redis.pool1"].healthy
+    counts = bridge.metrics.rules["redis.message.publish.1"]
+    assert counts["succeeded"] == 600 and counts["failed"] == 0 and counts["retried"] > 0
+    check.close()
