@@ -51,8 +51,14 @@ def load_all(paths: Paths) -> tuple[Config, list[Rule]]:
     config = load_config(paths.config)
     mode = config["broker.mode"]
     if mode not in MODE_CAPABILITIES:
-        raise ConfErrors([ConfError(Position(str(paths.config), 1, 1),
-                                    f"broker.mode = {mode} is not available in this version (use embedded)")])
+        raise ConfErrors(
+            [
+                ConfError(
+                    Position(str(paths.config), 1, 1),
+                    f"broker.mode = {mode} is not available in this version (use embedded)",
+                )
+            ]
+        )
     ctx = RuleContext(config, paths.templates, frozenset(BACKENDS), MODE_CAPABILITIES[mode])
     return config, load_rules(paths.rules, ctx)
 
@@ -104,14 +110,19 @@ class Bridge:
             self.status = StatusServer(listener[0], listener[1], self.metrics.render, self.health)
             await self.status.start()
         await self.broker.start(self.dispatcher)
-        log.info("hookbridge %s running: %d rules, pools %s, broker %s",
-                 self.config["node.name"], len(self.engine.rules), ", ".join(sorted(self.runners)) or "none",
-                 self.broker.mode)
+        log.info(
+            "hookbridge %s running: %d rules, pools %s, broker %s",
+            self.config["node.name"],
+            len(self.engine.rules),
+            ", ".join(sorted(self.runners)) or "none",
+            self.broker.mode,
+        )
 
     async def _start_pool(self, pool_id: str) -> None:
         pool = self.config.pools[pool_id]
-        ctx = FunctionContext(node=self.config["node.name"], broker=self.broker, pager=self.dispatcher.pager,
-                              deliveries=self.deliveries)
+        ctx = FunctionContext(
+            node=self.config["node.name"], broker=self.broker, pager=self.dispatcher.pager, deliveries=self.deliveries
+        )
         backend = BACKENDS[pool.db](pool, ctx)
         backend.trim_enabled = any(r.expired_time for r in self.engine.rules if r.pool == pool_id)
         await backend.connect()
@@ -162,14 +173,26 @@ class Bridge:
     # -- health --------------------------------------------------------------
 
     def _gauges(self) -> None:
-        self.metrics.gauge("hookbridge_queue_depth", "Actions waiting, per pool",
-                           lambda: {p: float(r.depth) for p, r in self.runners.items()})
-        self.metrics.gauge("hookbridge_pool_up", "1 when the pool's last write worked",
-                           lambda: {p: float(r.healthy) for p, r in self.runners.items()})
-        self.metrics.gauge("hookbridge_broker_up", "1 while the broker source is serving",
-                           lambda: {self.broker.mode: float(self.broker.is_connected())})
-        self.metrics.gauge("hookbridge_fetches_paging", "Offline fetches waiting for acks to send the next page",
-                           lambda: {"all": float(self.dispatcher.pager.paging)})
+        self.metrics.gauge(
+            "hookbridge_queue_depth",
+            "Actions waiting, per pool",
+            lambda: {p: float(r.depth) for p, r in self.runners.items()},
+        )
+        self.metrics.gauge(
+            "hookbridge_pool_up",
+            "1 when the pool's last write worked",
+            lambda: {p: float(r.healthy) for p, r in self.runners.items()},
+        )
+        self.metrics.gauge(
+            "hookbridge_broker_up",
+            "1 while the broker source is serving",
+            lambda: {self.broker.mode: float(self.broker.is_connected())},
+        )
+        self.metrics.gauge(
+            "hookbridge_fetches_paging",
+            "Offline fetches waiting for acks to send the next page",
+            lambda: {"all": float(self.dispatcher.pager.paging)},
+        )
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         pools = {

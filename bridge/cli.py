@@ -33,7 +33,7 @@ def _print_errors(exc: ConfErrors) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     try:
-        config, rules = load_all(_paths(args))
+        _config, rules = load_all(_paths(args))
     except ConfErrors as exc:
         return _print_errors(exc)
     pools = sorted({rule.pool for rule in rules})

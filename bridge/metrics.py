@@ -58,8 +58,10 @@ class Metrics:
         self.gauges[name] = (help_text, read)
 
     def render(self) -> str:
-        lines = ["# HELP hookbridge_events_total Events received from the broker, per hookpoint",
-                 "# TYPE hookbridge_events_total counter"]
+        lines = [
+            "# HELP hookbridge_events_total Events received from the broker, per hookpoint",
+            "# TYPE hookbridge_events_total counter",
+        ]
         lines += [f"hookbridge_events_total{_labels(hookpoint=h)} {n}" for h, n in sorted(self.events.items())]
         for counter in RULE_COUNTERS:
             name = f"hookbridge_rule_{counter}_total"
@@ -67,8 +69,10 @@ class Metrics:
             for rule_id, counts in sorted(self.rules.items()):
                 pool = self.rule_pool.get(rule_id, "")
                 lines.append(f"{name}{_labels(rule=rule_id, pool=pool)} {counts[counter]}")
-        lines += ["# HELP hookbridge_write_seconds Batch write latency, per pool",
-                  "# TYPE hookbridge_write_seconds histogram"]
+        lines += [
+            "# HELP hookbridge_write_seconds Batch write latency, per pool",
+            "# TYPE hookbridge_write_seconds histogram",
+        ]
         for pool, histogram in sorted(self.write_latency.items()):
             lines += histogram.render("hookbridge_write_seconds", pool=pool)
         for name, (help_text, read) in sorted(self.gauges.items()):

@@ -11,15 +11,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from actions.base import Job, Pager
 from bridge.events import ClientConnected, Event, MessageAcked, SessionSubscribed, SessionUnsubscribed
 
 log = logging.getLogger(__name__)
 
-Resubmit = Callable[[Job], Awaitable[None]]
+Resubmit = Callable[[Job], Coroutine[Any, Any, None]]
 
 
 @dataclass
@@ -45,8 +46,9 @@ class FetchPager(Pager):
             self._continue(job, last)
             return
         if self.paging >= self._max:
-            log.warning("fetch pager: %d fetches paging already; %s waits for its next subscription",
-                        self._max, event.clientid)
+            log.warning(
+                "fetch pager: %d fetches paging already; %s waits for its next subscription", self._max, event.clientid
+            )
             return
         self._pages[event.clientid][(event.topic, job.rule.id)] = _Page(job, last, pending)
 

@@ -21,7 +21,14 @@ import jinja2
 import jinja2.meta
 import jinja2.sandbox
 
-from bridge.events import Event, Hookpoint, PLACEHOLDERS, parse_json_payload, placeholder_allowed, placeholder_value
+from bridge.events import (
+    PLACEHOLDERS,
+    Event,
+    Hookpoint,
+    parse_json_payload,
+    placeholder_allowed,
+    placeholder_value,
+)
 
 PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[^.\s]+)*$")

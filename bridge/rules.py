@@ -150,7 +150,7 @@ class _RuleBuilder:
         expired = self._expired_time(body.get("expired_time"))
         payload_format = body.get("payload_format", "plain_text")
         if payload_format not in ("plain_text", "json"):
-            self.error(f"payload_format must be \"plain_text\" or \"json\", got {payload_format!r}", '"payload_format"')
+            self.error(f'payload_format must be "plain_text" or "json", got {payload_format!r}', '"payload_format"')
         if self.failed or pool is None or action is None:
             return None
         return Rule(
@@ -172,9 +172,10 @@ class _RuleBuilder:
         if name is None:
             if len(pools) == 1:
                 return f"{db}.{pools[0]}"
-            self.error(f"no \"pool\" given and the config has {len(pools)} {db} pools" + (
-                f" ({', '.join(pools)})" if pools else f"; add backend.{db}.pool1.server to the config"
-            ))
+            self.error(
+                f'no "pool" given and the config has {len(pools)} {db} pools'
+                + (f" ({', '.join(pools)})" if pools else f"; add backend.{db}.pool1.server to the config")
+            )
             return None
         if not isinstance(name, str) or name not in pools:
             known = ", ".join(pools) or "none"
@@ -186,22 +187,24 @@ class _RuleBuilder:
         if value is None:
             return None
         if hookpoint in (Hookpoint.CLIENT_CONNECTED, Hookpoint.CLIENT_DISCONNECTED):
-            self.error(f"\"topic\" does not apply to {hookpoint} (client events have no topic)", '"topic"')
+            self.error(f'"topic" does not apply to {hookpoint} (client events have no topic)', '"topic"')
             return None
         items = [value] if isinstance(value, str) else value
         if not isinstance(items, list) or not items or not all(isinstance(t, str) for t in items):
-            self.error("\"topic\" must be a topic filter or a list of them", '"topic"')
+            self.error('"topic" must be a topic filter or a list of them', '"topic"')
             return None
         for topic in items:
             problem = filter_error(topic)
             if problem:
-                self.error(problem if problem.startswith("bad") else f"bad topic filter: {problem}", '"topic"', f'"{topic}"')
+                self.error(
+                    problem if problem.startswith("bad") else f"bad topic filter: {problem}", '"topic"', f'"{topic}"'
+                )
         return tuple(items)
 
     def _action(self, db: str, hookpoint: Hookpoint, action: Any) -> Action | None:
         if not isinstance(action, dict) or len(action.keys() & set(_ACTION_KINDS)) != 1:
             self.error(
-                "\"action\" must be an object with exactly one of function, commands, sql, cql, template",
+                '"action" must be an object with exactly one of function, commands, sql, cql, template',
                 '"action"',
             )
             return None
@@ -214,7 +217,8 @@ class _RuleBuilder:
             allowed = _STATEMENT_KIND.get(db)
             self.error(
                 f"{kind} actions are not for {db}" + (f"; {db} takes {allowed}" if allowed else ""),
-                '"action"', f'"{kind}"',
+                '"action"',
+                f'"{kind}"',
             )
             return None
         return self._commands(hookpoint, action)
@@ -242,7 +246,7 @@ class _RuleBuilder:
     def _template(self, hookpoint: Hookpoint, path: Any) -> Action | None:
         needle = ('"template"', f'"{path}"')
         if not isinstance(path, str) or not path:
-            self.error("\"template\" must be a path under templates/", *needle)
+            self.error('"template" must be a path under templates/', *needle)
             return None
         file = (self.ctx.templates_dir / path).resolve()
         if not file.is_relative_to(self.ctx.templates_dir.resolve()) or not file.is_file():
@@ -261,11 +265,11 @@ class _RuleBuilder:
         if isinstance(texts, str):
             texts = [texts]
         if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
-            self.error("\"commands\" must be a command or a non-empty list of them", '"commands"')
+            self.error('"commands" must be a command or a non-empty list of them', '"commands"')
             return None
         pipeline = action.get("pipeline", True)
         if not isinstance(pipeline, bool):
-            self.error("\"pipeline\" must be true or false", '"pipeline"')
+            self.error('"pipeline" must be true or false', '"pipeline"')
         compiled = []
         for text in texts:
             start = _locate(self.entry.value, '"commands"', json.dumps(text)[:-1]) + 1
@@ -281,9 +285,9 @@ class _RuleBuilder:
             return OfflineOpts()
         is_fetch = isinstance(action, FunctionAction) and action.spec.impl_name in FETCH_FUNCTIONS
         if action is not None and not is_fetch:
-            self.error("\"offline_opts\" applies only to the fetch functions", '"offline_opts"')
+            self.error('"offline_opts" applies only to the fetch functions', '"offline_opts"')
         if not isinstance(value, dict) or value.keys() - {"max_returned_count", "time_range"}:
-            self.error("\"offline_opts\" takes max_returned_count and time_range", '"offline_opts"')
+            self.error('"offline_opts" takes max_returned_count and time_range', '"offline_opts"')
             return OfflineOpts()
         count = value.get("max_returned_count", 500)
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
@@ -307,9 +311,9 @@ class _RuleBuilder:
         return value
 
 
-def parse_rules(path: str, text: str, ctx: RuleContext, seen: dict[str, Position] | None = None) -> tuple[
-    list[Rule], list[ConfError]
-]:
+def parse_rules(
+    path: str, text: str, ctx: RuleContext, seen: dict[str, Position] | None = None
+) -> tuple[list[Rule], list[ConfError]]:
     entries, errors = read_entries(path, text)
     seen = {} if seen is None else seen
     rules: list[Rule] = []

@@ -106,7 +106,7 @@ class Runner:
         self.commit_hooks: list[CommitHook] = []
         self.healthy = True
         self.last_error: str = ""
-        metrics.write_latency[self.pool_id]  # noqa: B018 - registers the pool's histogram
+        metrics.write_latency[self.pool_id]
 
     # -- lifecycle -----------------------------------------------------------
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 import redis as redis_sync
-
-from bridge.app import Bridge, Paths
 from support.conf import config_text
 from support.services import ROOT, start_redis
+
+from bridge.app import Bridge, Paths
 
 REDIS_TEST_PORT = 6391
 
@@ -39,8 +39,12 @@ async def make_bridge(tmp_path: Path, redis_port: int) -> AsyncIterator[BridgeFa
     started: list[Bridge] = []
     counter = iter(range(1000))
 
-    async def factory(rules: str | None = None, extra_config: str = "", port: int | None = None,
-                      templates: dict[str, str] | None = None) -> Bridge:
+    async def factory(
+        rules: str | None = None,
+        extra_config: str = "",
+        port: int | None = None,
+        templates: dict[str, str] | None = None,
+    ) -> Bridge:
         home = tmp_path / f"bridge{next(counter)}"
         (home / "rules").mkdir(parents=True)
         shutil.copytree(ROOT / "templates", home / "templates")

@@ -61,7 +61,7 @@ class RedisBackend(Backend):
             health_check_interval=30,
             **options,
         )
-        self.redis = aioredis.Redis(connection_pool=connections)
+        self.redis: Any = aioredis.Redis(connection_pool=connections)  # replies are bytes (protocol 2)
         self._shas: dict[str, str] = {}
         await self._load_scripts()
 

@@ -19,7 +19,8 @@ from bridge.events import (
     MessagePublish,
     SessionUnsubscribed,
 )
-from bridge.render import placeholder_value, to_bytes
+from bridge.events import placeholder_value
+from bridge.render import to_bytes
 
 Arg = bytes | str | int
 
@@ -110,8 +111,9 @@ def retain_delete(job: Job) -> Plan:
     assert isinstance(event, MessagePublish)
     if not event.retain or event.payload:
         return []
-    return [Script("retain_clear", (keys.retain(event.topic), keys.topic_list(event.topic)),
-                   (job.rule.expired_time or 0,))]
+    return [
+        Script("retain_clear", (keys.retain(event.topic), keys.topic_list(event.topic)), (job.rule.expired_time or 0,))
+    ]
 
 
 def acked_for_queue(job: Job) -> Plan:

@@ -12,8 +12,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from redis.asyncio import Redis
-
 from actions.base import FunctionContext, Job, PermanentError
 from actions.redis import keys
 from bridge.brokers.base import Delivery, DeliveryError
@@ -22,6 +20,8 @@ from bridge.topics import filter_error, is_wildcard, literal_prefix, matches
 
 log = logging.getLogger(__name__)
 
+# redis.asyncio.Redis with protocol 2: replies are bytes. Its stubs type them as unions, hence Any.
+Redis = Any
 Reader = Callable[[Redis, FunctionContext, Job], Awaitable[None]]
 
 _MSG_PREFIX = b"mqtt:msg:"
@@ -30,7 +30,8 @@ _RETAIN_PREFIX = b"mqtt:retain:"
 
 async def subscribe_lookup(redis: Redis, ctx: FunctionContext, job: Job) -> None:
     event = job.event
-    assert isinstance(event, ClientConnected) and ctx.broker is not None
+    assert isinstance(event, ClientConnected)
+    assert ctx.broker is not None
     stored = await redis.hgetall(keys.subs(event.clientid))
     bad: list[str] = []
     for raw_topic, raw_qos in sorted(stored.items()):
@@ -125,9 +126,10 @@ async def _candidates(redis: Redis, topics: list[str], window: _Window) -> tuple
         for reply in replies[index * per_topic : (index + 1) * per_topic]:
             for member, member_score in reply:
                 msgid = member.decode()
-                if (window.after is None or msgid > window.after) and (window.before is None or msgid < window.before):
-                    if member_score >= window.min_score:
-                        found.append((int(member_score), msgid, topic))
+                after_ok = window.after is None or msgid > window.after
+                before_ok = window.before is None or msgid < window.before
+                if after_ok and before_ok and member_score >= window.min_score:
+                    found.append((int(member_score), msgid, topic))
     found.sort()
     return found[: window.limit], len(found) > window.limit
 

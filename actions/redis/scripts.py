@@ -36,7 +36,9 @@ end
 
 # KEYS: msg hash, retain zset, topic zset
 # ARGV: msgid, score, expire, from, qos, topic, payload, ts, retain
-RETAIN_SET = _RELEASE + """
+RETAIN_SET = (
+    _RELEASE
+    + """
 local expire = tonumber(ARGV[3])
 for _, old in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do release(old, ARGV[1], expire, KEYS[3]) end
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 'from', ARGV[4], 'qos', ARGV[5], 'topic', ARGV[6],
@@ -46,14 +48,18 @@ redis.call('DEL', KEYS[2])
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 return 1
 """
+)
 
 # KEYS: retain zset, topic zset     ARGV: expire
-RETAIN_CLEAR = _RELEASE + """
+RETAIN_CLEAR = (
+    _RELEASE
+    + """
 local expire = tonumber(ARGV[1])
 for _, old in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do release(old, '', expire, KEYS[2]) end
 redis.call('DEL', KEYS[1])
 return 1
 """
+)
 
 # KEYS: topic zset, msg hash, retain zset     ARGV: msgid
 ACK_QUEUE = """
@@ -77,5 +83,10 @@ end
 return moved
 """
 
-ALL = {"store": STORE, "retain_set": RETAIN_SET, "retain_clear": RETAIN_CLEAR, "ack_queue": ACK_QUEUE,
-       "advance": ADVANCE}
+ALL = {
+    "store": STORE,
+    "retain_set": RETAIN_SET,
+    "retain_clear": RETAIN_CLEAR,
+    "ack_queue": ACK_QUEUE,
+    "advance": ADVANCE,
+}

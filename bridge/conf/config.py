@@ -81,7 +81,9 @@ def parse_config(path: str, text: str) -> Config:
     seen: dict[str, Position] = {}
     for entry in entries:
         if entry.key in seen:
-            errors.append(ConfError(entry.key_at, f"duplicate key {entry.key} (first set at line {seen[entry.key].line})"))
+            errors.append(
+                ConfError(entry.key_at, f"duplicate key {entry.key} (first set at line {seen[entry.key].line})")
+            )
             continue
         seen[entry.key] = entry.key_at
         if entry.key in GLOBAL:
@@ -102,9 +104,7 @@ def parse_config(path: str, text: str) -> Config:
             continue
         known = pool_settings(db)
         if key not in known:
-            errors.append(
-                ConfError(entry.key_at, f"unknown {db} pool setting {key!r}{_suggest(key, list(known))}")
-            )
+            errors.append(ConfError(entry.key_at, f"unknown {db} pool setting {key!r}{_suggest(key, list(known))}"))
             continue
         pool = pools.get(f"{db}.{pool_name}")
         if pool is None:

@@ -9,13 +9,12 @@ from collections.abc import Iterator
 
 import pytest
 import redis as redis_sync
-
 from conftest import BridgeFactory, mqtt_port
 from support.mqtt import Client
 from support.services import start_redis, stop_redis
 
 INJECTION = "x\r\n*3\r\n$3\r\nSET\r\n$8\r\ninjected\r\n$1\r\n1\r\n"
-HOSTILE_IDS = ['a b "c" \'d\'', "new\nline", INJECTION, "ü-日本-🙂", "*?[glob]\\"]
+HOSTILE_IDS = ["a b \"c\" 'd'", "new\nline", INJECTION, "ü-日本-🙂", "*?[glob]\\"]
 HOSTILE_TOPICS = ["a b/\"q\"/'s'", "line\nbreak", INJECTION.replace("*", "star"), "日本/🙂", "glob/*?[x]\\"]
 PAYLOADS = [b"\x00\xff\xfe binary \r\n", INJECTION.encode(), b"\x80\x81 not utf-8", os.urandom(1 << 20), b""]
 
@@ -46,8 +45,13 @@ async def test_hostile_input_is_stored_byte_exact(make_bridge: BridgeFactory, re
         assert stored[b"topic"] == topic.encode()
         assert redis_db.hgetall(f"raw:{clientid}".encode()) == {topic.encode(): payload}
         assert redis_db.get(f"tpl:{clientid}:{topic}".encode()) == payload
-        expected_keys |= {f"mqtt:msg:{topic}".encode(), b"mqtt:msg:" + ids[0], f"raw:{clientid}".encode(),
-                          f"tpl:{clientid}:{topic}".encode(), f"field:{clientid}".encode()}
+        expected_keys |= {
+            f"mqtt:msg:{topic}".encode(),
+            b"mqtt:msg:" + ids[0],
+            f"raw:{clientid}".encode(),
+            f"tpl:{clientid}:{topic}".encode(),
+            f"field:{clientid}".encode(),
+        }
     # nothing else was written: no `injected` key, no split arguments
     assert set(redis_db.keys("*")) == expected_keys
     assert redis_db.exists("injected") == 0
@@ -73,11 +77,11 @@ def outage_redis_port() -> Iterator[int]:
     stop_redis(port)
 
 
-async def test_redis_down_during_publishing_loses_nothing(make_bridge: BridgeFactory,
-                                                          outage_redis_port: int) -> None:
+async def test_redis_down_during_publishing_loses_nothing(make_bridge: BridgeFactory, outage_redis_port: int) -> None:
     rules = 'backend.redis.hook.message.publish.1 = {"topic": "#", "action": {"function": "on_message_publish"}}\n'
-    bridge = await make_bridge(rules, port=outage_redis_port,
-                               extra_config="backend.redis.pool1.retry_backoff_max = 200ms\n")
+    bridge = await make_bridge(
+        rules, port=outage_redis_port, extra_config="backend.redis.pool1.retry_backoff_max = 200ms\n"
+    )
     client = await Client("pub", mqtt_port(bridge)).connect()
     payloads = [f"{n}".encode() for n in range(600)]
     await client.publish_many([("t/outage", p) for p in payloads[:200]])
@@ -96,5 +100,7 @@ async def test_redis_down_during_publishing_loses_nothing(make_bridge: BridgeFac
     assert [check.hget(b"mqtt:msg:" + i, "payload") for i in ids] == payloads
     assert bridge.runners["redis.pool1"].healthy
     counts = bridge.metrics.rules["redis.message.publish.1"]
-    assert counts["succeeded"] == 600 and counts["failed"] == 0 and counts["retried"] > 0
+    assert counts["succeeded"] == 600
+    assert counts["failed"] == 0
+    assert counts["retried"] > 0
     check.close()

@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 
 import redis as redis_sync
-
-from bridge.events import MessageAcked, MessagePublish
 from conftest import BridgeFactory, mqtt_port
 from support.mqtt import Client
+
+from bridge.events import MessageAcked, MessagePublish
 
 FETCH_RULES = """
 backend.redis.hook.message.publish.1 = {"topic": "#", "action": {"function": "on_message_publish"}}
@@ -19,8 +19,7 @@ backend.redis.hook.message.acked.2 = {"topic": "pubsub/#", "action": {"function"
 """
 
 
-async def test_thousand_messages_in_publish_order_paged(make_bridge: BridgeFactory,
-                                                        redis_db: redis_sync.Redis) -> None:
+async def test_thousand_messages_in_publish_order_paged(make_bridge: BridgeFactory, redis_db: redis_sync.Redis) -> None:
     bridge = await make_bridge(FETCH_RULES)
     publisher = await Client("pub", mqtt_port(bridge)).connect()
     payloads = [f"m{n:04d}".encode() for n in range(1000)]
@@ -41,8 +40,9 @@ async def test_thousand_messages_in_publish_order_paged(make_bridge: BridgeFacto
     await subscriber.disconnect()
 
 
-async def test_wildcard_fetch_merges_topics_in_publish_order(make_bridge: BridgeFactory,
-                                                             redis_db: redis_sync.Redis) -> None:
+async def test_wildcard_fetch_merges_topics_in_publish_order(
+    make_bridge: BridgeFactory, redis_db: redis_sync.Redis
+) -> None:
     bridge = await make_bridge(FETCH_RULES)
     subscriber = await Client("s", mqtt_port(bridge), clean=False).connect()
     await subscriber.subscribe("pubsub/+/temp", qos=1)  # first subscription: offset recorded
@@ -73,8 +73,9 @@ async def test_wildcard_fetch_merges_topics_in_publish_order(make_bridge: Bridge
         await client.disconnect()
 
 
-async def test_fetched_messages_reach_only_their_subscriber(make_bridge: BridgeFactory,
-                                                            redis_db: redis_sync.Redis) -> None:
+async def test_fetched_messages_reach_only_their_subscriber(
+    make_bridge: BridgeFactory, redis_db: redis_sync.Redis
+) -> None:
     bridge = await make_bridge(FETCH_RULES)
     bystander = await Client("bystander", mqtt_port(bridge), clean=False).connect()
     await bystander.subscribe("queue/x", qos=1)
@@ -92,16 +93,30 @@ async def test_fetched_messages_reach_only_their_subscriber(make_bridge: BridgeF
 
 
 def _publish_event(msgid: str, payload: bytes) -> MessagePublish:
-    return MessagePublish(msgid=msgid, clientid="c", username=None, topic="t/1", qos=1, payload=payload,
-                          retain=False, node="n", peername="127.0.0.1:1", timestamp=time.time())
+    return MessagePublish(
+        msgid=msgid,
+        clientid="c",
+        username=None,
+        topic="t/1",
+        qos=1,
+        payload=payload,
+        retain=False,
+        node="n",
+        peername="127.0.0.1:1",
+        timestamp=time.time(),
+    )
 
 
-async def test_replays_are_idempotent_and_offsets_never_go_back(make_bridge: BridgeFactory,
-                                                                redis_db: redis_sync.Redis) -> None:
-    bridge = await make_bridge(FETCH_RULES + """
+async def test_replays_are_idempotent_and_offsets_never_go_back(
+    make_bridge: BridgeFactory, redis_db: redis_sync.Redis
+) -> None:
+    bridge = await make_bridge(
+        FETCH_RULES
+        + """
 backend.redis.hook.message.publish.2 = {"topic": "#", "action": {"function": "on_message_store"}}
 backend.redis.hook.message.acked.3 = {"topic": "t/#", "action": {"function": "on_message_acked_for_pubsub"}}
-""")
+"""
+    )
     first, second = bridge.msgids.next(), bridge.msgids.next()
     for _ in range(3):  # publish + store rules, each event three times
         await bridge.dispatcher(_publish_event(first, b"one"))
@@ -113,9 +128,21 @@ backend.redis.hook.message.acked.3 = {"topic": "t/#", "action": {"function": "on
 
     redis_db.set("mqtt:acked:sub:t/1", "0")
     for msgid in (second, first):  # the newer ack arrives first; the older must not move it back
-        await bridge.dispatcher(MessageAcked(msgid=msgid, clientid="sub", username=None, from_clientid="c",
-                                             topic="t/1", qos=1, payload=b"", retain=False, node="n",
-                                             timestamp=time.time(), filters=("t/1",)))
+        await bridge.dispatcher(
+            MessageAcked(
+                msgid=msgid,
+                clientid="sub",
+                username=None,
+                from_clientid="c",
+                topic="t/1",
+                qos=1,
+                payload=b"",
+                retain=False,
+                node="n",
+                timestamp=time.time(),
+                filters=("t/1",),
+            )
+        )
     await bridge.idle()
     assert redis_db.get("mqtt:acked:sub:t/1") == second.encode()
     # an ack where no pubsub fetch created an offset creates none

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 import redis as redis_sync
-
 from conftest import BridgeFactory, mqtt_port
 from support.mqtt import Client
 
@@ -100,13 +99,15 @@ async def test_retained_message_set_replace_clear(make_bridge: BridgeFactory, re
     first = redis_db.zrange("mqtt:retain:status/lamp", 0, -1)
     assert len(first) == 1
     held = redis_db.hgetall(b"mqtt:msg:" + first[0])
-    assert held[b"payload"] == b"on" and held[b"retain"] == b"true"
+    assert held[b"payload"] == b"on"
+    assert held[b"retain"] == b"true"
     assert redis_db.ttl(b"mqtt:msg:" + first[0]) == -1  # no expiry while retained
 
     await client.publish("status/lamp", b"off", qos=1, retain=True)
     await bridge.idle()
     second = redis_db.zrange("mqtt:retain:status/lamp", 0, -1)
-    assert len(second) == 1 and second != first
+    assert len(second) == 1
+    assert second != first
     assert redis_db.hget(b"mqtt:msg:" + second[0], "payload") == b"off"
     assert redis_db.ttl(b"mqtt:msg:" + second[0]) == -1
     assert 0 < redis_db.ttl(b"mqtt:msg:" + first[0]) <= 86400  # the replaced one expires like any message
@@ -117,8 +118,9 @@ async def test_retained_message_set_replace_clear(make_bridge: BridgeFactory, re
     await client.disconnect()
 
 
-async def test_offline_queue_and_pubsub_through_the_broker(make_bridge: BridgeFactory,
-                                                           redis_db: redis_sync.Redis) -> None:
+async def test_offline_queue_and_pubsub_through_the_broker(
+    make_bridge: BridgeFactory, redis_db: redis_sync.Redis
+) -> None:
     bridge = await make_bridge()
     port = mqtt_port(bridge)
     queue_sub = await Client("q1", port, clean=False).connect()
@@ -160,8 +162,9 @@ async def test_offline_queue_and_pubsub_through_the_broker(make_bridge: BridgeFa
         await client.disconnect()
 
 
-async def test_offline_messages_survive_a_bridge_restart(make_bridge: BridgeFactory,
-                                                         redis_db: redis_sync.Redis) -> None:
+async def test_offline_messages_survive_a_bridge_restart(
+    make_bridge: BridgeFactory, redis_db: redis_sync.Redis
+) -> None:
     """The embedded broker keeps sessions in memory; after a restart Redis delivers what was missed."""
     bridge = await make_bridge()
     port = mqtt_port(bridge)
@@ -190,8 +193,9 @@ async def test_offline_messages_survive_a_bridge_restart(make_bridge: BridgeFact
     await sub.disconnect()
 
 
-async def test_queue_fetch_after_restart_and_retain_lookup(make_bridge: BridgeFactory,
-                                                           redis_db: redis_sync.Redis) -> None:
+async def test_queue_fetch_after_restart_and_retain_lookup(
+    make_bridge: BridgeFactory, redis_db: redis_sync.Redis
+) -> None:
     bridge = await make_bridge()
     publisher = await Client("pub", mqtt_port(bridge)).connect()
     await publisher.publish("queue/jobs", b"job 1", qos=1)
@@ -207,7 +211,9 @@ async def test_queue_fetch_after_restart_and_retain_lookup(make_bridge: BridgeFa
     # the queue fetch sends the stored messages in publish order; the retained copy of queue/cfg is
     # the same message, so the retain lookup does not send it a second time
     assert [(m.topic, m.payload, m.qos) for m in got] == [
-        ("queue/jobs", b"job 1", 1), ("queue/jobs", b"job 2", 2), ("queue/cfg", b"retained cfg", 1),
+        ("queue/jobs", b"job 1", 1),
+        ("queue/jobs", b"job 2", 2),
+        ("queue/cfg", b"retained cfg", 1),
     ]
     await worker.expect_nothing()
     await bridge.idle()

@@ -36,8 +36,9 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what:
 
 
 class Client:
-    def __init__(self, clientid: str, port: int, *, clean: bool = True, manual_ack: bool = False,
-                 username: str | None = None) -> None:
+    def __init__(
+        self, clientid: str, port: int, *, clean: bool = True, manual_ack: bool = False, username: str | None = None
+    ) -> None:
         self.clientid = clientid
         self.port = port
         self.inbox: queue.Queue[Received] = queue.Queue()
@@ -45,8 +46,13 @@ class Client:
         self._lock = threading.Lock()
         self.connack: tuple[bool, int] | None = None  # (session present, reason code)
         self.disconnected = threading.Event()
-        self.paho = paho.Client(CallbackAPIVersion.VERSION2, client_id=clientid, clean_session=clean,
-                                protocol=paho.MQTTv311, manual_ack=manual_ack)
+        self.paho = paho.Client(
+            CallbackAPIVersion.VERSION2,
+            client_id=clientid,
+            clean_session=clean,
+            protocol=paho.MQTTv311,
+            manual_ack=manual_ack,
+        )
         self.paho.max_inflight_messages_set(65535)
         self.paho.max_queued_messages_set(0)
         if username:
@@ -58,8 +64,9 @@ class Client:
         self.paho.on_unsubscribe = self._on_done
         self.paho.on_disconnect = lambda *a: self.disconnected.set()
 
-    def _on_connect(self, client: paho.Client, userdata: object, flags: paho.ConnectFlags,
-                    reason: object, props: object) -> None:
+    def _on_connect(
+        self, client: paho.Client, userdata: object, flags: paho.ConnectFlags, reason: object, props: object
+    ) -> None:
         self.connack = (flags.session_present, int(getattr(reason, "value", reason)))  # type: ignore[call-overload]
 
     def _on_message(self, client: paho.Client, userdata: object, msg: paho.MQTTMessage) -> None:

@@ -17,8 +17,11 @@ def errors_of(text: str) -> list[str]:
 
 
 def test_defaults_and_types() -> None:
-    config = parse_config(P, "backend.redis.pool1.server = 10.0.0.1:6380\nbackend.redis.pool1.batch_time = 20ms\n"
-                             "spool.max_bytes = 64MB # comment\n")
+    config = parse_config(
+        P,
+        "backend.redis.pool1.server = 10.0.0.1:6380\nbackend.redis.pool1.batch_time = 20ms\n"
+        "spool.max_bytes = 64MB # comment\n",
+    )
     pool = config.pools["redis.pool1"]
     assert pool["server"] == ("10.0.0.1", 6380)
     assert pool["batch_time"] == pytest.approx(0.02)
@@ -41,7 +44,7 @@ def test_every_error_at_once_with_positions() -> None:
     assert errors_of(text) == [
         f"{P}:1:1: unknown key node.nmae (did you mean node.name?)",
         f"{P}:2:15: broker.mode: expected one of embedded, emqx, mqtt, got 'embeded'",
-        f"{P}:3:33: pool_size: expected an integer, got 'many'" .replace("pool_size:", "backend.redis.pool1.pool_size:"),
+        f"{P}:3:33: pool_size: expected an integer, got 'many'".replace("pool_size:", "backend.redis.pool1.pool_size:"),
         f"{P}:4:1: unknown redis pool setting 'sever' (did you mean server?)",
         f"{P}:5:1: unknown backend 'mysql' (did you mean pgsql?) in backend.mysql.pool1.server",
         f"{P}:6:20: metrics.listener: expected host:port, got '127.0.0.1'",
@@ -52,8 +55,9 @@ def test_every_error_at_once_with_positions() -> None:
 
 def test_env_substitution(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HB_PORT", "6390")
-    config = parse_config(P, "backend.redis.pool1.server = 127.0.0.1:${HB_PORT}\n"
-                             "backend.redis.pool1.database = ${HB_DB:-3}\n")
+    config = parse_config(
+        P, "backend.redis.pool1.server = 127.0.0.1:${HB_PORT}\nbackend.redis.pool1.database = ${HB_DB:-3}\n"
+    )
     assert config.pools["redis.pool1"]["server"] == ("127.0.0.1", 6390)
     assert config.pools["redis.pool1"]["database"] == 3
     monkeypatch.delenv("HB_MISSING", raising=False)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.conf import make_config, rule_context
 
 from bridge.conf.errors import ConfErrors
 from bridge.rules import load_rules, parse_rules
-from support.conf import make_config, rule_context
 
 P = "rules/t.conf"
 OK_ACTION = '"action": {"function": "on_client_connected"}'
@@ -31,7 +31,7 @@ CASES = [
         f"{P}:1:88: bad JSON: Expecting property name enclosed in double quotes",
     ),
     (
-        'backend.redis.hook.client.conected.1 = {' + OK_ACTION + '}',
+        "backend.redis.hook.client.conected.1 = {" + OK_ACTION + "}",
         f"{P}:1:20: unknown hookpoint 'client.conected' (did you mean client.connected?)",
     ),
     (
@@ -44,7 +44,7 @@ CASES = [
         "${username}, ${node}, ${timestamp}, ${topic}, ${qos})",
     ),
     (
-        'backend.redis.hook.client.connected.1 = {' + OK_ACTION + ', "topik": "a"}',
+        "backend.redis.hook.client.connected.1 = {" + OK_ACTION + ', "topik": "a"}',
         f"{P}:1:89: unknown key 'topik' (did you mean topic?)",
     ),
     (
@@ -56,11 +56,11 @@ CASES = [
         f"{P}:1:64: template 'redis/missing.j2' not found under templates",
     ),
     (
-        'backend.redis.hook.client.connected.1 = {"topic": "a", ' + OK_ACTION + '}',
-        f"{P}:1:42: \"topic\" does not apply to client.connected (client events have no topic)",
+        'backend.redis.hook.client.connected.1 = {"topic": "a", ' + OK_ACTION + "}",
+        f'{P}:1:42: "topic" does not apply to client.connected (client events have no topic)',
     ),
     (
-        'backend.pgsql.hook.client.connected.1 = {' + OK_ACTION + '}',
+        "backend.pgsql.hook.client.connected.1 = {" + OK_ACTION + "}",
         f"{P}:1:1: the pgsql backend is not available in this version of hookbridge",
     ),
     (
@@ -81,11 +81,12 @@ def test_broken_line_is_pinned(line: str, expected: str) -> None:
 
 
 def test_duplicate_key_names_the_first() -> None:
-    line = 'backend.redis.hook.client.connected.1 = {' + OK_ACTION + '}\n'
+    line = "backend.redis.hook.client.connected.1 = {" + OK_ACTION + "}\n"
     ctx = rule_context(make_config(), Path("templates"))
     _, errors = parse_rules(P, "# comment\n" + line + line, ctx)
-    assert [str(e) for e in errors] == [f"{P}:3:1: duplicate key backend.redis.hook.client.connected.1 "
-                                        f"(first at {P}:2:1)"]
+    assert [str(e) for e in errors] == [
+        f"{P}:3:1: duplicate key backend.redis.hook.client.connected.1 (first at {P}:2:1)"
+    ]
 
 
 def test_all_errors_reported_at_once(tmp_path: Path) -> None:
@@ -104,7 +105,7 @@ def test_all_errors_reported_at_once(tmp_path: Path) -> None:
     assert lines == [
         f"{a}:1:65: unknown function 'nope' for client.connected",
         f"{a}:3:50: bad topic filter '+x': '+' must be a whole level",
-        f"{b}:1:39: \"action\" must be an object with exactly one of function, commands, sql, cql, template",
+        f'{b}:1:39: "action" must be an object with exactly one of function, commands, sql, cql, template',
     ]
 
 

@@ -44,7 +44,8 @@ def test_filter_validation_and_prefix() -> None:
 def test_msgids_are_time_ordered_and_unique() -> None:
     generator = MsgIdGenerator("n1")
     ids = [generator.next() for _ in range(100_000)]
-    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    assert ids == sorted(ids)
+    assert len(set(ids)) == len(ids)
     assert all(len(i) == 32 and i == i.upper() for i in ids[:10])
     assert abs(timestamp_us(ids[0]) / 1e6 - time.time()) < 5
     other = MsgIdGenerator("n2").next()
@@ -52,8 +53,18 @@ def test_msgids_are_time_ordered_and_unique() -> None:
 
 
 def _event(payload: bytes, clientid: str = "c") -> MessagePublish:
-    return MessagePublish(msgid="0" * 32, clientid=clientid, username=None, topic="t", qos=1, payload=payload,
-                          retain=False, node="n", peername="p", timestamp=1.5)
+    return MessagePublish(
+        msgid="0" * 32,
+        clientid=clientid,
+        username=None,
+        topic="t",
+        qos=1,
+        payload=payload,
+        retain=False,
+        node="n",
+        peername="p",
+        timestamp=1.5,
+    )
 
 
 def test_command_arguments_are_fixed_at_load() -> None:
@@ -69,9 +80,14 @@ def test_unknown_placeholder_is_rejected_at_load() -> None:
 
 def test_template_output_values_are_bound(tmp_path: Path) -> None:
     file = tmp_path / "t.j2"
-    file.write_text("{% if json and json.level > 2 %}SET alarm:{{ clientid }} {{ json.text }}\n{% endif %}"
-                    "HSET last {{ topic }} {{ payload }}\n")
+    file.write_text(
+        "{% if json and json.level > 2 %}SET alarm:{{ clientid }} {{ json.text }}\n{% endif %}"
+        "HSET last {{ topic }} {{ payload }}\n"
+    )
     template = StatementTemplate(file, "t.j2", Hookpoint.MESSAGE_PUBLISH)
     lines = template.render_lines(Values(_event(b'{"level": 3, "text": "x y\\nDEL k"}', clientid="a b")))
-    assert lines == [[b"SET", b"alarm:a b", b"x y\nDEL k"], [b"HSET", b"last", b"t", b'{"level": 3, "text": "x y\\nDEL k"}']]
+    assert lines == [
+        [b"SET", b"alarm:a b", b"x y\nDEL k"],
+        [b"HSET", b"last", b"t", b'{"level": 3, "text": "x y\\nDEL k"}'],
+    ]
     assert template.render_lines(Values(_event(b"not json"))) == [[b"HSET", b"last", b"t", b"not json"]]

@@ -1,0 +1,271 @@
+"""Fixtures for integration tests against a real broker over TCP.
+
+- `RecordingSink`: an event sink that records events and lets a test await one.
+- `PahoClient`: a paho-mqtt (MQTT 3.1.1) client running its own network thread;
+  its callbacks are handed to the test's event loop, so a test awaits CONNACK,
+  SUBACK, acks and messages instead of sleeping (and never blocks the loop a
+  broker under test may be running on).
+- `RawClient`: a bare socket speaking MQTT through amqtt's packet classes, for
+  what a well-behaved library will not do (withhold acks, skip PINGREQ,
+  close without DISCONNECT, zero-length client id with a persistent session).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import paho.mqtt.client as mqtt
+import pytest
+from amqtt.adapters import StreamReaderAdapter
+from amqtt.mqtt import packet_dict
+from amqtt.mqtt.connect import ConnectPacket, ConnectPayload, ConnectVariableHeader
+from amqtt.mqtt.packet import MQTTFixedHeader
+from amqtt.mqtt.subscribe import SubscribePacket
+
+from bridge.events import Event
+
+TIMEOUT = 5.0
+
+
+class RecordingSink:
+    """Records every event; `wait_for` returns the first (or next) one that matches."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self._changed = asyncio.Event()
+
+    async def __call__(self, event: Event) -> None:
+        self.events.append(event)
+        self._changed.set()
+
+    def find(self, kind: type[Any] | None = None, /, **fields: Any) -> list[Any]:
+        return [
+            e
+            for e in self.events
+            if (kind is None or isinstance(e, kind)) and all(getattr(e, k) == v for k, v in fields.items())
+        ]
+
+    def kinds(self, clientid: str) -> list[str]:
+        """The event type names of one client, in the order the sink got them."""
+        return [type(e).__name__ for e in self.events if e.clientid == clientid]
+
+    async def wait_for(
+        self, kind: type[Any] | None = None, /, *, count: int = 1, timeout: float = TIMEOUT, **fields: Any
+    ) -> Any:
+        """Wait until `count` matching events arrived; return the count-th one."""
+        async with asyncio.timeout(timeout):
+            while True:
+                found = self.find(kind, **fields)
+                if len(found) >= count:
+                    return found[count - 1]
+                self._changed.clear()
+                await self._changed.wait()
+
+
+@dataclass(frozen=True)
+class Will:
+    topic: str
+    payload: bytes
+    qos: int = 0
+    retain: bool = False
+
+
+class PahoClient:
+    """paho-mqtt with its network thread; every wait is an awaitable with a timeout."""
+
+    def __init__(
+        self,
+        port: int,
+        client_id: str,
+        *,
+        clean_session: bool = True,
+        username: str | None = None,
+        manual_ack: bool = False,
+    ) -> None:
+        self.port = port
+        self._loop = asyncio.get_running_loop()
+        self.client = mqtt.Client(
+            mqtt.CallbackAPIVersion.VERSION2,
+            client_id=client_id,
+            clean_session=clean_session,
+            protocol=mqtt.MQTTv311,
+            manual_ack=manual_ack,
+            reconnect_on_failure=False,
+        )
+        if username is not None:
+            self.client.username_pw_set(username)
+        self.messages: asyncio.Queue[mqtt.MQTTMessage] = asyncio.Queue()
+        self.disconnected = asyncio.Event()
+        self._connack: asyncio.Future[tuple[int, bool]] = self._loop.create_future()
+        self._acks: dict[int, asyncio.Future[Any]] = {}
+        self.client.on_connect = self._on_connect
+        self.client.on_subscribe = self._on_subscribe
+        self.client.on_unsubscribe = self._on_unsubscribe
+        self.client.on_publish = self._on_publish
+        self.client.on_message = self._on_message
+        self.client.on_disconnect = self._on_disconnect
+
+    # paho calls these on its own thread: hand them to the event loop.
+    def _soon(self, fn: Callable[..., None], *args: Any) -> None:
+        self._loop.call_soon_threadsafe(fn, *args)
+
+    def _on_connect(self, _c: Any, _u: Any, flags: Any, reason: Any, _p: Any) -> None:
+        result = (int(reason.value), bool(flags.session_present))
+        self._soon(lambda: self._connack.done() or self._connack.set_result(result))
+
+    def _on_subscribe(self, _c: Any, _u: Any, mid: int, reasons: Any, _p: Any) -> None:
+        self._soon(self._resolve, mid, [int(r.value) for r in reasons])
+
+    def _on_unsubscribe(self, _c: Any, _u: Any, mid: int, _reasons: Any, _p: Any) -> None:
+        self._soon(self._resolve, mid, None)
+
+    def _on_publish(self, _c: Any, _u: Any, mid: int, _reason: Any, _p: Any) -> None:
+        self._soon(self._resolve, mid, None)
+
+    def _on_message(self, _c: Any, _u: Any, message: mqtt.MQTTMessage) -> None:
+        self._soon(self.messages.put_nowait, message)
+
+    def _on_disconnect(self, _c: Any, _u: Any, _flags: Any, _reason: Any, _p: Any) -> None:
+        self._soon(self.disconnected.set)
+
+    def _ack(self, mid: int) -> asyncio.Future[Any]:
+        return self._acks.setdefault(mid, self._loop.create_future())
+
+    def _resolve(self, mid: int, value: Any) -> None:
+        future = self._ack(mid)
+        if not future.done():
+            future.set_result(value)
+
+    async def connect(self, *, keepalive: int = 60, will: Will | None = None) -> tuple[int, bool]:
+        """Connect; returns (CONNACK return code, session present)."""
+        if will is not None:
+            self.client.will_set(will.topic, will.payload, will.qos, will.retain)
+        self.client.connect_async("127.0.0.1", self.port, keepalive)
+        self.client.loop_start()
+        async with asyncio.timeout(TIMEOUT):
+            return await self._connack
+
+    async def subscribe(self, *topics: tuple[str, int]) -> list[int]:
+        """Subscribe and wait for SUBACK; returns the granted QoS (128 = failure) per filter."""
+        _, mid = self.client.subscribe(list(topics))
+        async with asyncio.timeout(TIMEOUT):
+            result: list[int] = await self._ack(mid)
+            return result
+
+    async def unsubscribe(self, *topics: str) -> None:
+        _, mid = self.client.unsubscribe(list(topics))
+        async with asyncio.timeout(TIMEOUT):
+            await self._ack(mid)
+
+    async def publish(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False) -> None:
+        """Publish and wait until it is sent (QoS 0), acked (1) or completed (2)."""
+        info = self.client.publish(topic, payload, qos, retain)
+        async with asyncio.timeout(TIMEOUT):
+            await self._ack(info.mid)
+
+    async def message(self, timeout: float = TIMEOUT) -> mqtt.MQTTMessage:
+        async with asyncio.timeout(timeout):
+            return await self.messages.get()
+
+    async def disconnect(self) -> None:
+        """Send DISCONNECT and stop the network thread."""
+        self.client.disconnect()
+        async with asyncio.timeout(TIMEOUT):
+            await self.disconnected.wait()
+        await asyncio.to_thread(self.client.loop_stop)
+
+    async def close(self) -> None:
+        """Teardown: disconnect if still connected, stop the thread."""
+        if self.client.is_connected():
+            self.client.disconnect()
+        await asyncio.to_thread(self.client.loop_stop)
+
+
+class RawClient:
+    """An MQTT 3.1.1 client on a bare socket: sends what it is told, reads packets one by one."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader = StreamReaderAdapter(reader)
+        self.writer = writer
+
+    @classmethod
+    async def connect(
+        cls,
+        port: int,
+        client_id: str,
+        *,
+        clean_session: bool = True,
+        keepalive: int = 60,
+        will: Will | None = None,
+    ) -> tuple[RawClient, Any]:
+        """Open a connection and send CONNECT; returns the client and the CONNACK packet."""
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        client = cls(reader, writer)
+        header = ConnectVariableHeader(keep_alive=keepalive)
+        header.clean_session_flag = clean_session
+        payload = ConnectPayload(client_id=client_id)
+        if will is not None:
+            header.will_flag = True
+            header.will_qos = will.qos
+            header.will_retain_flag = will.retain
+            payload.will_topic, payload.will_message = will.topic, will.payload
+        await client.send(ConnectPacket(variable_header=header, payload=payload))
+        return client, await client.recv()
+
+    @property
+    def local_port(self) -> int:
+        return int(self.writer.get_extra_info("sockname")[1])
+
+    async def send(self, packet: Any) -> None:
+        self.writer.write(packet.to_bytes())
+        await self.writer.drain()
+
+    async def recv(self, timeout: float = TIMEOUT) -> Any:
+        """The next packet, or None when the broker closed the connection."""
+        async with asyncio.timeout(timeout):
+            header = await MQTTFixedHeader.from_stream(self._reader)
+            if header is None:
+                return None
+            return await packet_dict[header.packet_type].from_stream(self._reader, fixed_header=header)
+
+    async def subscribe(self, packet_id: int, *topics: tuple[str, int]) -> Any:
+        """Send SUBSCRIBE and return its SUBACK (no other packet may come first)."""
+        await self.send(SubscribePacket.build(list(topics), packet_id))
+        return await self.recv()
+
+    def abort(self) -> None:
+        """Drop the connection without DISCONNECT."""
+        self.writer.transport.abort()
+
+
+@pytest.fixture
+async def paho_clients() -> AsyncIterator[Callable[..., PahoClient]]:
+    """A factory of `PahoClient`s that are all stopped at teardown."""
+    made: list[PahoClient] = []
+
+    def make(port: int, client_id: str, **kwargs: Any) -> PahoClient:
+        client = PahoClient(port, client_id, **kwargs)
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        await client.close()
+
+
+@pytest.fixture
+async def raw_connect() -> AsyncIterator[Callable[..., Awaitable[tuple[RawClient, Any]]]]:
+    """`await raw_connect(port, client_id, ...)`: a connected `RawClient` and its CONNACK, aborted at teardown."""
+    made: list[RawClient] = []
+
+    async def connect(port: int, client_id: str, **kwargs: Any) -> tuple[RawClient, Any]:
+        client, connack = await RawClient.connect(port, client_id, **kwargs)
+        made.append(client)
+        return client, connack
+
+    yield connect
+    for client in made:
+        client.abort()
