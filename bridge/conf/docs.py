@@ -1,0 +1,69 @@
+"""Render docs/configuration.md from the declared settings (`python -m bridge.conf.docs`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bridge.conf.schema import GLOBAL, POOL_BY_DB, POOL_COMMON, Setting
+
+HEADER = """\
+# Configuration reference: `config/bridge.conf`
+
+Generated from `bridge/conf/schema.py` by `python -m bridge.conf.docs > docs/configuration.md`;
+a test fails when this page and the code disagree.
+
+The file holds `key = value` lines. `#` starts a comment (at the start of a line, or after a
+space outside a quoted string). Values are strings, integers, `on`/`off`, durations (`100ms`,
+`5s`, `2m`, `2h`, `1d`; a bare number is seconds), sizes (`512B`, `64KB`, `64MB`, `1GB`) or JSON.
+`${VAR}` is replaced by the environment variable `VAR`, `${VAR:-default}` by `default` when it
+is unset; an unset `${VAR}` without default is an error. Every key is validated: an unknown key,
+a bad value or a duplicate is reported as `path:line:col: message`, all of them at once, and
+`hookbridge run` does not start. Values of secret keys (passwords, API secrets) never appear in
+logs or error messages.
+
+Hook lines (`backend.<db>.hook....`) do not go here: they live in `rules/*.conf` (docs/rules.md).
+"""
+
+
+def _default(setting: Setting) -> str:
+    value: Any = setting.example if setting.example is not None else setting.default
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, tuple):
+        return f"{value[0]}:{value[1]}"
+    if value is None:
+        return "(see below)"
+    if value == "":
+        return "(empty)"
+    return f"{value}"
+
+
+def _table(settings: dict[str, Setting], prefix: str = "") -> list[str]:
+    rows = ["| key | default | meaning |", "|---|---|---|"]
+    for key, setting in settings.items():
+        secret = " (secret)" if setting.secret else ""
+        rows.append(f"| `{prefix}{key}` | `{_default(setting)}` | {setting.doc}{secret} |")
+    return rows
+
+
+def render() -> str:
+    lines = [HEADER, "## Bridge, broker, metrics, spool, logs", "", *_table(GLOBAL), ""]
+    lines += [
+        "## Pools: `backend.<db>.<pool>.<key>`",
+        "",
+        "A pool is a named connection to one database; rules pick it with `\"pool\": \"<pool>\"`",
+        "(optional when the database has one pool). `<db>` is `redis`, `pgsql`, `mongo` or `cassa`.",
+        "An unset `server` is `127.0.0.1` on the database's default port.",
+        "",
+        "### Every pool",
+        "",
+        *_table(POOL_COMMON, "backend.<db>.<pool>."),
+        "",
+    ]
+    for db, settings in POOL_BY_DB.items():
+        lines += [f"### `{db}` pools", "", *_table(settings, f"backend.{db}.<pool>."), ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(render(), end="")

@@ -1,0 +1,619 @@
+"""The embedded broker over real TCP: MQTT 3.1.1 behaviour and the events it fires.
+
+Each test names the amqtt 0.12.1 shortcoming it guards against where there is one.
+Negative checks ("nothing else arrived") publish a marker afterwards and assert
+that the marker is the next thing the client gets: deliveries to one subscriber
+go out in publish order, so anything sent in between would come first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from amqtt.mqtt.constants import QOS_1
+from amqtt.mqtt.disconnect import DisconnectPacket
+from amqtt.mqtt.pingreq import PingReqPacket
+from amqtt.mqtt.puback import PubackPacket
+from amqtt.mqtt.pubcomp import PubcompPacket
+from amqtt.mqtt.publish import PublishPacket
+from amqtt.mqtt.pubrec import PubrecPacket
+from amqtt.mqtt.pubrel import PubrelPacket
+
+from bridge.brokers.base import Capability, Delivery, DeliveryError
+from bridge.brokers.embedded import EmbeddedBroker
+from bridge.events import (
+    ClientConnected,
+    ClientDisconnected,
+    MessageAcked,
+    MessageDelivered,
+    MessagePublish,
+    SessionSubscribed,
+    SessionUnsubscribed,
+)
+from bridge.msgid import MsgIdGenerator
+from tests.integration.conftest import PahoClient, RawClient, RecordingSink, Will
+
+NODE = "test@127.0.0.1"
+
+
+@dataclass
+class Env:
+    broker: EmbeddedBroker
+    sink: RecordingSink
+    make_paho: Callable[..., PahoClient]
+    make_raw: Callable[..., Awaitable[tuple[RawClient, Any]]]
+
+    @property
+    def port(self) -> int:
+        return self.broker.port
+
+    async def client(self, client_id: str, *, expect_present: bool | None = None, **kwargs: Any) -> PahoClient:
+        """A connected paho client (connect keyword arguments: keepalive, will)."""
+        connect_args = {k: kwargs.pop(k) for k in ("keepalive", "will") if k in kwargs}
+        client = self.make_paho(self.port, client_id, **kwargs)
+        code, present = await client.connect(**connect_args)
+        assert code == 0
+        if expect_present is not None:
+            assert present is expect_present
+        return client
+
+    async def raw(self, client_id: str, **kwargs: Any) -> RawClient:
+        client, connack = await self.make_raw(self.port, client_id, **kwargs)
+        assert connack.return_code == 0
+        return client
+
+
+@pytest.fixture
+async def start_broker() -> AsyncIterator[Callable[..., Awaitable[tuple[EmbeddedBroker, RecordingSink]]]]:
+    started: list[EmbeddedBroker] = []
+
+    async def start(**kwargs: Any) -> tuple[EmbeddedBroker, RecordingSink]:
+        sink = RecordingSink()
+        broker = EmbeddedBroker("127.0.0.1:0", node=NODE, msgids=MsgIdGenerator(NODE), **kwargs)
+        await broker.start(sink)
+        started.append(broker)
+        return broker, sink
+
+    yield start
+    for broker in started:
+        await broker.stop()
+
+
+@pytest.fixture
+async def env(
+    start_broker: Callable[..., Awaitable[tuple[EmbeddedBroker, RecordingSink]]],
+    paho_clients: Callable[..., PahoClient],
+    raw_connect: Callable[..., Awaitable[tuple[RawClient, Any]]],
+) -> Env:
+    broker, sink = await start_broker()
+    return Env(broker, sink, paho_clients, raw_connect)
+
+
+async def publish_marker(env: Env, topic: str, *receivers: PahoClient) -> None:
+    """Publish a marker and assert it is the next message each receiver gets."""
+    sender = await env.client(f"marker-{topic}")
+    await sender.publish(topic, b"marker", 1)
+    for receiver in receivers:
+        message = await receiver.message()
+        assert (message.topic, message.payload) == (topic, b"marker")
+
+
+# -- events of a full QoS 1 / QoS 2 flow ---------------------------------------------
+
+
+@pytest.mark.parametrize("qos", [1, 2])
+async def test_publish_delivered_acked_events(env: Env, qos: int) -> None:
+    assert env.broker.mode == "embedded"
+    assert env.broker.capabilities == {Capability.PROXY_SUBSCRIBE, Capability.DELIVER_TO_SESSION}
+    assert env.broker.is_connected()
+    sub = await env.client("sub1", username="alice")
+    sub_port = sub.client.socket().getsockname()[1]
+    assert await sub.subscribe(("t/1", qos)) == [qos]
+    pub = await env.client("pub1")
+    pub_port = pub.client.socket().getsockname()[1]
+    await pub.publish("t/1", b"\x00\xffpayload", qos)
+
+    message = await sub.message()
+    assert (message.topic, message.payload, message.qos, message.retain) == ("t/1", b"\x00\xffpayload", qos, False)
+    await env.sink.wait_for(MessageAcked, clientid="sub1")
+    await sub.disconnect()
+    await pub.disconnect()
+    await env.sink.wait_for(ClientDisconnected, clientid="sub1")
+    await env.sink.wait_for(ClientDisconnected, clientid="pub1")
+
+    assert env.sink.kinds("sub1") == [
+        "ClientConnected",
+        "SessionSubscribed",
+        "MessageDelivered",
+        "MessageAcked",
+        "ClientDisconnected",
+    ]
+    assert env.sink.kinds("pub1") == ["ClientConnected", "MessagePublish", "ClientDisconnected"]
+    connected, subscribed, delivered, acked, disconnected = env.sink.find(clientid="sub1")
+    assert connected == ClientConnected(
+        clientid="sub1",
+        username="alice",
+        node=NODE,
+        peername=f"127.0.0.1:{sub_port}",
+        timestamp=connected.timestamp,
+        clean_session=True,
+    )
+    assert (subscribed.topic, subscribed.qos, subscribed.is_new, subscribed.persistent) == ("t/1", qos, True, False)
+    assert subscribed.retained_sent == frozenset()
+    (publish,) = env.sink.find(MessagePublish)
+    assert publish == MessagePublish(
+        msgid=publish.msgid,
+        clientid="pub1",
+        username=None,
+        topic="t/1",
+        qos=qos,
+        payload=b"\x00\xffpayload",
+        retain=False,
+        node=NODE,
+        peername=f"127.0.0.1:{pub_port}",
+        timestamp=publish.timestamp,
+    )
+    assert subscribed.live_from_msgid is not None
+    assert subscribed.live_from_msgid < publish.msgid
+    for event in (delivered, acked):
+        assert (event.msgid, event.clientid, event.username, event.from_clientid) == (
+            publish.msgid,
+            "sub1",
+            "alice",
+            "pub1",
+        )
+        assert (event.topic, event.qos, event.payload, event.retain) == ("t/1", qos, b"\x00\xffpayload", False)
+        assert (event.filters, event.node) == (("t/1",), NODE)
+    assert connected.timestamp <= delivered.timestamp <= acked.timestamp <= disconnected.timestamp
+    assert disconnected.reason == "normal"
+    assert disconnected.peername == f"127.0.0.1:{sub_port}"
+
+
+async def test_unsubscribe_fires_event_and_stops_delivery(env: Env) -> None:
+    sub = await env.client("unsub1")
+    await sub.subscribe(("u/a", 1), ("u/b", 1))
+    await sub.unsubscribe("u/a", "never/subscribed")
+    sender = await env.client("unsub-pub")
+    await sender.publish("u/a", b"gone", 1)
+    await publish_marker(env, "u/b", sub)
+    unsubscribed = env.sink.find(SessionUnsubscribed, clientid="unsub1")
+    assert [e.topic for e in unsubscribed] == ["u/a", "never/subscribed"]
+    assert env.sink.find(MessageDelivered, clientid="unsub1", topic="u/a") == []
+
+
+# -- sessions ---------------------------------------------------------------------------
+
+
+async def test_anonymous_persistent_session_gets_offline_messages_in_order(env: Env) -> None:
+    """amqtt does not queue for anonymous sessions, and replays them with retain=1."""
+    sub = await env.client("off1", clean_session=False, expect_present=False)
+    assert await sub.subscribe(("q/#", 2)) == [2]
+    await sub.disconnect()
+
+    pub = await env.client("offpub")
+    sent = []
+    for i in range(200):
+        qos = 1 if i % 2 else 2
+        # retain on some: a queued message goes out with retain 0 all the same
+        await pub.publish("q/a", str(i).encode(), qos, retain=i % 50 == 0)
+        sent.append((str(i).encode(), qos))
+        if i % 40 == 0:
+            await pub.publish("q/zero", b"qos0 is not queued", 0)
+    await env.sink.wait_for(MessagePublish, clientid="offpub", count=205)
+
+    sub = await env.client("off1", clean_session=False, expect_present=True)
+    received = [await sub.message() for _ in range(200)]
+    assert [(m.payload, m.qos) for m in received] == sent
+    assert not any(m.retain or m.dup for m in received)
+    await publish_marker(env, "q/end", sub)  # no QoS 0 message, no retained copy
+
+    published = [e.msgid for e in env.sink.find(MessagePublish, clientid="offpub", topic="q/a")]
+    await env.sink.wait_for(MessageAcked, clientid="off1", count=201)
+    delivered = [e.msgid for e in env.sink.find(MessageDelivered, clientid="off1", topic="q/a")]
+    acked = [e.msgid for e in env.sink.find(MessageAcked, clientid="off1", topic="q/a")]
+    assert delivered == published
+    assert sorted(acked) == published
+    assert all(e.filters == ("q/#",) and not e.retain for e in env.sink.find(MessageDelivered, clientid="off1"))
+
+
+async def test_session_present_and_clean_session_discards(env: Env) -> None:
+    client = await env.client("sp", clean_session=False, expect_present=False)
+    await client.subscribe(("sp/t", 1))
+    await client.disconnect()
+    client = await env.client("sp", clean_session=False, expect_present=True)
+    await client.disconnect()
+    client = await env.client("sp", clean_session=True, expect_present=False)
+    await client.disconnect()
+    client = await env.client("sp", clean_session=False, expect_present=False)
+    sender = await env.client("sp-pub")
+    await sender.publish("sp/t", b"no longer subscribed", 1)
+    await client.subscribe(("sp/other", 1))
+    await publish_marker(env, "sp/other", client)
+    assert env.sink.find(SessionSubscribed, clientid="sp", topic="sp/t", is_new=True, persistent=True)
+    assert env.broker.dropped_messages == 0
+
+
+async def test_zero_length_client_id(env: Env) -> None:
+    client = await env.client("")
+    connected = await env.sink.wait_for(ClientConnected)
+    assert connected.clientid and connected.clean_session is True
+    await client.disconnect()
+
+    raw, connack = await env.make_raw(env.port, "", clean_session=False)
+    assert (connack.return_code, connack.variable_header.session_parent) == (0x02, 0)
+    assert await raw.recv() is None  # closed by the broker
+    assert len(env.sink.find(ClientConnected)) == 1
+
+
+async def test_takeover_closes_first_connection(env: Env) -> None:
+    first = await env.client("tk", clean_session=False)
+    await first.subscribe(("tk/t", 1))
+    second = await env.client("tk", clean_session=False, expect_present=True)
+    async with asyncio.timeout(5):
+        await first.disconnected.wait()
+    await env.sink.wait_for(ClientConnected, clientid="tk", count=2)
+    assert env.sink.kinds("tk") == ["ClientConnected", "SessionSubscribed", "ClientDisconnected", "ClientConnected"]
+    assert env.sink.find(ClientDisconnected, clientid="tk")[0].reason == "takeover"
+    await publish_marker(env, "tk/t", second)
+
+
+async def test_offline_queue_is_bounded_oldest_dropped(
+    start_broker: Callable[..., Awaitable[tuple[EmbeddedBroker, RecordingSink]]],
+    paho_clients: Callable[..., PahoClient],
+    raw_connect: Callable[..., Awaitable[tuple[RawClient, Any]]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    broker, sink = await start_broker(max_offline_messages=5)
+    env = Env(broker, sink, paho_clients, raw_connect)
+    sub = await env.client("ob", clean_session=False)
+    await sub.subscribe(("ob/t", 1))
+    await sub.disconnect()
+    pub = await env.client("ob-pub")
+    with caplog.at_level(logging.WARNING, logger="bridge.brokers.embedded"):
+        for i in range(8):
+            await pub.publish("ob/t", str(i).encode(), 1)
+        await sink.wait_for(MessagePublish, count=8)
+    assert "message queue of client 'ob' is full (5 messages): dropped the oldest, 1 dropped so far" in caplog.text
+    assert broker.dropped_messages == 3
+    sub = await env.client("ob", clean_session=False, expect_present=True)
+    assert [(await sub.message()).payload for _ in range(5)] == [b"3", b"4", b"5", b"6", b"7"]
+
+
+# -- QoS ----------------------------------------------------------------------------------
+
+
+async def test_delivered_qos_is_min_of_publish_and_subscription(env: Env) -> None:
+    """amqtt delivers at the subscription's QoS."""
+    sub = await env.client("minq")
+    assert await sub.subscribe(("m/0", 0), ("m/1", 1), ("m/2", 2)) == [0, 1, 2]
+    pub = await env.client("minq-pub")
+    for sub_qos in range(3):
+        for pub_qos in range(3):
+            await pub.publish(f"m/{sub_qos}", f"{sub_qos}{pub_qos}".encode(), pub_qos)
+    received = {(await sub.message()).payload: None for _ in range(9)}
+    got = {m: None for m in received}
+    assert len(got) == 9
+    for event in env.sink.find(MessageDelivered, clientid="minq"):
+        sub_qos, pub_qos = int(event.payload[:1]), int(event.payload[1:])
+        assert event.qos == min(sub_qos, pub_qos)
+    assert len(env.sink.find(MessageDelivered, clientid="minq")) == 9
+
+
+async def test_overlapping_subscriptions_get_one_copy_at_max_qos(env: Env) -> None:
+    """amqtt sends one copy per matching filter."""
+    sub = await env.client("ovl")
+    assert await sub.subscribe(("o/#", 0), ("o/+", 2), ("o/x", 1)) == [0, 2, 1]
+    pub = await env.client("ovl-pub")
+    await pub.publish("o/x", b"once", 2)
+    message = await sub.message()
+    assert (message.topic, message.payload, message.qos) == ("o/x", b"once", 2)
+    await publish_marker(env, "o/y", sub)
+    first, marker = env.sink.find(MessageDelivered, clientid="ovl")
+    assert (first.qos, first.filters) == (2, ("o/#", "o/+", "o/x"))
+    assert (marker.qos, marker.filters) == (1, ("o/#", "o/+"))
+
+
+async def test_unacked_messages_stay_in_flight_and_are_redelivered_with_dup(env: Env) -> None:
+    """amqtt drops an unacknowledged message after 5 s and never redelivers it."""
+    raw = await env.raw("dup1", clean_session=False)
+    suback = await raw.subscribe(1, ("d/1", 1), ("d/2", 2))
+    assert suback.payload.return_codes == [1, 2]
+    pub = await env.client("dup-pub")
+    await pub.publish("d/1", b"a", 1)
+    await pub.publish("d/2", b"b", 2)
+    first, second = await raw.recv(), await raw.recv()
+    assert [(p.topic_name, p.data, p.qos, p.dup_flag) for p in (first, second)] == [
+        ("d/1", b"a", 1, False),
+        ("d/2", b"b", 2, False),
+    ]
+    raw.abort()
+    await env.sink.wait_for(ClientDisconnected, clientid="dup1")
+
+    raw = await env.raw("dup1", clean_session=False)
+    again = [await raw.recv(), await raw.recv()]
+    assert [(p.topic_name, p.data, p.qos, p.dup_flag, p.packet_id) for p in again] == [
+        ("d/1", b"a", 1, True, first.packet_id),
+        ("d/2", b"b", 2, True, second.packet_id),
+    ]
+    # Not acknowledged for longer than amqtt's 5 s ack timeout: still in flight.
+    await asyncio.sleep(5.5)
+    published = {e.topic: e.msgid for e in env.sink.find(MessagePublish, clientid="dup-pub")}
+    await raw.send(PubackPacket.build(first.packet_id))
+    acked = await env.sink.wait_for(MessageAcked, clientid="dup1", topic="d/1")
+    assert (acked.msgid, acked.qos, acked.filters) == (published["d/1"], 1, ("d/1",))
+    await raw.send(PubrecPacket.build(second.packet_id))
+    pubrel = await raw.recv()
+    assert isinstance(pubrel, PubrelPacket)
+    assert pubrel.packet_id == second.packet_id
+    acked = await env.sink.wait_for(MessageAcked, clientid="dup1", topic="d/2")
+    assert (acked.msgid, acked.qos) == (published["d/2"], 2)
+
+    # Reconnect between PUBREC and PUBCOMP: the broker resends PUBREL, not the PUBLISH.
+    raw.abort()
+    await env.sink.wait_for(ClientDisconnected, clientid="dup1", count=2)
+    raw = await env.raw("dup1", clean_session=False)
+    pubrel = await raw.recv()
+    assert isinstance(pubrel, PubrelPacket)
+    assert pubrel.packet_id == second.packet_id
+    await raw.send(PubcompPacket.build(second.packet_id))
+    await pub.publish("d/1", b"c", 1)
+    latest = await raw.recv()
+    assert (latest.topic_name, latest.data, latest.dup_flag) == ("d/1", b"c", False)
+    # One delivered and one acked event per message, whatever the redeliveries.
+    assert [e.payload for e in env.sink.find(MessageDelivered, clientid="dup1")] == [b"a", b"b", b"c"]
+    assert [e.payload for e in env.sink.find(MessageAcked, clientid="dup1")] == [b"a", b"b"]
+    assert [e.reason for e in env.sink.find(ClientDisconnected, clientid="dup1")] == ["closed", "closed"]
+
+
+async def test_incoming_qos2_released_by_pubrel_after_reconnect(env: Env) -> None:
+    """amqtt loses the PUBREL waiter when the publisher reconnects."""
+    watcher = await env.client("q2-watch")
+    await watcher.subscribe(("q2/#", 2))
+    raw = await env.raw("q2pub", clean_session=False)
+    publish = PublishPacket.build("q2/x", b"exactly once", 7, False, 2, False)
+    await raw.send(publish)
+    assert (await raw.recv()).packet_id == 7  # PUBREC
+    await raw.send(PublishPacket.build("q2/x", b"exactly once", 7, True, 2, False))  # resent with DUP
+    assert (await raw.recv()).packet_id == 7
+    raw.abort()
+    await env.sink.wait_for(ClientDisconnected, clientid="q2pub")
+
+    raw = await env.raw("q2pub", clean_session=False)
+    await raw.send(PubrelPacket.build(7))
+    pubcomp = await raw.recv()
+    assert isinstance(pubcomp, PubcompPacket)
+    assert pubcomp.packet_id == 7
+    message = await watcher.message()
+    assert (message.payload, message.qos) == (b"exactly once", 2)
+    await publish_marker(env, "q2/end", watcher)
+    assert len(env.sink.find(MessagePublish, clientid="q2pub")) == 1
+
+
+# -- keepalive and will -------------------------------------------------------------------
+
+
+async def test_keepalive_timeout_publishes_will(env: Env) -> None:
+    """amqtt never enforces the keepalive."""
+    watcher = await env.client("ka-watch")
+    await watcher.subscribe(("will/#", 1))
+    loop = asyncio.get_running_loop()
+    silent = await env.raw("ka1", keepalive=1, will=Will("will/ka1", b"gone", 1, True))
+    pinging = await env.raw("ka2", keepalive=1, will=Will("will/ka2", b"gone", 1, False))
+    started = loop.time()
+
+    async def ping_for(seconds: float) -> int:
+        replies = 0
+        while loop.time() - started < seconds:
+            await pinging.send(PingReqPacket())
+            replies += (await pinging.recv()) is not None
+            await asyncio.sleep(0.4)  # the client's own ping interval
+        return replies
+
+    pinger = asyncio.create_task(ping_for(2.5))
+    will = await watcher.message()
+    elapsed = loop.time() - started
+    assert (will.topic, will.payload, will.qos, will.retain) == ("will/ka1", b"gone", 1, False)
+    assert 1.4 <= elapsed < 3.0
+    disconnected = await env.sink.wait_for(ClientDisconnected, clientid="ka1")
+    assert disconnected.reason == "keepalive_timeout"
+    assert env.sink.kinds("ka1") == ["ClientConnected", "MessagePublish", "ClientDisconnected"]
+    will_event = env.sink.find(MessagePublish, clientid="ka1")[0]
+    assert (will_event.topic, will_event.payload, will_event.qos, will_event.retain) == ("will/ka1", b"gone", 1, True)
+    assert await silent.recv() is None  # the broker closed it
+
+    assert await pinger >= 5  # a client that pings in time stays connected
+    assert env.sink.kinds("ka2") == ["ClientConnected"]
+
+    late = await env.client("ka-late")
+    await late.subscribe(("will/#", 1))
+    retained = await late.message()
+    assert (retained.topic, retained.payload, retained.retain) == ("will/ka1", b"gone", True)
+
+
+async def test_will_on_abnormal_close_only(env: Env) -> None:
+    watcher = await env.client("w-watch")
+    await watcher.subscribe(("w/#", 1))
+    dropped = await env.raw("w-a", will=Will("w/a", b"a died", 1))
+    polite = await env.raw("w-b", will=Will("w/b", b"b died", 1))
+    dropped.abort()
+    message = await watcher.message()
+    assert (message.topic, message.payload) == ("w/a", b"a died")
+    await polite.send(DisconnectPacket())
+    assert await polite.recv() is None
+    assert (await env.sink.wait_for(ClientDisconnected, clientid="w-a")).reason == "closed"
+    assert (await env.sink.wait_for(ClientDisconnected, clientid="w-b")).reason == "normal"
+    await publish_marker(env, "w/marker", watcher)
+    assert env.sink.find(MessagePublish, clientid="w-b") == []
+
+
+# -- retained messages ----------------------------------------------------------------
+
+
+async def test_retained_set_replace_delete_and_wildcards(env: Env) -> None:
+    pub = await env.client("r-pub")
+    await pub.publish("r/a", b"1", 1, retain=True)
+    await pub.publish("r/b", b"2", 2, retain=True)
+    await pub.publish("r/c/d", b"3", 0, retain=True)
+    await pub.publish("r/a", b"4", 1, retain=True)  # replaces r/a
+
+    plus = await env.client("r-plus")
+    await plus.subscribe(("r/+", 1))
+    got = sorted([await plus.message() for _ in range(2)], key=lambda m: m.topic)
+    assert [(m.topic, m.payload, m.qos, m.retain) for m in got] == [("r/a", b"4", 1, True), ("r/b", b"2", 1, True)]
+    subscribed = await env.sink.wait_for(SessionSubscribed, clientid="r-plus")
+    assert subscribed.retained_sent == {"r/a", "r/b"}
+
+    hash_ = await env.client("r-hash")
+    await hash_.subscribe(("r/#", 2))
+    got = sorted([await hash_.message() for _ in range(3)], key=lambda m: m.topic)
+    assert [(m.topic, m.payload, m.qos, m.retain) for m in got] == [
+        ("r/a", b"4", 1, True),
+        ("r/b", b"2", 2, True),
+        ("r/c/d", b"3", 0, True),
+    ]
+    delivered = env.sink.find(MessageDelivered, clientid="r-hash")
+    assert all(e.retain and e.filters == ("r/#",) for e in delivered)
+    published = {e.payload: e.msgid for e in env.sink.find(MessagePublish, clientid="r-pub")}
+    assert {e.payload: e.msgid for e in delivered} == {p: published[p] for p in (b"4", b"2", b"3")}
+
+    await pub.publish("r/a", b"", 1, retain=True)  # deletes r/a; still routed, still an event
+    deleted = await plus.message()
+    assert (deleted.topic, deleted.payload, deleted.retain) == ("r/a", b"", False)
+    assert env.sink.find(MessagePublish, clientid="r-pub", topic="r/a", payload=b"", retain=True)
+    later = await env.client("r-later")
+    await later.subscribe(("r/+", 2))
+    message = await later.message()
+    assert (message.topic, message.payload, message.qos) == ("r/b", b"2", 2)
+    await publish_marker(env, "r/end", later)
+
+
+async def test_retained_not_resent_on_reconnect(env: Env) -> None:
+    """amqtt sends retained messages for every filter of every client on each connect."""
+    pub = await env.client("rr-pub")
+    await pub.publish("rr/x", b"kept", 1, retain=True)
+    other = await env.client("rr-other")
+    await other.subscribe(("rr/x", 1), ("#", 1))
+    assert len([await other.message() for _ in range(2)]) == 2
+    persistent = await env.client("rr1", clean_session=False)
+    await persistent.subscribe(("rr/#", 1))
+    assert (await persistent.message()).retain
+    await persistent.disconnect()
+    persistent = await env.client("rr1", clean_session=False, expect_present=True)
+    await publish_marker(env, "rr/marker", persistent)
+    fresh = await env.client("rr2")
+    await fresh.subscribe(("other/#", 1))
+    await publish_marker(env, "other/marker", fresh)
+
+
+async def test_dollar_topics_not_matched_by_first_level_wildcards(env: Env) -> None:
+    every, plus = await env.client("dl-all"), await env.client("dl-plus")
+    dollar, system = await env.client("dl-dollar"), await env.client("dl-sys")
+    await every.subscribe(("#", 1))
+    await plus.subscribe(("+/x", 1), ("+/broker/uptime", 1))
+    await dollar.subscribe(("$app/#", 1))
+    await system.subscribe(("$SYS/#", 1))
+    pub = await env.client("dl-pub")
+    await pub.publish("$app/x", b"dollar", 1)
+    assert (await dollar.message()).topic == "$app/x"
+    await pub.publish("$SYS/fake", b"clients may not publish here", 1)
+    # The broker's own $SYS messages, as amqtt plugins send them.
+    context = env.broker._running.plugins_manager.context
+    await context.broadcast_message("$SYS/broker/uptime", b"42", QOS_1)
+    message = await system.message()
+    assert (message.topic, message.payload) == ("$SYS/broker/uptime", b"42")
+    await publish_marker(env, "m/x", every, plus)
+    await publish_marker(env, "$SYS", system)  # dropped too: only the marker's marker... see below
+
+
+# -- bridge calls: proxy subscription and delivery to one session ---------------------------
+
+
+async def test_proxy_subscribe(env: Env) -> None:
+    pub = await env.client("px-pub")
+    await pub.publish("p/x", b"retained", 1, retain=True)
+    await pub.publish("p2/z", b"retained too", 1, retain=True)
+    client = await env.client("px", clean_session=False)
+    assert await env.broker.subscribe("px", "p/#", 1) is True
+    subscribed = await env.sink.wait_for(SessionSubscribed, clientid="px")
+    assert (subscribed.topic, subscribed.qos, subscribed.is_new, subscribed.persistent) == ("p/#", 1, True, True)
+    assert subscribed.retained_sent == {"p/x"}
+    message = await client.message()
+    assert (message.topic, message.payload, message.retain) == ("p/x", b"retained", True)
+    await pub.publish("p/y", b"live", 1)
+    message = await client.message()
+    assert (message.topic, message.retain) == ("p/y", False)
+    live = env.sink.find(MessagePublish, topic="p/y")[0]
+    retained = env.sink.find(MessagePublish, topic="p/x")[0]
+    assert retained.msgid < subscribed.live_from_msgid < live.msgid
+
+    assert await env.broker.subscribe("px", "p/#", 2) is True
+    again = await env.sink.wait_for(SessionSubscribed, clientid="px", count=2)
+    assert (again.is_new, again.qos) == (False, 2)
+    assert (await client.message()).retain  # retained re-sent on a repeated subscription
+    assert await env.broker.subscribe("nobody", "p/#", 1) is False
+    with pytest.raises(ValueError, match="must be a whole level"):
+        await env.broker.subscribe("px", "p/#/x", 1)
+
+    await client.disconnect()
+    await env.sink.wait_for(ClientDisconnected, clientid="px")
+    assert await env.broker.subscribe("px", "p2/#", 1) is True
+    offline = await env.sink.wait_for(SessionSubscribed, clientid="px", topic="p2/#")
+    assert (offline.is_new, offline.retained_sent) == (True, frozenset())
+    await pub.publish("p2/w", b"queued", 1)
+    await env.sink.wait_for(MessagePublish, topic="p2/w")
+    client = await env.client("px", clean_session=False, expect_present=True)
+    message = await client.message()
+    assert (message.topic, message.payload) == ("p2/w", b"queued")
+    await publish_marker(env, "p2/end", client)
+
+
+async def test_deliver_goes_to_exactly_one_session(env: Env) -> None:
+    first, second = await env.client("dA"), await env.client("dB")
+    await first.subscribe(("d/t", 1))
+    await second.subscribe(("d/t", 1))
+    ids = MsgIdGenerator("origin")
+    one, two = ids.next(), ids.next()
+    await env.broker.deliver(
+        "dA",
+        [
+            Delivery(one, "d/t", b"one", 1, True, "origin", "d/t"),
+            Delivery(two, "d/t", b"two", 0, False, "origin", "d/t"),
+        ],
+    )
+    got = [await first.message(), await first.message()]
+    assert [(m.payload, m.qos, m.retain) for m in got] == [(b"one", 1, True), (b"two", 0, False)]
+    acked = await env.sink.wait_for(MessageAcked, clientid="dA")
+    assert (acked.msgid, acked.from_clientid, acked.filters, acked.retain) == (one, "origin", ("d/t",), True)
+    delivered = env.sink.find(MessageDelivered, clientid="dA")
+    assert [(e.msgid, e.qos, e.filters) for e in delivered] == [(one, 1, ("d/t",)), (two, 0, ("d/t",))]
+    await publish_marker(env, "d/t", second)
+    assert env.sink.find(MessageDelivered, clientid="dB", msgid=one) == []
+    assert env.sink.find(MessagePublish, msgid=one) == env.sink.find(MessagePublish, msgid=two) == []
+
+    offline = await env.client("dC", clean_session=False)
+    await offline.subscribe(("d/c", 1))
+    await offline.disconnect()
+    await env.sink.wait_for(ClientDisconnected, clientid="dC")
+    queued = [Delivery(ids.next(), "d/c", f"{i}".encode(), 1, False, "origin", "d/c") for i in range(3)]
+    await env.broker.deliver("dC", queued)
+    offline = await env.client("dC", clean_session=False, expect_present=True)
+    assert [(await offline.message()).payload for _ in range(3)] == [b"0", b"1", b"2"]
+    with pytest.raises(DeliveryError):
+        await env.broker.deliver("nobody", queued)
+
+
+async def test_stop_reports_shutdown(start_broker: Callable[..., Awaitable[tuple[EmbeddedBroker, RecordingSink]]],
+                                     paho_clients: Callable[..., PahoClient]) -> None:
+    broker, sink = await start_broker()
+    client = paho_clients(broker.port, "bye")
+    assert (await client.connect())[0] == 0
+    await broker.stop()
+    assert not broker.is_connected()
+    assert sink.find(ClientDisconnected, clientid="bye")[0].reason == "shutdown"
+    async with asyncio.timeout(5):
+        await client.disconnected.wait()
