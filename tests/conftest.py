@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 import redis as redis_sync
+from support.bridges import BridgeFactory
 from support.conf import config_text
 from support.services import ROOT, start_redis
 
 from bridge.app import Bridge, Paths
 
 REDIS_TEST_PORT = 6391
-
-BridgeFactory = Callable[..., Awaitable[Bridge]]
 
 
 @pytest.fixture(scope="session")
@@ -64,7 +63,3 @@ async def make_bridge(tmp_path: Path, redis_port: int) -> AsyncIterator[BridgeFa
     yield factory
     for bridge in reversed(started):
         await bridge.stop(drain_timeout=5)
-
-
-def mqtt_port(bridge: Bridge) -> int:
-    return bridge.broker.port  # type: ignore[attr-defined,no-any-return]

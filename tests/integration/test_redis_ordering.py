@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import redis as redis_sync
-from conftest import BridgeFactory, mqtt_port
+from support.bridges import BridgeFactory, mqtt_port
 from support.mqtt import Client
 
 from bridge.events import MessageAcked, MessagePublish

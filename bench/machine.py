@@ -1,0 +1,35 @@
+"""What machine a benchmark ran on, printed with every result."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+
+
+def describe() -> str:
+    cpu = platform.processor() or "unknown cpu"
+    try:
+        with open("/proc/cpuinfo") as info:
+            cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    memory = ""
+    try:
+        with open("/proc/meminfo") as info:
+            kib = int(next(line.split()[1] for line in info if line.startswith("MemTotal")))
+            memory = f", {kib / 1024 / 1024:.0f} GiB"
+    except (OSError, StopIteration):
+        pass
+    redis = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.split()
+    redis_version = next((part.split("=")[1] for part in redis if part.startswith("v=")), "?")
+    return (
+        f"{cpu}, {os.cpu_count()} cores{memory}; {platform.system()} {platform.release()}; "
+        f"Python {platform.python_version()}; Redis {redis_version}"
+    )
+
+
+def table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    line = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) + " |"  # noqa: E731
+    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
