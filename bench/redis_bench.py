@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -115,15 +116,17 @@ async def naive(client: aioredis.Redis, events: list[MessagePublish]) -> float:
     return len(events) / (time.perf_counter() - started)
 
 
-async def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=50_000)
     parser.add_argument("--naive-messages", type=int, default=5_000)
     parser.add_argument("--payload", type=int, default=200)
     parser.add_argument("--port", type=int, default=6393)
     parser.add_argument("--workdir", default=".run/bench")
-    args = parser.parse_args()
-    os.system(f"bash scripts/redis.sh {args.port} >/dev/null 2>&1")
+    return parser.parse_args()
+
+
+async def main(args: argparse.Namespace) -> None:
     client = aioredis.Redis(port=args.port, protocol=2)
     results = []
     for name, run, count in (
@@ -148,4 +151,6 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    arguments = parse_args()
+    subprocess.run(["bash", "scripts/redis.sh", str(arguments.port)], check=True, capture_output=True)
+    asyncio.run(main(arguments))
