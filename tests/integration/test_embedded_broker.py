@@ -275,15 +275,20 @@ async def test_offline_queue_is_bounded_oldest_dropped(
     sub = await env.client("ob", clean_session=False)
     await sub.subscribe(("ob/t", 1))
     await sub.disconnect()
+    watcher = await env.client("ob-watch")
+    await watcher.subscribe(("ob/t", 1))
     pub = await env.client("ob-pub")
     with caplog.at_level(logging.WARNING, logger="bridge.brokers.embedded"):
         for i in range(8):
             await pub.publish("ob/t", str(i).encode(), 1)
-        await sink.wait_for(MessagePublish, count=8)
+        # routed in publish order, to every subscriber at once: once the watcher
+        # has the last one, the offline queue has had all eight
+        assert [(await watcher.message()).payload for _ in range(8)][-1] == b"7"
     assert "message queue of client 'ob' is full (5 messages): dropped the oldest, 1 dropped so far" in caplog.text
     assert broker.dropped_messages == 3
     sub = await env.client("ob", clean_session=False, expect_present=True)
     assert [(await sub.message()).payload for _ in range(5)] == [b"3", b"4", b"5", b"6", b"7"]
+    await publish_marker(env, "ob/t", sub)
 
 
 # -- QoS ----------------------------------------------------------------------------------
