@@ -1,4 +1,9 @@
-"""Shared fixtures: a real Redis started by scripts/redis.sh, and bridges built from config + rules text."""
+"""Shared fixtures: a real Redis started by scripts/redis.sh, and bridges built from config + rules text.
+
+hypothesis is imported up front: its pytest plugin imports it lazily at the end of the session,
+and on CPython 3.11.7 an `ast.parse` that late can fail with "AST constructor recursion depth
+mismatch" once any code in the process has hit a RecursionError (CPython gh-106905).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import hypothesis  # noqa: F401
 import pytest
 import redis as redis_sync
 from support.bridges import BridgeFactory

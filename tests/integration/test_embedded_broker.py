@@ -243,7 +243,8 @@ async def test_session_present_and_clean_session_discards(env: Env) -> None:
 async def test_zero_length_client_id(env: Env) -> None:
     client = await env.client("")
     connected = await env.sink.wait_for(ClientConnected)
-    assert connected.clientid and connected.clean_session is True
+    assert connected.clientid
+    assert connected.clean_session is True
     await client.disconnect()
 
     raw, connack = await env.make_raw(env.port, "", clean_session=False)
@@ -289,6 +290,55 @@ async def test_offline_queue_is_bounded_oldest_dropped(
     sub = await env.client("ob", clean_session=False, expect_present=True)
     assert [(await sub.message()).payload for _ in range(5)] == [b"3", b"4", b"5", b"6", b"7"]
     await publish_marker(env, "ob/t", sub)
+
+
+async def test_message_published_before_a_subscription_is_not_routed_to_it(env: Env) -> None:
+    """live_from: a fetch stops before it, live routing starts at it; nothing twice, nothing lost."""
+    plain, retaining = await env.client("lf-pub1"), await env.client("lf-pub2")
+    holds = [env.sink.hold(MessagePublish, topic="lf/x"), env.sink.hold(MessagePublish, topic="lf/r")]
+    # Both get their message id, then wait in the sink (back-pressure) before routing.
+    await plain.publish("lf/x", b"before", 1)
+    await retaining.publish("lf/r", b"retained before", 1, retain=True)
+    async with asyncio.timeout(5):
+        for hold in holds:
+            await hold.arrived.wait()
+    sub = await env.client("lf-sub")
+    await sub.subscribe(("lf/#", 1), ("lf/x", 1))  # wildcard and exact routing
+    subscribed = await env.sink.wait_for(SessionSubscribed, clientid="lf-sub")
+    exact = await env.sink.wait_for(SessionSubscribed, clientid="lf-sub", topic="lf/x")
+    # The retained message is in the store from the moment it got its id.
+    message = await sub.message()
+    assert (message.topic, message.payload, message.retain) == ("lf/r", b"retained before", True)
+    assert subscribed.retained_sent == {"lf/r"}
+    for hold in holds:
+        hold.release()
+    await env.sink.wait_for(MessagePublish, topic="lf/r")
+    await env.sink.wait_for(MessagePublish, topic="lf/x")
+    before = [e.msgid for e in env.sink.find(MessagePublish) if e.topic in ("lf/x", "lf/r")]
+    assert max(before) < subscribed.live_from_msgid < exact.live_from_msgid
+    await publish_marker(env, "lf/y", sub)  # neither is routed live as well
+    delivered = env.sink.find(MessageDelivered, clientid="lf-sub")
+    assert [(e.topic, e.retain) for e in delivered] == [("lf/r", True), ("lf/y", False)]
+    assert delivered[-1].msgid > subscribed.live_from_msgid
+
+
+async def test_deliveries_follow_publish_order_across_publishers(env: Env) -> None:
+    """Routing waits for earlier message ids (amqtt routes each message in its own task)."""
+    sub = await env.client("ord-sub")
+    await sub.subscribe(("ord/#", 1))
+    slow, fast = await env.client("ord-slow"), await env.client("ord-fast")
+    hold = env.sink.hold(MessagePublish, clientid="ord-slow")
+    await slow.publish("ord/a", b"first", 1)
+    async with asyncio.timeout(5):
+        await hold.arrived.wait()  # "first" has its id; its event is stuck in the sink
+    await fast.publish("ord/b", b"second", 1)
+    await env.sink.wait_for(MessagePublish, clientid="ord-fast")
+    hold.release()
+    assert [(await sub.message()).payload for _ in range(2)] == [b"first", b"second"]
+    published = [e.msgid for e in env.sink.find(MessagePublish) if e.topic.startswith("ord/")]
+    assert published == sorted(published, reverse=True)  # the sink got them the other way round
+    delivered = [e.msgid for e in env.sink.find(MessageDelivered, clientid="ord-sub")]
+    assert delivered == sorted(published)
 
 
 # -- QoS ----------------------------------------------------------------------------------
@@ -615,8 +665,10 @@ async def test_deliver_goes_to_exactly_one_session(env: Env) -> None:
         await env.broker.deliver("nobody", queued)
 
 
-async def test_stop_reports_shutdown(start_broker: Callable[..., Awaitable[tuple[EmbeddedBroker, RecordingSink]]],
-                                     paho_clients: Callable[..., PahoClient]) -> None:
+async def test_stop_reports_shutdown(
+    start_broker: Callable[..., Awaitable[tuple[EmbeddedBroker, RecordingSink]]],
+    paho_clients: Callable[..., PahoClient],
+) -> None:
     broker, sink = await start_broker()
     client = paho_clients(broker.port, "bye")
     assert (await client.connect())[0] == 0

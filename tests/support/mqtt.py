@@ -135,3 +135,15 @@ class Client:
         if sock is not None:
             sock.close()
         self.paho.loop_stop()
+
+
+def paho_connect_blocking(port: int, clientid: str) -> None:
+    """Connect and disconnect cleanly, blocking (for a broker in another process)."""
+    client = paho.Client(CallbackAPIVersion.VERSION2, client_id=clientid, protocol=paho.MQTTv311)
+    connected = threading.Event()
+    client.on_connect = lambda *args: connected.set()
+    client.connect("127.0.0.1", port)
+    client.loop_start()
+    assert connected.wait(10), f"no CONNACK for {clientid}"
+    client.disconnect()
+    client.loop_stop()

@@ -18,9 +18,10 @@ def test_configuration_reference_is_generated_from_the_schema() -> None:
 def test_rules_reference_names_every_function_and_placeholder() -> None:
     text = (ROOT / "docs" / "rules.md").read_text()
     missing = [name for name in FUNCTIONS if f"`{name}`" not in text]
-    missing += sorted({f"${{{p}}}" for names in PLACEHOLDERS.values() for p in names} - {
-        part for part in text.replace("`", " ").split() if part.startswith("${")
-    })
+    missing += sorted(
+        {f"${{{p}}}" for names in PLACEHOLDERS.values() for p in names}
+        - {part for part in text.replace("`", " ").split() if part.startswith("${")}
+    )
     assert missing == []
 
 

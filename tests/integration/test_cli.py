@@ -1,0 +1,171 @@
+"""The `hookbridge` command as a user runs it: check, run (exit 2 on errors, SIGHUP, SIGTERM), schema,
+/metrics and /healthz."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import redis as redis_sync
+
+from support.mqtt import paho_connect_blocking
+from support.services import ROOT
+
+BAD_RULES = (
+    'backend.redis.hook.client.connected.1 = {"action": {"function": "on_client_conect"}}\n'
+    'backend.redis.hook.message.publish.1 = {"topic": "a/#/b", "action": {"function": "on_message_publish"}}\n'
+)
+GOOD_RULES = 'backend.redis.hook.client.connected.1 = {"action": {"function": "on_client_connected"}}\n'
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def hookbridge(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bridge", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+@pytest.fixture
+def home(tmp_path: Path, redis_port: int) -> Path:
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "templates").mkdir()
+    (tmp_path / "config").mkdir()
+    mqtt, metrics = free_port(), free_port()
+    (tmp_path / "config" / "bridge.conf").write_text(
+        f"broker.listener.tcp = 127.0.0.1:{mqtt}\nmetrics.listener = 127.0.0.1:{metrics}\n"
+        f"backend.redis.pool1.server = 127.0.0.1:{redis_port}\n"
+    )
+    (tmp_path / "ports").write_text(f"{mqtt} {metrics}")
+    return tmp_path
+
+
+def ports(home: Path) -> tuple[int, int]:
+    mqtt, metrics = (home / "ports").read_text().split()
+    return int(mqtt), int(metrics)
+
+
+def test_check_lists_every_error_and_exits_2(home: Path) -> None:
+    (home / "rules" / "r.conf").write_text(BAD_RULES)
+    result = hookbridge("check", cwd=home)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "rules/r.conf:1:65: unknown function 'on_client_conect' for client.connected "
+        "(did you mean on_client_connected?)",
+        "rules/r.conf:2:50: bad topic filter 'a/#/b': '#' must be a whole level and the last one",
+        "2 problems found",
+    ]
+    (home / "rules" / "r.conf").write_text(GOOD_RULES)
+    result = hookbridge("check", cwd=home)
+    assert result.returncode == 0, result.stderr
+    assert "1 rules, pools redis.pool1" in result.stdout
+
+
+def test_run_refuses_to_start_on_errors(home: Path) -> None:
+    (home / "rules" / "r.conf").write_text(BAD_RULES)
+    (home / "config" / "bridge.conf").write_text(
+        (home / "config" / "bridge.conf").read_text() + "broker.mood = embedded\n"
+    )
+    result = hookbridge("run", cwd=home)
+    assert result.returncode == 2
+    assert "config/bridge.conf:4:1: unknown key broker.mood (did you mean broker.mode?)" in result.stderr
+    mqtt, _ = ports(home)
+    with socket.socket() as sock:  # nothing was started
+        assert sock.connect_ex(("127.0.0.1", mqtt)) != 0
+
+
+def test_schema_prints_the_redis_layout(home: Path) -> None:
+    result = hookbridge("schema", "--pool", "redis.pool1", cwd=home)
+    assert result.returncode == 0
+    assert "mqtt:msg:<msgid>" in result.stdout and "mqtt:acked:<clientid>:<topic>" in result.stdout
+    result = hookbridge("schema", "--pool", "redis.nope", cwd=home)
+    assert result.returncode == 2
+    assert "no pool 'redis.nope' (configured: redis.pool1)" in result.stderr
+
+
+def http_get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def wait_for_port(port: int, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"nothing listens on {port}")
+
+
+def test_run_serves_metrics_health_reloads_and_stops(home: Path, redis_db: redis_sync.Redis) -> None:
+    (home / "rules" / "r.conf").write_text(GOOD_RULES)
+    mqtt, metrics = ports(home)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bridge", "run"],
+        cwd=home,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        wait_for_port(mqtt)
+        wait_for_port(metrics)
+        status, body = http_get(metrics, "/healthz")
+        assert status == 200
+        assert json.loads(body)["pools"]["redis.pool1"]["up"] is True
+
+        paho_connect_blocking(mqtt, "cli-client")
+        deadline = time.monotonic() + 10
+        while redis_db.hget("mqtt:client:cli-client", "state") != b"1":
+            assert time.monotonic() < deadline, "connected event not stored"
+            time.sleep(0.05)
+        _, text = http_get(metrics, "/metrics")
+        assert 'hookbridge_rule_succeeded_total{rule="redis.client.connected.1",pool="redis.pool1"} 1' in text
+        assert 'hookbridge_events_total{hookpoint="client.connected"} 1' in text
+
+        # a broken reload keeps the old rules; a good one replaces them
+        (home / "rules" / "r.conf").write_text(BAD_RULES)
+        process.send_signal(signal.SIGHUP)
+        time.sleep(1)
+        _, text = http_get(metrics, "/metrics")
+        assert 'rule="redis.client.connected.1"' in text
+        (home / "rules" / "r.conf").write_text(
+            GOOD_RULES
+            + 'backend.redis.hook.client.disconnected.1 = {"action": {"function": "on_client_disconnected"}}\n'
+        )
+        process.send_signal(signal.SIGHUP)
+        time.sleep(1)
+        paho_connect_blocking(mqtt, "cli-client-2")
+        deadline = time.monotonic() + 10
+        while redis_db.hget("mqtt:client:cli-client-2", "state") != b"0":
+            assert time.monotonic() < deadline, "reloaded disconnected rule did not run"
+            time.sleep(0.05)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0
+    assert "reload refused: rules/r.conf:1:65: unknown function 'on_client_conect'" in stderr
+    assert "rules reloaded: 2 rules" in stderr
+    assert "hookbridge stopped" in stderr

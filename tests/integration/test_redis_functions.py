@@ -1,0 +1,108 @@
+"""The remaining Redis functions: wildcard retain lookup, expiry trimming, event log, bad proxy entries."""
+
+from __future__ import annotations
+
+import asyncio
+
+import redis as redis_sync
+
+from support.bridges import BridgeFactory, mqtt_port
+from support.mqtt import Client, wait_until
+
+
+async def test_wildcard_retain_lookup_after_restart(make_bridge: BridgeFactory, redis_db: redis_sync.Redis) -> None:
+    bridge = await make_bridge()
+    publisher = await Client("pub", mqtt_port(bridge)).connect()
+    await publisher.publish("status/lamp/1", b"on", qos=1, retain=True)
+    await publisher.publish("status/lamp/2", b"off", qos=0, retain=True)
+    await publisher.publish("status/door", b"shut", qos=1, retain=True)
+    await publisher.publish("other/x", b"no", qos=1, retain=True)
+    await publisher.disconnect()
+    await bridge.stop()  # the broker forgets its retained messages
+
+    bridge = await make_bridge()
+    client = await Client("viewer", mqtt_port(bridge)).connect()
+    await client.subscribe("status/lamp/+", qos=1)
+    got = sorted(await client.expect(2), key=lambda m: m.topic)
+    assert [(m.topic, m.payload, m.qos, m.retain) for m in got] == [
+        ("status/lamp/1", b"on", 1, True),
+        ("status/lamp/2", b"off", 0, True),
+    ]
+    await client.expect_nothing()
+    # while the broker holds the retained message itself, Redis does not send a second copy
+    publisher = await Client("pub", mqtt_port(bridge)).connect()
+    await publisher.publish("status/door", b"open", qos=1, retain=True)
+    await bridge.idle()
+    await client.subscribe("status/door", qos=1)
+    assert [(m.payload, m.retain) for m in await client.expect(1)] == [(b"open", True)]
+    await client.expect_nothing()
+    for c in (client, publisher):
+        await c.disconnect()
+
+
+EXPIRY_RULES = """
+backend.redis.hook.message.publish.1 = {"topic": "#", "action": {"function": "on_message_publish"}, "expired_time": 1}
+backend.redis.hook.session.subscribed.1 = {"topic": "queue/#", "action": {"function": "on_message_fetch_for_queue"}}
+"""
+
+
+async def test_expired_messages_are_trimmed_lazily_and_periodically(
+    make_bridge: BridgeFactory, redis_db: redis_sync.Redis
+) -> None:
+    bridge = await make_bridge(EXPIRY_RULES, extra_config="backend.redis.pool1.trim_interval = 500ms\n")
+    publisher = await Client("pub", mqtt_port(bridge)).connect()
+    await publisher.publish("queue/old", b"old", qos=1)
+    await publisher.publish("other/old", b"old", qos=1)
+    await bridge.idle()
+    assert redis_db.zcard("mqtt:msg:queue/old") == 1
+    await asyncio.sleep(1.6)  # the hashes expire
+    await publisher.publish("queue/old", b"fresh", qos=1)
+    await bridge.idle()
+    subscriber = await Client("s", mqtt_port(bridge), clean=False).connect()
+    await subscriber.subscribe("queue/old", qos=1)
+    assert [m.payload for m in await subscriber.expect(1)] == [b"fresh"]
+    await subscriber.expect_nothing()
+    await wait_until(lambda: redis_db.zcard("mqtt:msg:other/old") == 0, timeout=5, what="periodic trim")
+    for c in (publisher, subscriber):
+        await c.disconnect()
+
+
+async def test_event_log_stream(make_bridge: BridgeFactory, redis_db: redis_sync.Redis) -> None:
+    rules = "\n".join(
+        f'backend.redis.hook.{hook}.1 = {{"action": {{"function": "on_event_log"}}}}'
+        for hook in ("client.connected", "client.disconnected", "session.subscribed", "message.publish")
+    )
+    bridge = await make_bridge(rules + "\n")
+    client = await Client("logger", mqtt_port(bridge), username="alice").connect()
+    await client.subscribe("a/b", qos=1)
+    await client.publish("a/b", b"12345", qos=1)
+    await client.expect(1)
+    await client.disconnect()
+    await bridge.idle()
+    entries = [fields for _, fields in redis_db.xrange("mqtt:event_log")]
+    assert [e[b"event"] for e in entries] == [
+        b"client.connected",
+        b"session.subscribed",
+        b"message.publish",
+        b"client.disconnected",
+    ]
+    assert entries[0][b"username"] == b"alice" and entries[0][b"clientid"] == b"logger"
+    assert entries[2][b"topic"] == b"a/b" and entries[2][b"bytes"] == b"5" and len(entries[2][b"msgid"]) == 32
+    assert entries[3][b"reason"] == b"normal"
+
+
+async def test_bad_proxy_entries_are_skipped_and_counted(
+    make_bridge: BridgeFactory, redis_db: redis_sync.Redis
+) -> None:
+    bridge = await make_bridge(
+        'backend.redis.hook.client.connected.1 = {"action": {"function": "on_subscribe_lookup"}}\n'
+    )
+    redis_db.hset("mqtt:sub:dev", mapping={"good/topic": 1, "bad/#/topic": 1, "bad/qos": 7})
+    device = await Client("dev", mqtt_port(bridge)).connect()
+    await bridge.idle()
+    assert bridge.metrics.rules["redis.client.connected.1"]["failed"] == 1
+    publisher = await Client("pub", mqtt_port(bridge)).connect()
+    await publisher.publish("good/topic", b"hello", qos=1)
+    assert [m.payload for m in await device.expect(1)] == [b"hello"]
+    for c in (device, publisher):
+        await c.disconnect()
