@@ -14,11 +14,11 @@ from pathlib import Path
 import hypothesis  # noqa: F401
 import pytest
 import redis as redis_sync
+
+from bridge.app import Bridge, Paths
 from support.bridges import BridgeFactory
 from support.conf import config_text
 from support.services import ROOT, start_redis
-
-from bridge.app import Bridge, Paths
 
 REDIS_TEST_PORT = 6391
 

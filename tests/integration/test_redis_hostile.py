@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis as redis_sync
+
 from support.bridges import BridgeFactory, mqtt_port
 from support.mqtt import Client
 from support.services import start_redis, stop_redis

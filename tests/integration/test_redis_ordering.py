@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 
 import redis as redis_sync
-from support.bridges import BridgeFactory, mqtt_port
-from support.mqtt import Client
 
 from bridge.events import MessageAcked, MessagePublish
+from support.bridges import BridgeFactory, mqtt_port
+from support.mqtt import Client
 
 FETCH_RULES = """
 backend.redis.hook.message.publish.1 = {"topic": "#", "action": {"function": "on_message_publish"}}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import redis as redis_sync
+
 from support.bridges import BridgeFactory, mqtt_port
 from support.mqtt import Client
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support.conf import make_config, rule_context
 
 from bridge.conf.errors import ConfErrors
 from bridge.rules import load_rules, parse_rules
+from support.conf import make_config, rule_context
 
 P = "rules/t.conf"
 OK_ACTION = '"action": {"function": "on_client_connected"}'
