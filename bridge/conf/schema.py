@@ -24,7 +24,9 @@ class Setting:
 
 GLOBAL: dict[str, Setting] = {
     "node.name": Setting(v.parse_str, "hookbridge@127.0.0.1", "name of this bridge node; stored as `node`"),
-    "broker.mode": Setting(v.enum_of("embedded", "emqx", "mqtt"), "embedded", "where events come from (this version: embedded only)"),
+    "broker.mode": Setting(
+        v.enum_of("embedded", "emqx", "mqtt"), "embedded", "where events come from (this version: embedded only)"
+    ),
     "broker.listener.tcp": Setting(
         v.parse_hostport, ("127.0.0.1", 1883), "embedded mode: MQTT listener address", example="127.0.0.1:1883"
     ),
@@ -51,7 +53,9 @@ GLOBAL: dict[str, Setting] = {
     "metrics.listener": Setting(
         v.optional_hostport, ("127.0.0.1", 9100), "GET /metrics and /healthz; `off` disables", example="127.0.0.1:9100"
     ),
-    "spool.dir": Setting(v.parse_str, "data/spool", "directory for the on-disk spool (accepted; the spool is not active yet)"),
+    "spool.dir": Setting(
+        v.parse_str, "data/spool", "directory for the on-disk spool (accepted; the spool is not active yet)"
+    ),
     "spool.max_bytes": Setting(v.parse_size, 1 << 30, "bound of the spool (accepted; not active yet)", example="1GB"),
     "log.level": Setting(v.enum_of("debug", "info", "warning", "error"), "info", "log level"),
     "log.format": Setting(v.enum_of("text", "json"), "text", "log line format on stderr"),
