@@ -18,8 +18,8 @@ from bridge.events import (
     MessageAcked,
     MessagePublish,
     SessionUnsubscribed,
+    placeholder_value,
 )
-from bridge.events import placeholder_value
 from bridge.render import to_bytes
 
 Arg = bytes | str | int

@@ -18,6 +18,7 @@ import pytest
 from amqtt.mqtt.constants import QOS_1
 from amqtt.mqtt.disconnect import DisconnectPacket
 from amqtt.mqtt.pingreq import PingReqPacket
+from amqtt.mqtt.pingresp import PingRespPacket
 from amqtt.mqtt.puback import PubackPacket
 from amqtt.mqtt.pubcomp import PubcompPacket
 from amqtt.mqtt.publish import PublishPacket
@@ -228,6 +229,7 @@ async def test_session_present_and_clean_session_discards(env: Env) -> None:
     await client.subscribe(("sp/t", 1))
     await client.disconnect()
     client = await env.client("sp", clean_session=False, expect_present=True)
+    await client.subscribe(("sp/t", 2))  # the resumed session has it: replaced, not new
     await client.disconnect()
     client = await env.client("sp", clean_session=True, expect_present=False)
     await client.disconnect()
@@ -236,7 +238,8 @@ async def test_session_present_and_clean_session_discards(env: Env) -> None:
     await sender.publish("sp/t", b"no longer subscribed", 1)
     await client.subscribe(("sp/other", 1))
     await publish_marker(env, "sp/other", client)
-    assert env.sink.find(SessionSubscribed, clientid="sp", topic="sp/t", is_new=True, persistent=True)
+    subscribed = [(e.topic, e.qos, e.is_new, e.persistent) for e in env.sink.find(SessionSubscribed, clientid="sp")]
+    assert subscribed == [("sp/t", 1, True, True), ("sp/t", 2, False, True), ("sp/other", 1, True, True)]
     assert env.broker.dropped_messages == 0
 
 
@@ -359,6 +362,8 @@ async def test_delivered_qos_is_min_of_publish_and_subscription(env: Env) -> Non
         assert message.qos == min(sub_qos, pub_qos), message.payload
     delivered = env.sink.find(MessageDelivered, clientid="minq")
     assert sorted((e.payload, e.qos) for e in delivered) == sorted((m.payload, m.qos) for m in received)
+    published = sorted((e.payload, e.qos) for e in env.sink.find(MessagePublish, clientid="minq-pub"))
+    assert published == [(f"{s}{p}".encode(), p) for s in range(3) for p in range(3)]
 
 
 async def test_overlapping_subscriptions_get_one_copy_at_max_qos(env: Env) -> None:
@@ -490,6 +495,26 @@ async def test_keepalive_timeout_publishes_will(env: Env) -> None:
     await late.subscribe(("will/#", 1))
     retained = await late.message()
     assert (retained.topic, retained.payload, retained.retain) == ("will/ka1", b"gone", True)
+
+
+async def test_keepalive_does_not_count_time_the_broker_was_not_reading(env: Env) -> None:
+    """A client whose packets wait behind back-pressure (sink busy) is not timed out."""
+    raw = await env.raw("kb", keepalive=1)
+    assert (await raw.subscribe(1, ("kb/t", 1))).payload.return_codes == [1]
+    hold = env.sink.hold(MessageAcked, clientid="kb")
+    pub = await env.client("kb-pub")
+    await pub.publish("kb/t", b"x", 1)
+    publish = await raw.recv()
+    await raw.send(PubackPacket.build(publish.packet_id))
+    async with asyncio.timeout(5):
+        await hold.arrived.wait()  # the broker's reader now waits for the sink
+    for _ in range(6):  # 2.4 s of pings nobody reads: well past 1.5x the keepalive
+        await raw.send(PingReqPacket())
+        await asyncio.sleep(0.4)
+    hold.release()
+    replies = [await raw.recv() for _ in range(6)]
+    assert all(isinstance(packet, PingRespPacket) for packet in replies)
+    assert env.sink.find(ClientDisconnected, clientid="kb") == []
 
 
 async def test_will_on_abnormal_close_only(env: Env) -> None:

@@ -17,6 +17,11 @@ authentication plugins and packet codecs. Overridden `Broker` methods, and why:
   their subscriptions and queues); sessions here end by clean session only.
 - `_broadcast_message()` / `retain_message()`: amqtt plugins' internal
   publishes go through the bridge's router and retained store.
+
+With `_handle_client_session()` replaced, amqtt's `_client_message_loop()`,
+`_handle_disconnect()`, `_handle_subscription()`, `_handle_unsubscription()`,
+`_handle_message_delivery()`, `add_subscription()` and its broadcast loop
+(`_run_broadcast()`, one task per delivery) are no longer reached.
 """
 
 from __future__ import annotations
@@ -35,12 +40,12 @@ from amqtt.mqtt.suback import SubackPacket
 from amqtt.mqtt.subscribe import SubscribePacket
 from amqtt.mqtt.unsuback import UnsubackPacket
 
+from bridge.brokers.base import EventSink
 from bridge.brokers.embedded.flows import FlowsMixin
 from bridge.brokers.embedded.handler import BridgeHandler, BridgeWriter, Inbound
 from bridge.brokers.embedded.lane import EventLane
 from bridge.brokers.embedded.router import Router
 from bridge.brokers.embedded.sessions import SessionState
-from bridge.brokers.base import EventSink
 from bridge.events import ClientConnected, ClientDisconnected
 from bridge.msgid import MsgIdGenerator
 
@@ -64,6 +69,7 @@ class HookBroker(FlowsMixin, Broker):  # type: ignore[misc]
         self.active: dict[str, BridgeHandler] = {}  # clientid -> connection until its teardown ends
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._writers: set[BridgeWriter] = set()
+        self.dropped_by_ended_sessions = 0
 
     # -- amqtt overrides -------------------------------------------------------
 
@@ -74,6 +80,12 @@ class HookBroker(FlowsMixin, Broker):  # type: ignore[misc]
         self._writers.add(adapter)
         try:
             await self._client_connected(listener_name, StreamReaderAdapter(reader), adapter)
+        except asyncio.CancelledError:
+            # Only close_all() cancels a connection (its sink would not return);
+            # asyncio's server callback would report the cancellation as an error.
+            log.warning("connection task cancelled at shutdown")
+        except Exception:
+            log.exception("connection handler failed")
         finally:
             self._writers.discard(adapter)
             adapter.shut(graceful=True)
@@ -87,7 +99,8 @@ class HookBroker(FlowsMixin, Broker):  # type: ignore[misc]
             )
         except (TimeoutError, MQTTError, AMQTTError, NoDataError, ValueError) as exc:
             log.info("connection from %s:%s refused: %r", remote_address, remote_port, exc)
-            writer.shut(graceful=True)
+            if isinstance(writer, BridgeWriter):
+                writer.shut(graceful=True)
             raise NoDataError(str(exc)) from exc
         handler.peername = _peername(remote_address, remote_port)
         handler.node = self.node
@@ -96,14 +109,13 @@ class HookBroker(FlowsMixin, Broker):  # type: ignore[misc]
     async def _handle_client_session(
         self, reader: Any, writer: Any, session: Any, handler: BridgeHandler, server: Any, listener_name: str
     ) -> None:
+        handler.attach(session, reader, writer)
         if not await self._authenticate(session, self.listeners_config[listener_name]):
-            handler.attach(session, reader, writer)
             await handler.send(ConnackPacket.build(0, NOT_AUTHORIZED))
             return
-        handler.attach(session, reader, writer)
         handler.task = asyncio.current_task()
-        connected = await self._connect(handler, session)
         try:
+            connected = await self._connect(handler, session)
             await connected
             await self._serve(handler)
         finally:
@@ -155,7 +167,6 @@ class HookBroker(FlowsMixin, Broker):  # type: ignore[misc]
                 self.states[clientid] = state
             conn.state, state.conn = state, conn
             self.active[clientid] = conn
-            session.transitions.connect()
             await conn.send(ConnackPacket.build(int(present), CONNECTION_ACCEPTED))
             event = ClientConnected(
                 clientid=clientid,
@@ -215,8 +226,6 @@ class HookBroker(FlowsMixin, Broker):  # type: ignore[misc]
                 return
             reason = conn.reason or "closed"
             state.conn = None
-            with contextlib.suppress(Exception):
-                session.transitions.disconnect()
             if reason in _WILL_REASONS and session.will_flag and session.will_topic:
                 await self._publish(
                     state,
@@ -243,6 +252,8 @@ class HookBroker(FlowsMixin, Broker):  # type: ignore[misc]
             conn.done.set()
 
     def _discard(self, state: SessionState) -> None:
+        self.dropped_by_ended_sessions += state.dropped
+        state.dropped = 0
         self.router.unsubscribe_all(state)
         state.discard()
         if self.states.get(state.clientid) is state:
@@ -262,7 +273,7 @@ class HookBroker(FlowsMixin, Broker):  # type: ignore[misc]
             else:
                 self._locks[clientid] = (lock, users - 1)
 
-    async def close_all(self, timeout: float) -> None:
+    async def close_all(self, grace: float) -> None:
         """Stop listening, close every connection (reason "shutdown") and wait for their teardown."""
         for server in self._servers.values():
             if server.instance is not None:
@@ -273,7 +284,7 @@ class HookBroker(FlowsMixin, Broker):  # type: ignore[misc]
         for writer in list(self._writers):
             writer.shut(graceful=False)
         if connections:
-            _, late = await asyncio.wait([asyncio.create_task(c.done.wait()) for c in connections], timeout=timeout)
+            _, late = await asyncio.wait([asyncio.create_task(c.done.wait()) for c in connections], timeout=grace)
             for waiter in late:
                 waiter.cancel()
             for conn in connections:

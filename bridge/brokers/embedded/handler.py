@@ -17,8 +17,9 @@ Overridden amqtt 0.12.1 `ProtocolHandler` / `BrokerProtocolHandler` methods:
 - outgoing QoS 1/2: amqtt discards a message after 5 s without PUBACK /
   PUBREC; here messages stay in the session's in-flight window until acked
   or the session is discarded, and each ack maps back to its msgid.
-- `stop()`: replaced by `close()` / `finish()`; the transport is aborted
-  rather than drained (a client that does not read would block the drain).
+- `stop()`: amqtt's drains the writer before closing (a client that does not
+  read blocks it forever); here it is `finish()`: the transport is aborted.
+- `_retry_deliveries()`: never called (see `start()`); the sender replays.
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ class Inbound:
 class BridgeWriter(StreamWriterAdapter):  # type: ignore[misc]
     """amqtt's stream writer adapter, plus closing without draining first."""
 
+    is_closed: bool
+
     def shut(self, *, graceful: bool) -> None:
         if self.is_closed:
             return
@@ -101,7 +104,8 @@ class BridgeHandler(BrokerProtocolHandler):  # type: ignore[misc]
         self._tasks: list[asyncio.Task[None]] = []
         self._watchdog: asyncio.TimerHandle | None = None
         self._limit = 0.0
-        self._last_read = 0.0
+        self._last_read = 0.0  # when the reader started waiting for the next packet
+        self._waiting = False
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -109,7 +113,6 @@ class BridgeHandler(BrokerProtocolHandler):  # type: ignore[misc]
         """Start reading, sending and the keepalive watchdog (replaces amqtt's start)."""
         state = self._state
         loop = asyncio.get_running_loop()
-        self._last_read = loop.time()
         if self.session.keep_alive > 0:
             self._limit = self.session.keep_alive * 1.5  # [MQTT-3.1.2-24]
             self._watchdog = loop.call_later(self._limit, self._check_keepalive)
@@ -124,6 +127,9 @@ class BridgeHandler(BrokerProtocolHandler):  # type: ignore[misc]
             self.reason = reason
         if isinstance(self.writer, BridgeWriter):
             self.writer.shut(graceful=self.reason == "normal")
+
+    async def stop(self) -> None:
+        await self.finish()
 
     async def finish(self) -> None:
         """Stop the connection's tasks once its message loop has ended."""
@@ -141,12 +147,15 @@ class BridgeHandler(BrokerProtocolHandler):  # type: ignore[misc]
         return self.state
 
     def _check_keepalive(self) -> None:
-        idle = asyncio.get_running_loop().time() - self._last_read
+        loop = asyncio.get_running_loop()
+        # Only time spent waiting for the client counts: while the reader is held
+        # up by back-pressure, the client's PINGREQ may be sitting unread.
+        idle = loop.time() - self._last_read if self._waiting else 0.0
         if idle >= self._limit:
             log.info("client %r: no packet for %.1f s, closing (keepalive)", self._state.clientid, idle)
             self.close("keepalive_timeout")
         else:
-            self._watchdog = asyncio.get_running_loop().call_later(self._limit - idle, self._check_keepalive)
+            self._watchdog = loop.call_later(self._limit - idle, self._check_keepalive)
 
     async def send(self, packet: Any) -> None:
         writer = self.writer
@@ -156,7 +165,7 @@ class BridgeHandler(BrokerProtocolHandler):  # type: ignore[misc]
             writer.write(packet.to_bytes())
             await writer.drain()
         except (ConnectionError, OSError) as exc:
-            log.debug("client %r: write failed: %s", self._state.clientid, exc)
+            log.debug("write to %s failed: %s", self.peername, exc)
             self.close("closed")
 
     # -- reading ---------------------------------------------------------------
@@ -165,10 +174,11 @@ class BridgeHandler(BrokerProtocolHandler):  # type: ignore[misc]
         loop = asyncio.get_running_loop()
         try:
             while True:
+                self._last_read, self._waiting = loop.time(), True
                 header = await MQTTFixedHeader.from_stream(self.reader)
+                self._waiting = False
                 if header is None:
                     break  # EOF
-                self._last_read = loop.time()
                 packet_type = packet_dict.get(header.packet_type)
                 if packet_type is None:
                     log.info("client %r: reserved packet type, closing", self._state.clientid)

@@ -139,6 +139,4 @@ class Router:
         if not is_wildcard(topic_filter):
             found = self.retained.get(topic_filter)
             return [found] if found is not None else []
-        return sorted(
-            (r for topic, r in self.retained.items() if matches(topic_filter, topic)), key=lambda r: r.msgid
-        )
+        return sorted((r for topic, r in self.retained.items() if matches(topic_filter, topic)), key=lambda r: r.msgid)

@@ -67,9 +67,7 @@ class IncomingQos2:
 class SessionState:
     """What the broker knows about one client id, connected or not."""
 
-    def __init__(
-        self, clientid: str, *, clean: bool, username: str | None, lane: EventLane, max_queue: int
-    ) -> None:
+    def __init__(self, clientid: str, *, clean: bool, username: str | None, lane: EventLane, max_queue: int) -> None:
         self.clientid = clientid
         self.clean = clean
         self.username = username

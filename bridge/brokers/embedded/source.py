@@ -61,10 +61,11 @@ class EmbeddedBroker(BrokerSource):
 
     @property
     def dropped_messages(self) -> int:
-        """Messages dropped from full session queues, over all sessions now known."""
-        if self._broker is None:
+        """Messages dropped from full session queues since the broker started."""
+        broker = self._broker
+        if broker is None:
             return 0
-        return sum(state.dropped for state in self._broker.states.values())
+        return broker.dropped_by_ended_sessions + sum(state.dropped for state in broker.states.values())
 
     async def start(self, sink: EventSink) -> None:
         """Listen and serve; returns once the listener is bound."""

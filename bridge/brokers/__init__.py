@@ -1,0 +1,1 @@
+"""Broker sources: base.py is the interface; embedded/ is the in-process broker."""
