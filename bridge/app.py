@@ -7,6 +7,7 @@ broker first (no new events), drains the runners, then closes the pools.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -166,9 +167,22 @@ class Bridge:
         return True
 
     async def idle(self) -> None:
-        """Wait until every queued action is written (tests and benchmarks)."""
-        for runner in list(self.runners.values()):
-            await runner.idle()
+        """Wait until every event the broker has seen is handled and written (tests, benchmarks).
+
+        Writes can cause new events (a fetch delivers, the delivery fires message.delivered),
+        so this repeats until broker and runners are quiet at the same time.
+        """
+        while True:
+            await self.broker.idle()
+            for runner in list(self.runners.values()):
+                await runner.idle()
+            await asyncio.sleep(0)  # let a pager follow-up or a broker event start
+            if (
+                not self.broker.busy
+                and not self.dispatcher.pager.resubmitting
+                and all(runner.quiet for runner in self.runners.values())
+            ):
+                return
 
     # -- health --------------------------------------------------------------
 

@@ -79,5 +79,10 @@ class FetchPager(Pager):
             self._pages.pop(event.clientid, None)
 
     @property
+    def resubmitting(self) -> bool:
+        """A next page is on its way into a runner."""
+        return bool(self._tasks)
+
+    @property
     def paging(self) -> int:
         return sum(len(pages) for pages in self._pages.values())

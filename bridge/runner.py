@@ -142,6 +142,11 @@ class Runner:
     def depth(self) -> int:
         return sum(lane.queue.qsize() for lane in self._lanes)
 
+    @property
+    def quiet(self) -> bool:
+        """Nothing queued and nothing being written."""
+        return all(lane.queue.empty() and not lane.busy for lane in self._lanes)
+
     async def idle(self) -> None:
         """Return once every queued job has been committed or failed."""
         while True:

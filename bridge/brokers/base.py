@@ -81,3 +81,11 @@ class BrokerSource(abc.ABC):
     def is_connected(self) -> bool:
         """For /healthz: the source is serving (listening, or connected upstream)."""
         return True
+
+    async def idle(self) -> None:
+        """Wait until every event the source has seen was handed to the sink."""
+
+    @property
+    def busy(self) -> bool:
+        """True while events wait inside the source (see `idle`)."""
+        return False

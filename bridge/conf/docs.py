@@ -51,7 +51,7 @@ def render() -> str:
     lines += [
         "## Pools: `backend.<db>.<pool>.<key>`",
         "",
-        "A pool is a named connection to one database; rules pick it with `\"pool\": \"<pool>\"`",
+        'A pool is a named connection to one database; rules pick it with `"pool": "<pool>"`',
         "(optional when the database has one pool). `<db>` is `redis`, `pgsql`, `mongo` or `cassa`.",
         "An unset `server` is `127.0.0.1` on the database's default port.",
         "",

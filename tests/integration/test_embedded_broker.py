@@ -584,6 +584,8 @@ async def test_retained_not_resent_on_reconnect(env: Env) -> None:
     persistent = await env.client("rr1", clean_session=False)
     await persistent.subscribe(("rr/#", 1))
     assert (await persistent.message()).retain
+    # the PUBACK must reach the broker before DISCONNECT, or the message is rightly redelivered
+    await env.sink.wait_for(MessageAcked, clientid="rr1")
     await persistent.disconnect()
     persistent = await env.client("rr1", clean_session=False, expect_present=True)
     await publish_marker(env, "rr/marker", persistent)

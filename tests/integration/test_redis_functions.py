@@ -78,7 +78,7 @@ async def test_event_log_stream(make_bridge: BridgeFactory, redis_db: redis_sync
     await client.publish("a/b", b"12345", qos=1)
     await client.expect(1)
     await client.disconnect()
-    await bridge.idle()
+    await wait_until(lambda: redis_db.xlen("mqtt:event_log") == 4, what="four event log entries")
     entries = [fields for _, fields in redis_db.xrange("mqtt:event_log")]
     assert [e[b"event"] for e in entries] == [
         b"client.connected",

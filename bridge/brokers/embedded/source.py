@@ -121,6 +121,16 @@ class EmbeddedBroker(BrokerSource):
     def is_connected(self) -> bool:
         return self._broker is not None
 
+    async def idle(self) -> None:
+        broker = self._broker
+        while broker is not None and self.busy:
+            await asyncio.gather(*(state.lane.drain() for state in list(broker.states.values())))
+
+    @property
+    def busy(self) -> bool:
+        broker = self._broker
+        return broker is not None and any(not state.lane.idle for state in broker.states.values())
+
     @property
     def _running(self) -> HookBroker:
         if self._broker is None:
