@@ -82,7 +82,7 @@ class BrokerSource(abc.ABC):
         """For /healthz: the source is serving (listening, or connected upstream)."""
         return True
 
-    async def idle(self) -> None:
+    async def idle(self) -> None:  # noqa: B027 - optional: sources without an internal queue have nothing to wait for
         """Wait until every event the source has seen was handed to the sink."""
 
     @property
