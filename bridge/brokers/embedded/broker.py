@@ -66,6 +66,7 @@ class HookBroker(FlowsMixin, Broker):  # type: ignore[misc]
         self.max_queue = max_queue
         self.router = Router()
         self.states: dict[str, SessionState] = {}
+        self.busy_lanes: set[EventLane] = set()  # client event lanes with events not yet at the sink
         self.active: dict[str, BridgeHandler] = {}  # clientid -> connection until its teardown ends
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._writers: set[BridgeWriter] = set()
@@ -154,7 +155,7 @@ class HookBroker(FlowsMixin, Broker):  # type: ignore[misc]
                 state = old
                 state.username = session.username
             else:
-                lane = old.lane if old is not None else EventLane(self.sink, clientid)
+                lane = old.lane if old is not None else EventLane(self.sink, clientid, self.busy_lanes)
                 if old is not None:
                     self._discard(old)
                 state = SessionState(

@@ -22,9 +22,12 @@ log = logging.getLogger("bridge.brokers.embedded")
 
 
 class EventLane:
-    def __init__(self, sink: EventSink, clientid: str) -> None:
+    def __init__(self, sink: EventSink, clientid: str, busy: set[EventLane] | None = None) -> None:
         self._sink = sink
         self._clientid = clientid
+        # The broker's set of lanes with events in flight; a lane outlives a
+        # discarded session until its last event (client.disconnected) is out.
+        self._busy = busy if busy is not None else set()
         self._queue: deque[tuple[Event, asyncio.Future[None] | None]] = deque()
         self._pump: asyncio.Task[None] | None = None
 
@@ -35,6 +38,7 @@ class EventLane:
             future = asyncio.get_running_loop().create_future()
         self._queue.append((event, future))
         if self._pump is None:
+            self._busy.add(self)
             self._pump = asyncio.create_task(self._run(), name=f"hookbridge-events-{self._clientid}")
         return future
 
@@ -73,6 +77,7 @@ class EventLane:
                     future.set_result(None)
         finally:
             self._pump = None
+            self._busy.discard(self)
             if self._queue:  # cancelled: release whoever waits, the events are lost
                 log.warning("%d events of client %r not delivered to the sink", len(self._queue), self._clientid)
                 for _, future in self._queue:

@@ -123,13 +123,12 @@ class EmbeddedBroker(BrokerSource):
 
     async def idle(self) -> None:
         broker = self._broker
-        while broker is not None and self.busy:
-            await asyncio.gather(*(state.lane.drain() for state in list(broker.states.values())))
+        while broker is not None and broker.busy_lanes:
+            await asyncio.gather(*(lane.drain() for lane in list(broker.busy_lanes)))
 
     @property
     def busy(self) -> bool:
-        broker = self._broker
-        return broker is not None and any(not state.lane.idle for state in broker.states.values())
+        return self._broker is not None and bool(self._broker.busy_lanes)
 
     @property
     def _running(self) -> HookBroker:
