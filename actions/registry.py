@@ -6,7 +6,9 @@ when the rules load, and each backend supplies an implementation per name.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from bridge.brokers.base import Capability
 from bridge.events import Hookpoint as H
@@ -20,6 +22,9 @@ class FunctionSpec:
     needs: frozenset[Capability] = frozenset()
     # The implementation this name stands for (aliases such as on_message_fetch).
     canonical: str = ""
+    # When the function has anything to do for an event; the engine does not queue
+    # the others (a retain function for a message that is not retained).
+    applies: Callable[[Any], bool] | None = None
 
     @property
     def impl_name(self) -> str:
@@ -27,6 +32,28 @@ class FunctionSpec:
 
 
 _ANY = frozenset(H)
+
+
+def _stored_qos(event: Any) -> bool:
+    return bool(event.qos > 0)
+
+
+def _retained(event: Any) -> bool:
+    return bool(event.retain and event.payload)
+
+
+def _retain_cleared(event: Any) -> bool:
+    return bool(event.retain and not event.payload)
+
+
+def _new_subscription(event: Any) -> bool:
+    return bool(event.is_new)
+
+
+def _offline_fetch(event: Any) -> bool:
+    return bool(event.is_new and event.persistent and event.qos > 0)
+
+
 _DELIVER = frozenset({Capability.DELIVER_TO_SESSION})
 
 
@@ -45,33 +72,52 @@ FUNCTIONS: dict[str, FunctionSpec] = {
             "subscribe the client to its stored subscriptions (proxy subscription)",
             needs=frozenset({Capability.PROXY_SUBSCRIBE}),
         ),
-        _spec("on_message_publish", {H.MESSAGE_PUBLISH}, "store a QoS>0 message (topic list + details)"),
+        _spec(
+            "on_message_publish",
+            {H.MESSAGE_PUBLISH},
+            "store a QoS>0 message (topic list + details)",
+            applies=_stored_qos,
+        ),
         _spec("on_message_store", {H.MESSAGE_PUBLISH}, "store a message of any QoS, 0 included"),
-        _spec("on_message_retain", {H.MESSAGE_PUBLISH}, "retained + non-empty: upsert the topic's retained message"),
-        _spec("on_retain_delete", {H.MESSAGE_PUBLISH}, "retained + empty payload: delete the retained message"),
+        _spec(
+            "on_message_retain",
+            {H.MESSAGE_PUBLISH},
+            "retained + non-empty: upsert the topic's retained message",
+            applies=_retained,
+        ),
+        _spec(
+            "on_retain_delete",
+            {H.MESSAGE_PUBLISH},
+            "retained + empty payload: delete the retained message",
+            applies=_retain_cleared,
+        ),
         _spec(
             "on_retain_lookup",
             {H.SESSION_SUBSCRIBED},
             "deliver matching retained messages to the new subscriber",
             needs=_DELIVER,
+            applies=_new_subscription,
         ),
         _spec(
             "on_message_fetch_for_queue",
             {H.SESSION_SUBSCRIBED},
             "one-to-one: deliver the stored messages; an ack deletes them",
             needs=_DELIVER,
+            applies=_offline_fetch,
         ),
         _spec(
             "on_message_fetch_for_pubsub",
             {H.SESSION_SUBSCRIBED},
             "one-to-many: deliver what this subscriber has not acked yet",
             needs=_DELIVER,
+            applies=_offline_fetch,
         ),
         _spec(
             "on_message_fetch",
             {H.SESSION_SUBSCRIBED},
             "same as on_message_fetch_for_pubsub",
             needs=_DELIVER,
+            applies=_offline_fetch,
             canonical="on_message_fetch_for_pubsub",
         ),
         _spec("on_message_acked_for_queue", {H.MESSAGE_ACKED}, "delete the acked message and its list entry"),

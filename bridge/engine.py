@@ -27,7 +27,8 @@ class Engine:
         return [
             rule
             for rule in candidates
-            if rule.topics is None or (topic is not None and any(matches(f, topic) for f in rule.topics))
+            if (rule.topics is None or (topic is not None and any(matches(f, topic) for f in rule.topics)))
+            and rule.applies(event)
         ]
 
     @property

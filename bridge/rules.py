@@ -71,6 +71,12 @@ class Rule:
     expired_time: int | None = None
     payload_format: str = "plain_text"
 
+    def applies(self, event: Any) -> bool:
+        """False when the rule's function has nothing to do for this event (not queued)."""
+        if isinstance(self.action, FunctionAction) and self.action.spec.applies is not None:
+            return self.action.spec.applies(event)
+        return True
+
 
 @dataclass(frozen=True, slots=True)
 class RuleContext:

@@ -83,20 +83,14 @@ def _store(job: Job) -> Plan:
     ]
 
 
-def message_publish(job: Job) -> Plan:
-    assert isinstance(job.event, MessagePublish)
-    return _store(job) if job.event.qos > 0 else []
-
-
-def message_store(job: Job) -> Plan:
-    return _store(job)
+# The registry's `applies` keeps jobs that have nothing to do out of the queue:
+# on_message_publish sees QoS 1/2 only, the retain functions only retained messages.
+message_publish = message_store = _store
 
 
 def message_retain(job: Job) -> Plan:
     event = job.event
     assert isinstance(event, MessagePublish)
-    if not (event.retain and event.payload):
-        return []
     return [
         Script(
             "retain_set",
@@ -109,8 +103,6 @@ def message_retain(job: Job) -> Plan:
 def retain_delete(job: Job) -> Plan:
     event = job.event
     assert isinstance(event, MessagePublish)
-    if not event.retain or event.payload:
-        return []
     return [
         Script("retain_clear", (keys.retain(event.topic), keys.topic_list(event.topic)), (job.rule.expired_time or 0,))
     ]

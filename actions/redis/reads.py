@@ -78,9 +78,7 @@ async def _deliver(ctx: FunctionContext, event: SessionSubscribed, deliveries: l
 
 async def retain_lookup(redis: Redis, ctx: FunctionContext, job: Job) -> None:
     event = job.event
-    assert isinstance(event, SessionSubscribed)
-    if not event.is_new:
-        return
+    assert isinstance(event, SessionSubscribed)  # a new subscription (registry `applies`)
     if ctx.publishes_committed is not None:
         await ctx.publishes_committed(job.seq)
     if is_wildcard(event.topic):
@@ -137,11 +135,9 @@ async def _candidates(redis: Redis, topics: list[str], window: _Window) -> tuple
 async def _fetch(redis: Redis, ctx: FunctionContext, job: Job, pubsub: bool) -> None:
     event = job.event
     assert isinstance(event, SessionSubscribed)
-    if job.cursor is None:
-        if not (event.is_new and event.persistent and event.qos > 0):
-            return
-        if ctx.publishes_committed is not None:
-            await ctx.publishes_committed(job.seq)
+    # A new persistent QoS>0 subscription (registry `applies`), or the next page (cursor).
+    if job.cursor is None and ctx.publishes_committed is not None:
+        await ctx.publishes_committed(job.seq)
     if is_wildcard(event.topic):
         topics = await _scan_topics(redis, _MSG_PREFIX, event.topic, "zset")
     else:
