@@ -51,7 +51,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         asyncio.run(_serve(bridge))
     except KeyboardInterrupt:
         pass
-    except OSError as exc:
+    except Exception as exc:  # a port in use, a refused password: say it in one line
         log.error("cannot start: %s", exc)
         return 1
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import ssl
 from collections.abc import Sequence
 from typing import Any
@@ -16,6 +17,8 @@ from actions.redis.reads import READERS
 from actions.redis.schema import describe
 from bridge.rules import CommandsAction, FunctionAction, TemplateAction
 
+log = logging.getLogger(__name__)
+
 _RECOVERABLE = (
     rexc.ConnectionError,
     rexc.TimeoutError,
@@ -27,16 +30,19 @@ _RECOVERABLE = (
 )
 
 
-def _ssl_context(pool: Any) -> ssl.SSLContext | None:
+def _tls_options(pool: Any) -> dict[str, Any]:
+    """redis-py's SSLConnection settings from the pool's `ssl*` keys (empty without TLS)."""
     if not pool["ssl"]:
-        return None
-    context = ssl.create_default_context(cafile=pool["ssl.cafile"] or None)
-    if pool["ssl.certfile"]:
-        context.load_cert_chain(pool["ssl.certfile"], pool["ssl.keyfile"] or None)
-    if not pool["ssl.verify"]:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    return context
+        return {}
+    verify = bool(pool["ssl.verify"])
+    return {
+        "connection_class": aioredis.SSLConnection,
+        "ssl_ca_certs": pool["ssl.cafile"] or None,
+        "ssl_certfile": pool["ssl.certfile"] or None,
+        "ssl_keyfile": pool["ssl.keyfile"] or None,
+        "ssl_cert_reqs": ssl.CERT_REQUIRED if verify else ssl.CERT_NONE,
+        "ssl_check_hostname": verify,
+    }
 
 
 class RedisBackend(Backend):
@@ -44,10 +50,6 @@ class RedisBackend(Backend):
 
     async def connect(self) -> None:
         host, port = self.pool["server"]
-        context = _ssl_context(self.pool)
-        options: dict[str, Any] = {}
-        if context is not None:
-            options = {"connection_class": aioredis.SSLConnection, "ssl_context": context}
         connections = aioredis.ConnectionPool(
             host=host,
             port=port,
@@ -59,11 +61,18 @@ class RedisBackend(Backend):
             socket_connect_timeout=5,
             socket_timeout=30,
             health_check_interval=30,
-            **options,
+            **_tls_options(self.pool),
         )
         self.redis: Any = aioredis.Redis(connection_pool=connections)  # replies are bytes (protocol 2)
         self._shas: dict[str, str] = {}
-        await self._load_scripts()
+        try:
+            await self._load_scripts()
+        except rexc.ConnectionError as exc:
+            # A wrong password or certificate will not fix itself: refuse to start.
+            # Redis merely not up yet: start anyway, writes wait and retry.
+            if isinstance(exc, rexc.AuthenticationError) or "certificate verify failed" in str(exc):
+                raise
+            log.warning("pool %s: Redis not reachable yet (%s); actions wait and retry", self.pool.id, exc)
 
     async def _load_scripts(self) -> None:
         for name, source in scripts.ALL.items():
