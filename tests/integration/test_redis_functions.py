@@ -106,3 +106,19 @@ async def test_bad_proxy_entries_are_skipped_and_counted(
     assert [m.payload for m in await device.expect(1)] == [b"hello"]
     for c in (device, publisher):
         await c.disconnect()
+
+
+async def test_shipped_template(make_bridge: BridgeFactory, redis_db: redis_sync.Redis) -> None:
+    rule = (
+        'backend.redis.hook.message.publish.1 = {"topic": "sensors/#", "action": {"template": "redis/last_value.j2"}}\n'
+    )
+    bridge = await make_bridge(rule)
+    device = await Client("d1", mqtt_port(bridge)).connect()
+    await device.publish("sensors/temp", b'{"level": 1, "t": 20}', qos=1)
+    await device.publish("sensors/temp", b'{"level": 4, "t": 90}', qos=1)
+    await device.publish("sensors/raw", b"\xff not json", qos=0)
+    await device.disconnect()
+    await bridge.idle()
+    assert redis_db.hget("last:d1", "sensors/temp") == b'{"level": 4, "t": 90}'
+    assert redis_db.hget("last:d1", "sensors/raw") == b"\xff not json"
+    assert redis_db.lrange("alarms:d1", 0, -1) == [b'{"level": 4, "t": 90}']
