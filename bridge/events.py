@@ -93,7 +93,9 @@ class MessagePublish:
 
 
 @dataclass(frozen=True, slots=True)
-class MessageDelivered:
+class _Receipt:
+    """What message.delivered and message.acked share: one message, seen by one receiver."""
+
     msgid: str
     clientid: str  # the receiver
     username: str | None
@@ -105,24 +107,17 @@ class MessageDelivered:
     node: str
     timestamp: float
     # The receiver's subscription filters this delivery was for (pubsub
-    # offsets are kept per filter). External sources that cannot tell give (topic,).
+    # offsets are kept per filter). External sources that cannot tell give ().
     filters: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class MessageDelivered(_Receipt):
     hookpoint = Hookpoint.MESSAGE_DELIVERED
 
 
 @dataclass(frozen=True, slots=True)
-class MessageAcked:
-    msgid: str
-    clientid: str  # the receiver that acknowledged
-    username: str | None
-    from_clientid: str
-    topic: str
-    qos: int
-    payload: bytes
-    retain: bool
-    node: str
-    timestamp: float
-    filters: tuple[str, ...] = field(default=())
+class MessageAcked(_Receipt):
     hookpoint = Hookpoint.MESSAGE_ACKED
 
 
