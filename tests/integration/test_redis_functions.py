@@ -122,3 +122,21 @@ async def test_shipped_template(make_bridge: BridgeFactory, redis_db: redis_sync
     assert redis_db.hget("last:d1", "sensors/temp") == b'{"level": 4, "t": 90}'
     assert redis_db.hget("last:d1", "sensors/raw") == b"\xff not json"
     assert redis_db.lrange("alarms:d1", 0, -1) == [b'{"level": 4, "t": 90}']
+
+
+async def test_commands_pipeline_or_one_by_one(make_bridge: BridgeFactory, redis_db: redis_sync.Redis) -> None:
+    """In the pipeline every command is sent; one by one stops at the first error Redis returns."""
+    commands = '["SET seen:${clientid} 1", "INCR text:${clientid}", "SET after:${clientid} 1"]'
+    bridge = await make_bridge(
+        f'backend.redis.hook.client.connected.1 = {{"action": {{"commands": {commands}}}}}\n'
+        f'backend.redis.hook.client.connected.2 = {{"action": {{"commands": {commands.replace("after", "after2")}, '
+        '"pipeline": false}}\n'
+    )
+    redis_db.set("text:c1", "not a number")
+    client = await Client("c1", mqtt_port(bridge)).connect()
+    await bridge.idle()
+    assert redis_db.get("after:c1") == b"1"  # pipelined: the failing INCR did not stop it
+    assert redis_db.exists("after2:c1") == 0  # one by one: stopped at the INCR
+    counts = bridge.metrics.rules
+    assert (counts["redis.client.connected.1"]["failed"], counts["redis.client.connected.2"]["failed"]) == (1, 1)
+    await client.disconnect()
