@@ -10,13 +10,14 @@ from __future__ import annotations
 import abc
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from bridge.brokers.base import BrokerSource
+from bridge.brokers.base import BrokerSource, Delivery, DeliveryError
 from bridge.conf.config import PoolConfig
 from bridge.delivery import DeliveryLog
-from bridge.events import Event
+from bridge.events import Event, SessionSubscribed
 from bridge.render import Values
+from bridge.topics import filter_error
 
 if TYPE_CHECKING:
     from bridge.rules import Rule
@@ -52,6 +53,26 @@ class FunctionContext:
     pager: Pager | None = None
     # Drops repeats so a message reaches a subscription once across rules.
     deliveries: DeliveryLog = field(default_factory=DeliveryLog)
+
+    async def deliver(self, event: SessionSubscribed, deliveries: list[Delivery]) -> list[Delivery]:
+        """Send to the subscriber what it has not had for this subscription; returns what was sent."""
+        assert self.broker is not None
+        try:
+            return await self.deliveries.deliver(self.broker, event, deliveries)
+        except DeliveryError as exc:
+            raise PermanentError(f"cannot deliver to {event.clientid!r}: {exc}") from exc
+
+    async def proxy_subscribe(self, clientid: str, stored: list[tuple[str, Any]]) -> None:
+        """Subscribe the client to its stored (topic, qos) entries; bad entries are skipped and reported."""
+        assert self.broker is not None
+        bad = []
+        for topic, qos in stored:
+            if filter_error(topic) or qos not in (0, 1, 2):
+                bad.append(f"{topic!r}={qos!r}")
+                continue
+            await self.broker.subscribe(clientid, topic, qos)
+        if bad:
+            raise PermanentError(f"skipped bad stored subscriptions of {clientid!r}: {', '.join(bad)}")
 
 
 class Pager(abc.ABC):

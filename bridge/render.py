@@ -198,10 +198,15 @@ class StatementTemplate:
             context["json"] = values.payload_json
         return context
 
-    def render_lines(self, values: Values) -> list[list[bytes]]:
+    def render_text(self, values: Values) -> tuple[str, list[Any]]:
+        """The rendered text with markers, and the values the markers stand for."""
         self._binder.values = []
         text = self._template.render(self._context(values))
-        bound = self._binder.values
+        return text, self._binder.values
+
+    def render_lines(self, values: Values) -> list[list[bytes]]:
+        """Redis: one command per non-empty line, split on whitespace, markers filled in."""
+        text, bound = self.render_text(values)
         commands: list[list[bytes]] = []
         for line in text.splitlines():
             args = [_fill(word, bound) for word in line.split()]

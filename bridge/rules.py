@@ -23,6 +23,7 @@ from bridge.conf.lexer import Entry, read_entries
 from bridge.conf.values import parse_duration
 from bridge.events import Hookpoint
 from bridge.render import CommandTemplate, RenderError, StatementTemplate
+from bridge.sql import SqlStatement
 from bridge.topics import filter_error
 
 _HOOK_KEY = re.compile(r"^backend\.([a-z]+)\.hook\.([a-z]+\.[a-z]+)\.(\d+)$")
@@ -43,12 +44,19 @@ class CommandsAction:
 
 
 @dataclass(frozen=True, slots=True)
+class SqlAction:
+    """PostgreSQL `sql`: the statements run in one transaction, every ${x} a bind parameter."""
+
+    statements: tuple[SqlStatement, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class TemplateAction:
     template: StatementTemplate
     path: str
 
 
-Action = FunctionAction | CommandsAction | TemplateAction
+Action = FunctionAction | CommandsAction | SqlAction | TemplateAction
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +235,7 @@ class _RuleBuilder:
                 f'"{kind}"',
             )
             return None
-        return self._commands(hookpoint, action)
+        return self._statements(kind, hookpoint, action)
 
     def _function(self, hookpoint: Hookpoint, name: Any) -> Action | None:
         needle = ('"function"', f'"{name}"')
@@ -266,25 +274,32 @@ class _RuleBuilder:
             self.errors.append(ConfError(Position(display, exc.line or 1, exc.col), str(exc)))
             return None
 
-    def _commands(self, hookpoint: Hookpoint, action: dict[str, Any]) -> Action | None:
-        texts = action["commands"]
+    def _statements(self, kind: str, hookpoint: Hookpoint, action: dict[str, Any]) -> Action | None:
+        texts = action[kind]
         if isinstance(texts, str):
             texts = [texts]
         if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
-            self.error('"commands" must be a command or a non-empty list of them', '"commands"')
+            self.error(f"\"{kind}\" must be a statement or a non-empty list of them", f'"{kind}"')
             return None
         pipeline = action.get("pipeline", True)
-        if not isinstance(pipeline, bool):
-            self.error('"pipeline" must be true or false', '"pipeline"')
-        compiled = []
+        if kind != "commands" and "pipeline" in action:
+            self.error("\"pipeline\" applies to Redis commands only", '"pipeline"')
+        elif not isinstance(pipeline, bool):
+            self.error("\"pipeline\" must be true or false", '"pipeline"')
+        compiled: list[Any] = []
         for text in texts:
-            start = _locate(self.entry.value, '"commands"', json.dumps(text)[:-1]) + 1
+            start = _locate(self.entry.value, f'"{kind}"', json.dumps(text)[:-1]) + 1
             try:
-                compiled.append(CommandTemplate.compile(text, hookpoint))
+                if kind == "commands":
+                    compiled.append(CommandTemplate.compile(text, hookpoint))
+                else:
+                    compiled.append(SqlStatement.compile(text, hookpoint))
             except RenderError as exc:
                 self.failed = True
                 self.errors.append(ConfError(self.entry.at(start + exc.offset), str(exc)))
-        return CommandsAction(tuple(compiled), pipeline is not False)
+        if kind == "commands":
+            return CommandsAction(tuple(compiled), pipeline is not False)
+        return SqlAction(tuple(compiled))
 
     def _offline_opts(self, action: Action | None, value: Any) -> OfflineOpts:
         if value is None:

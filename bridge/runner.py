@@ -95,7 +95,7 @@ class Runner:
         self.batch_size = max(1, int(pool["batch_size"]))
         self.batch_time = float(pool["batch_time"])
         self.backoff_max = float(pool["retry_backoff_max"])
-        self.trim_interval = float(pool.settings.get("trim_interval", 60.0))
+        self.trim_interval = float(pool["trim_interval"])
         lanes = max(1, int(pool["max_inflight"]))
         capacity = max(1, int(pool["queue_size"]) // lanes)
         self._lanes = [_Lane(self, i, capacity) for i in range(lanes)]

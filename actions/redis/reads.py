@@ -12,11 +12,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from actions.base import FunctionContext, Job, PermanentError
+from actions.base import FunctionContext, Job
 from actions.redis import keys
-from bridge.brokers.base import Delivery, DeliveryError
+from bridge.brokers.base import Delivery
 from bridge.events import ClientConnected, SessionSubscribed
-from bridge.topics import filter_error, is_wildcard, literal_prefix, matches
+from bridge.topics import is_wildcard, literal_prefix, matches
 
 log = logging.getLogger(__name__)
 
@@ -31,18 +31,9 @@ _RETAIN_PREFIX = b"mqtt:retain:"
 async def subscribe_lookup(redis: Redis, ctx: FunctionContext, job: Job) -> None:
     event = job.event
     assert isinstance(event, ClientConnected)
-    assert ctx.broker is not None
     stored = await redis.hgetall(keys.subs(event.clientid))
-    bad: list[str] = []
-    for raw_topic, raw_qos in sorted(stored.items()):
-        topic = keys.dec(raw_topic)
-        qos = int(raw_qos) if raw_qos.isdigit() else -1
-        if filter_error(topic) or qos not in (0, 1, 2):
-            bad.append(f"{topic!r}={raw_qos!r}")
-            continue
-        await ctx.broker.subscribe(event.clientid, topic, qos)
-    if bad:
-        raise PermanentError(f"skipped bad entries in mqtt:sub:{event.clientid}: {', '.join(bad)}")
+    entries = [(keys.dec(topic), int(qos) if qos.isdigit() else qos) for topic, qos in sorted(stored.items())]
+    await ctx.proxy_subscribe(event.clientid, entries)
 
 
 async def _scan_topics(redis: Redis, prefix: bytes, topic_filter: str, type_: str) -> list[str]:
@@ -68,14 +59,6 @@ def _delivery(fields: dict[bytes, bytes], sub_qos: int, retain: bool, topic_filt
     )
 
 
-async def _deliver(ctx: FunctionContext, event: SessionSubscribed, deliveries: list[Delivery]) -> list[Delivery]:
-    assert ctx.broker is not None
-    try:
-        return await ctx.deliveries.deliver(ctx.broker, event, deliveries)
-    except DeliveryError as exc:
-        raise PermanentError(f"cannot deliver to {event.clientid!r}: {exc}") from exc
-
-
 async def retain_lookup(redis: Redis, ctx: FunctionContext, job: Job) -> None:
     event = job.event
     assert isinstance(event, SessionSubscribed)  # a new subscription (registry `applies`)
@@ -93,7 +76,7 @@ async def retain_lookup(redis: Redis, ctx: FunctionContext, job: Job) -> None:
     for msgid in ids:
         pipe.hgetall(keys.message(msgid))
     found = [fields for fields in await pipe.execute() if fields]
-    await _deliver(ctx, event, [_delivery(f, event.qos, True, event.topic) for f in found])
+    await ctx.deliver(event, [_delivery(f, event.qos, True, event.topic) for f in found])
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +146,7 @@ async def _fetch(redis: Redis, ctx: FunctionContext, job: Job, pubsub: bool) -> 
         if deliveries or not more or not page:
             break
         window = _Window(page[-1][1], window.before, window.min_score, window.limit)  # all expired: next page
-    sent = await _deliver(ctx, event, deliveries)
+    sent = await ctx.deliver(event, deliveries)
     if more and page and ctx.pager is not None:
         ctx.pager.track(job, [(d.msgid, d.qos) for d in sent], page[-1][1])
 

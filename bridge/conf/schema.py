@@ -77,15 +77,15 @@ POOL_COMMON: dict[str, Setting] = {
     "max_inflight": Setting(v.parse_int, 4, "batches written concurrently (ordering lanes)"),
     "queue_size": Setting(v.parse_int, 100_000, "actions waiting in memory before back-pressure"),
     "retry_backoff_max": Setting(v.parse_duration, 5.0, "longest pause between retries", example="5s"),
+    "trim_interval": Setting(
+        v.parse_duration, 60.0, "how often expired messages are removed (rules with expired_time)", example="60s"
+    ),
 }
 
 POOL_BY_DB: dict[str, dict[str, Setting]] = {
     "redis": {
         "type": Setting(v.enum_of("single"), "single", "deployment type (single node)"),
         "database": Setting(v.parse_int, 0, "Redis logical database number"),
-        "trim_interval": Setting(
-            v.parse_duration, 60.0, "how often expired ids are trimmed from sorted sets", example="60s"
-        ),
     },
     "pgsql": {"database": Setting(v.parse_str, "mqtt", "database name")},
     "mongo": {
