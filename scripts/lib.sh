@@ -34,3 +34,21 @@ python_env() {
     touch "$stamp"
   fi
 }
+
+# run_as USER CMD...: run a command as another OS user (directly if already that user;
+# runuser, or su, when root; sudo otherwise). stdin, stdout and stderr pass through.
+run_as() {
+  local user="$1"
+  shift
+  if [ "$(id -un)" = "$user" ]; then
+    "$@"
+  elif [ "$(id -u)" = 0 ]; then
+    if command -v runuser >/dev/null; then
+      runuser -u "$user" -- "$@"
+    else
+      su -s /bin/bash "$user" -c "$(printf '%q ' "$@")"
+    fi
+  else
+    sudo -u "$user" -- "$@"
+  fi
+}

@@ -60,8 +60,12 @@ CASES = [
         f'{P}:1:42: "topic" does not apply to client.connected (client events have no topic)',
     ),
     (
+        "backend.mongo.hook.client.connected.1 = {" + OK_ACTION + "}",
+        f"{P}:1:1: the mongo backend is not available in this version of hookbridge",
+    ),
+    (
         "backend.pgsql.hook.client.connected.1 = {" + OK_ACTION + "}",
-        f"{P}:1:1: the pgsql backend is not available in this version of hookbridge",
+        f'{P}:1:41: no "pool" given and the config has 0 pgsql pools; add backend.pgsql.pool1.server to the config',
     ),
     (
         'backend.redis.hook.session.subscribed.1 = {"action": {"function": "on_message_fetch_for_queue"}, '

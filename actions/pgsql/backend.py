@@ -1,0 +1,206 @@
+"""PostgreSQL backend on asyncpg.
+
+A batch is cut at its read-then-act jobs; each run of writes in between goes out
+in one transaction, with consecutive message / event-log inserts merged into one
+multi-row statement. If the database rejects something in that transaction, the
+run is replayed unit by unit (each in its own transaction) so only the culprit
+fails. Connection loss raises, and the runner retries the whole batch: every
+write is idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+
+from actions.base import Backend, Job, PermanentError
+from actions.pgsql import schema
+from actions.pgsql.coerce import Convert, converters
+from actions.pgsql.functions import GROUPED, SINGLE, Write
+from actions.pgsql.reads import READERS
+from bridge.rules import FunctionAction, SqlAction, TemplateAction
+from bridge.sql import render_sql
+
+log = logging.getLogger(__name__)
+
+_RECOVERABLE = (
+    OSError,
+    asyncpg.PostgresConnectionError,  # connection refused / lost, too many clients
+    asyncpg.CannotConnectNowError,  # starting up, shutting down
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.InterfaceError,  # connection closed under us
+    asyncpg.SerializationError,
+    asyncpg.DeadlockDetectedError,
+    TimeoutError,
+)
+
+Unit = tuple[list[int], list[Write]]  # job indexes and the statements that write them
+
+
+def _tls(pool: Any) -> ssl.SSLContext | bool:
+    if not pool["ssl"]:
+        return False
+    context = ssl.create_default_context(cafile=pool["ssl.cafile"] or None)
+    if pool["ssl.certfile"]:
+        context.load_cert_chain(pool["ssl.certfile"], pool["ssl.keyfile"] or None)
+    if not pool["ssl.verify"]:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+class PgsqlBackend(Backend):
+    db = "pgsql"
+
+    async def connect(self) -> None:
+        host, port = self.pool["server"]
+        self._converters: dict[str, list[Convert]] = {}
+        self.conns: Any = await asyncpg.create_pool(
+            host=host,
+            port=port,
+            user=self.pool["username"] or None,
+            password=self.pool["password"] or None,
+            database=self.pool["database"],
+            ssl=_tls(self.pool),
+            min_size=1,
+            max_size=max(2, self.pool["pool_size"]),
+            command_timeout=60,
+        )
+        if self.pool["auto_schema"]:
+            await self.schema(apply=True)
+
+    async def close(self) -> None:
+        await self.conns.close()
+
+    async def ping(self) -> None:
+        await self.conns.fetchval("SELECT 1")
+
+    def is_recoverable(self, exc: BaseException) -> bool:
+        return isinstance(exc, _RECOVERABLE)
+
+    async def schema(self, apply: bool) -> str:
+        if apply:
+            async with self.conns.acquire() as conn, conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(727274)")  # one bridge migrates at a time
+                for statement in schema.SCHEMA:
+                    await conn.execute(statement)
+        return schema.describe()
+
+    # -- batches -------------------------------------------------------------
+
+    async def execute(self, batch: Sequence[Job]) -> list[BaseException | None]:
+        outcomes: list[BaseException | None] = [None] * len(batch)
+        async with self.conns.acquire() as conn:
+            run: list[int] = []
+            for index, job in enumerate(batch):
+                action = job.rule.action
+                if isinstance(action, FunctionAction) and action.spec.impl_name in READERS:
+                    await self._write_run(conn, batch, run, outcomes)
+                    run = []
+                    outcomes[index] = await self._read(conn, job, action.spec.impl_name)
+                else:
+                    run.append(index)
+            await self._write_run(conn, batch, run, outcomes)
+        return outcomes
+
+    def _units(self, batch: Sequence[Job], run: list[int], outcomes: list[BaseException | None]) -> list[Unit]:
+        units: list[Unit] = []
+        index = 0
+        while index < len(run):
+            job = batch[run[index]]
+            action = job.rule.action
+            group = GROUPED.get(action.spec.impl_name) if isinstance(action, FunctionAction) else None
+            if group is not None:
+                end = index + 1
+                while end < len(run):
+                    next_action = batch[run[end]].rule.action
+                    if not (
+                        isinstance(next_action, FunctionAction) and GROUPED.get(next_action.spec.impl_name) is group
+                    ):
+                        break
+                    end += 1
+                members = run[index:end]
+                units.append((members, [group([batch[i] for i in members])]))
+                index = end
+                continue
+            try:
+                units.append(([run[index]], self._writes(job)))
+            except PermanentError as exc:
+                outcomes[run[index]] = exc
+            index += 1
+        return units
+
+    def _writes(self, job: Job) -> list[Write]:
+        action = job.rule.action
+        if isinstance(action, FunctionAction):
+            return SINGLE[action.spec.impl_name](job)
+        if isinstance(action, SqlAction):
+            return [Write(s.text, s.bind(job.values), coerce=True) for s in action.statements]
+        assert isinstance(action, TemplateAction)
+        return [Write(text, args, coerce=True) for text, args in render_sql(action.template, job.values)]
+
+    async def _write_run(
+        self, conn: Any, batch: Sequence[Job], run: list[int], outcomes: list[BaseException | None]
+    ) -> None:
+        units = self._units(batch, run, outcomes)
+        if not units:
+            return
+        try:
+            async with conn.transaction():
+                for _, writes in units:
+                    for write in writes:
+                        await self._run(conn, write)
+            return
+        except Exception as exc:
+            if self.is_recoverable(exc):
+                raise
+        for members, writes in units:  # find the culprit: one transaction per unit
+            try:
+                async with conn.transaction():
+                    for write in writes:
+                        await self._run(conn, write)
+            except Exception as exc:
+                if self.is_recoverable(exc):
+                    raise
+                for member in members:
+                    outcomes[member] = exc
+
+    async def _run(self, conn: Any, write: Write) -> None:
+        args = write.args
+        if write.coerce:
+            convert = self._converters.get(write.sql)
+            if convert is None:
+                statement = await conn.prepare(write.sql)
+                convert = self._converters[write.sql] = converters([t.name for t in statement.get_parameters()])
+            args = [fn(value) for fn, value in zip(convert, args, strict=True)]
+        await conn.execute(write.sql, *args)
+
+    async def _read(self, conn: Any, job: Job, name: str) -> BaseException | None:
+        try:
+            await READERS[name](conn, self.ctx, job)
+        except (asyncpg.PostgresError, PermanentError) as exc:
+            if self.is_recoverable(exc):
+                raise
+            return exc
+        return None
+
+    async def maintenance(self) -> None:
+        """Delete expired messages (rules with `expired_time`), in slices.
+
+        `mqtt_topic` keeps topics whose messages are gone: removing them could race a
+        concurrent insert of a new message on that topic and hide it from wildcard fetches.
+        """
+        if not self.trim_enabled:
+            return
+        while True:
+            deleted = await self.conns.execute(
+                "DELETE FROM mqtt_msg WHERE id IN "
+                "(SELECT id FROM mqtt_msg WHERE expires_at < now() ORDER BY expires_at LIMIT 5000)"
+            )
+            if deleted != "DELETE 5000":
+                break

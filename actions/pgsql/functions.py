@@ -1,0 +1,178 @@
+"""The write functions: jobs into SQL statements with bind parameters.
+
+Message and event-log inserts of consecutive jobs are merged into one
+multi-row statement (arrays through `unnest`), so a batch of 500 messages is
+one round trip; the other functions write a row or two per job.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from actions.base import Job
+from bridge.events import (
+    ClientConnected,
+    ClientDisconnected,
+    MessageAcked,
+    MessagePublish,
+    SessionUnsubscribed,
+    placeholder_value,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    sql: str
+    args: Sequence[Any]
+    coerce: bool = False  # user SQL: convert args to the parameter types first
+
+
+def when(seconds: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
+
+
+_CONNECTED = """
+INSERT INTO mqtt_client (clientid, state, node, online_at, event_at) VALUES ($1, 1, $2, $3, $3)
+ON CONFLICT (clientid) DO UPDATE SET state = 1, node = EXCLUDED.node, online_at = EXCLUDED.online_at,
+    event_at = EXCLUDED.event_at
+WHERE mqtt_client.event_at <= EXCLUDED.event_at"""
+
+_DISCONNECTED = """
+INSERT INTO mqtt_client (clientid, state, node, offline_at, event_at) VALUES ($1, 0, $2, $3, $3)
+ON CONFLICT (clientid) DO UPDATE SET state = 0, offline_at = EXCLUDED.offline_at, event_at = EXCLUDED.event_at
+WHERE mqtt_client.event_at <= EXCLUDED.event_at"""
+
+# Rows in array order; ON CONFLICT makes a replay (or publish + store on one message) a no-op.
+_STORE = """
+WITH rows AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int2[], $5::bool[], $6::bytea[],
+                         $7::timestamptz[], $8::timestamptz[])
+        WITH ORDINALITY AS r(msgid, sender, topic, qos, retain, payload, arrived, expires_at, n)
+), topics AS (
+    INSERT INTO mqtt_topic (topic) SELECT DISTINCT topic FROM rows ON CONFLICT DO NOTHING
+)
+INSERT INTO mqtt_msg (msgid, sender, topic, qos, retain, payload, arrived, expires_at)
+SELECT msgid, sender, topic, qos, retain, payload, arrived, expires_at FROM rows ORDER BY n
+ON CONFLICT (msgid) DO NOTHING"""
+
+# Last writer wins by message id (time order), so a replayed older retain changes nothing.
+_RETAIN = """
+INSERT INTO mqtt_retain (topic, msgid, sender, qos, payload, arrived) VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (topic) DO UPDATE SET msgid = EXCLUDED.msgid, sender = EXCLUDED.sender, qos = EXCLUDED.qos,
+    payload = EXCLUDED.payload, arrived = EXCLUDED.arrived
+WHERE mqtt_retain.msgid < EXCLUDED.msgid"""
+
+_RETAIN_DELETE = "DELETE FROM mqtt_retain WHERE topic = $1 AND msgid < $2"
+
+_ACK_QUEUE = "DELETE FROM mqtt_msg WHERE msgid = $1"
+
+# Only offsets a pubsub fetch created move, and only forward.
+_ACK_PUBSUB = """
+UPDATE mqtt_acked a SET mid = m.id FROM mqtt_msg m
+WHERE m.msgid = $3 AND a.clientid = $1 AND a.topic = ANY($2::text[]) AND a.mid < m.id"""
+
+_ACKED_DELETE = "DELETE FROM mqtt_acked WHERE clientid = $1 AND topic = $2"
+
+_EVENT_LOG = """
+INSERT INTO mqtt_event_log (event, clientid, username, node, topic, qos, bytes, reason, peername, msgid, ts)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int2[], $7::int4[],
+                     $8::text[], $9::text[], $10::text[], $11::timestamptz[])"""
+
+
+def connected(job: Job) -> list[Write]:
+    event = job.event
+    assert isinstance(event, ClientConnected)
+    return [Write(_CONNECTED, (event.clientid, event.node, when(event.timestamp)))]
+
+
+def disconnected(job: Job) -> list[Write]:
+    event = job.event
+    assert isinstance(event, ClientDisconnected)
+    return [Write(_DISCONNECTED, (event.clientid, event.node, when(event.timestamp)))]
+
+
+def store(jobs: Sequence[Job]) -> Write:
+    columns: list[list[Any]] = [[] for _ in range(8)]
+    for job in jobs:
+        event = job.event
+        assert isinstance(event, MessagePublish)
+        arrived = when(event.timestamp)
+        expires = arrived + dt.timedelta(seconds=job.rule.expired_time) if job.rule.expired_time else None
+        row = (event.msgid, event.clientid, event.topic, event.qos, event.retain, event.payload, arrived, expires)
+        for column, value in zip(columns, row, strict=True):
+            column.append(value)
+    return Write(_STORE, columns)
+
+
+def retain(job: Job) -> list[Write]:
+    event = job.event
+    assert isinstance(event, MessagePublish)
+    args = (event.topic, event.msgid, event.clientid, event.qos, event.payload, when(event.timestamp))
+    return [Write(_RETAIN, args)]
+
+
+def retain_delete(job: Job) -> list[Write]:
+    event = job.event
+    assert isinstance(event, MessagePublish)
+    return [Write(_RETAIN_DELETE, (event.topic, event.msgid))]
+
+
+def acked_for_queue(job: Job) -> list[Write]:
+    assert isinstance(job.event, MessageAcked)
+    return [Write(_ACK_QUEUE, (job.event.msgid,))]
+
+
+def acked_for_pubsub(job: Job) -> list[Write]:
+    event = job.event
+    assert isinstance(event, MessageAcked)
+    return [Write(_ACK_PUBSUB, (event.clientid, list(event.filters or (event.topic,)), event.msgid))]
+
+
+def acked_delete(job: Job) -> list[Write]:
+    event = job.event
+    assert isinstance(event, SessionUnsubscribed)
+    return [Write(_ACKED_DELETE, (event.clientid, event.topic))]
+
+
+_LOG_TEXT = ("clientid", "username", "node", "topic")
+
+
+def event_log(jobs: Sequence[Job]) -> Write:
+    columns: list[list[Any]] = [[] for _ in range(11)]
+    for job in jobs:
+        event = job.event
+        payload = getattr(event, "payload", None)
+        row = (
+            str(event.hookpoint),
+            *(placeholder_value(event, name) if hasattr(event, name) else None for name in _LOG_TEXT),
+            getattr(event, "qos", None),
+            len(payload) if payload is not None else None,
+            getattr(event, "reason", None),
+            getattr(event, "peername", None),
+            getattr(event, "msgid", None),
+            when(event.timestamp),
+        )
+        for column, value in zip(columns, row, strict=True):
+            column.append(value)
+    return Write(_EVENT_LOG, columns)
+
+
+# Functions whose consecutive jobs merge into one statement.
+GROUPED: dict[str, Callable[[Sequence[Job]], Write]] = {
+    "on_message_publish": store,
+    "on_message_store": store,
+    "on_event_log": event_log,
+}
+
+SINGLE: dict[str, Callable[[Job], list[Write]]] = {
+    "on_client_connected": connected,
+    "on_client_disconnected": disconnected,
+    "on_message_retain": retain,
+    "on_retain_delete": retain_delete,
+    "on_message_acked_for_queue": acked_for_queue,
+    "on_message_acked_for_pubsub": acked_for_pubsub,
+    "on_acked_delete": acked_delete,
+}

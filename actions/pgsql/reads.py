@@ -1,0 +1,149 @@
+"""Read-then-act functions on PostgreSQL: proxy subscription, retain lookup, offline fetch.
+
+A wildcard filter finds its topics in `mqtt_topic` / `mqtt_retain` by an index
+range on its literal prefix (exact MQTT matching on the few candidates), then
+each topic's messages are read by the (topic, id) index, oldest first, merged.
+The fetch cursor of this backend is `mqtt_msg.id` as text.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from actions.base import FunctionContext, Job
+from actions.pgsql.functions import when
+from bridge.brokers.base import Delivery
+from bridge.events import ClientConnected, SessionSubscribed
+from bridge.topics import is_wildcard, literal_prefix, matches
+
+Connection = Any  # asyncpg.Connection (untyped)
+Reader = Callable[[Connection, FunctionContext, Job], Awaitable[None]]
+
+_PAGE = """
+SELECT m.id, m.msgid, m.sender, m.topic, m.qos, m.payload
+FROM unnest($1::text[]) AS t(topic)
+CROSS JOIN LATERAL (
+    SELECT id, msgid, sender, topic, qos, payload FROM mqtt_msg
+    WHERE mqtt_msg.topic = t.topic AND id > $2 AND msgid < $3 AND arrived >= $4
+      AND (expires_at IS NULL OR expires_at > now())
+    ORDER BY id LIMIT $5
+) AS m
+ORDER BY m.id LIMIT $5"""
+
+_NEWEST = """
+SELECT coalesce(max(m.id), 0) FROM unnest($1::text[]) AS t(topic)
+CROSS JOIN LATERAL (
+    SELECT id FROM mqtt_msg WHERE mqtt_msg.topic = t.topic AND msgid < $2 ORDER BY id DESC LIMIT 1
+) AS m"""
+
+_NO_UPPER = "G"  # sorts after every upper-case hex id: no live_from bound
+
+
+def like_prefix(topic_filter: str) -> str:
+    """A LIKE pattern for the filter's literal prefix (an index range with text_pattern_ops)."""
+    prefix = literal_prefix(topic_filter)
+    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped + "%"
+
+
+async def matching_topics(conn: Connection, table: str, topic_filter: str) -> list[str]:
+    if not is_wildcard(topic_filter):
+        return [topic_filter]
+    rows = await conn.fetch(f"SELECT topic FROM {table} WHERE topic LIKE $1", like_prefix(topic_filter))
+    return sorted(row["topic"] for row in rows if matches(topic_filter, row["topic"]))
+
+
+async def subscribe_lookup(conn: Connection, ctx: FunctionContext, job: Job) -> None:
+    event = job.event
+    assert isinstance(event, ClientConnected)
+    rows = await conn.fetch("SELECT topic, qos FROM mqtt_sub WHERE clientid = $1 ORDER BY topic", event.clientid)
+    await ctx.proxy_subscribe(event.clientid, [(row["topic"], row["qos"]) for row in rows])
+
+
+async def retain_lookup(conn: Connection, ctx: FunctionContext, job: Job) -> None:
+    event = job.event
+    assert isinstance(event, SessionSubscribed)  # a new subscription (registry `applies`)
+    if ctx.publishes_committed is not None:
+        await ctx.publishes_committed(job.seq)
+    topics = [t for t in await matching_topics(conn, "mqtt_retain", event.topic) if t not in event.retained_sent]
+    rows = await conn.fetch(
+        "SELECT topic, msgid, sender, qos, payload FROM mqtt_retain WHERE topic = ANY($1::text[]) ORDER BY topic",
+        topics,
+    )
+    deliveries = [
+        Delivery(
+            row["msgid"],
+            row["topic"],
+            bytes(row["payload"]),
+            min(row["qos"], event.qos),
+            True,
+            row["sender"],
+            event.topic,
+        )
+        for row in rows
+    ]
+    await ctx.deliver(event, deliveries)
+
+
+async def _fetch(conn: Connection, ctx: FunctionContext, job: Job, pubsub: bool) -> None:
+    event = job.event
+    assert isinstance(event, SessionSubscribed)
+    # A new persistent QoS>0 subscription (registry `applies`), or the next page (cursor).
+    if job.cursor is None and ctx.publishes_committed is not None:
+        await ctx.publishes_committed(job.seq)
+    topics = await matching_topics(conn, "mqtt_topic", event.topic)
+    upper = event.live_from_msgid or _NO_UPPER
+    after = int(job.cursor) if job.cursor is not None else 0
+    if pubsub and job.cursor is None:
+        offset = await conn.fetchval(
+            "SELECT mid FROM mqtt_acked WHERE clientid = $1 AND topic = $2", event.clientid, event.topic
+        )
+        if offset is None:
+            # First subscription: start after the newest stored message, deliver nothing.
+            newest = await conn.fetchval(_NEWEST, topics, upper)
+            await conn.execute(
+                "INSERT INTO mqtt_acked (clientid, topic, mid) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                event.clientid,
+                event.topic,
+                newest,
+            )
+            return
+        after = offset
+    opts = job.rule.offline_opts
+    since = time.time() - opts.time_range if opts.time_range else 0.0
+    rows = await conn.fetch(_PAGE, topics, after, upper, when(since), opts.max_returned_count + 1)
+    more = len(rows) > opts.max_returned_count
+    rows = rows[: opts.max_returned_count]
+    deliveries = [
+        Delivery(
+            row["msgid"],
+            row["topic"],
+            bytes(row["payload"]),
+            min(row["qos"], event.qos),
+            False,
+            row["sender"],
+            event.topic,
+        )
+        for row in rows
+    ]
+    sent = await ctx.deliver(event, deliveries)
+    if more and rows and ctx.pager is not None:
+        ctx.pager.track(job, [(d.msgid, d.qos) for d in sent], str(rows[-1]["id"]))
+
+
+async def fetch_for_queue(conn: Connection, ctx: FunctionContext, job: Job) -> None:
+    await _fetch(conn, ctx, job, pubsub=False)
+
+
+async def fetch_for_pubsub(conn: Connection, ctx: FunctionContext, job: Job) -> None:
+    await _fetch(conn, ctx, job, pubsub=True)
+
+
+READERS: dict[str, Reader] = {
+    "on_subscribe_lookup": subscribe_lookup,
+    "on_retain_lookup": retain_lookup,
+    "on_message_fetch_for_queue": fetch_for_queue,
+    "on_message_fetch_for_pubsub": fetch_for_pubsub,
+}
