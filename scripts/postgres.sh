@@ -78,7 +78,12 @@ if [ "$ACTION" = stop ]; then
     exit 0
   fi
   say "stopping PostgreSQL on 127.0.0.1:$PORT"
-  as_owner "$BIN/pg_ctl" -D "$DATA" stop -m fast -w -t 30 >/dev/null 9>&-
+  # pg_ctl also "fails" on a postmaster that was killed: stopped is stopped.
+  if ! out="$(as_owner "$BIN/pg_ctl" -D "$DATA" stop -m fast -w -t 30 2>&1 9>&-)" && running; then
+    printf '%s\n' "$out" >&2
+    echo "PostgreSQL on 127.0.0.1:$PORT did not stop; see $LOG" >&2
+    exit 1
+  fi
   exit 0
 fi
 
@@ -121,7 +126,8 @@ EOF
   if ! ready; then
     running && fail_start "its postmaster is alive but does not answer"
     say "starting PostgreSQL on 127.0.0.1:$PORT (log in ${LOG#$ROOT/})"
-    as_owner "$BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 30 start >/dev/null 9>&- || fail_start "pg_ctl start failed"
+    out="$(as_owner "$BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 30 start 2>&1 9>&-)" \
+      || fail_start "pg_ctl start failed: $(printf '%s' "$out" | tail -n 1)"
     for _ in $(seq 1 100); do
       ready && break
       sleep 0.1

@@ -49,6 +49,7 @@ async def make_bridge(tmp_path: Path, redis_port: int) -> AsyncIterator[BridgeFa
         extra_config: str = "",
         port: int | None = None,
         templates: dict[str, str] | None = None,
+        pools: str | None = None,
     ) -> Bridge:
         home = tmp_path / f"bridge{next(counter)}"
         (home / "rules").mkdir(parents=True)
@@ -60,7 +61,7 @@ async def make_bridge(tmp_path: Path, redis_port: int) -> AsyncIterator[BridgeFa
             shutil.copy(ROOT / "rules" / "redis.conf", home / "rules" / "redis.conf")
         else:
             (home / "rules" / "test.conf").write_text(rules)
-        (home / "bridge.conf").write_text(config_text(port or redis_port, extra_config))
+        (home / "bridge.conf").write_text(config_text(port or redis_port, extra_config, pools))
         bridge = Bridge.load(Paths(home / "bridge.conf", home / "rules"))
         await bridge.start()
         started.append(bridge)

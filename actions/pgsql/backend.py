@@ -54,6 +54,11 @@ def _tls(pool: Any) -> ssl.SSLContext | bool:
     return context
 
 
+def _is_pubsub_ack(job: Job) -> bool:
+    action = job.rule.action
+    return isinstance(action, FunctionAction) and action.spec.impl_name == "on_message_acked_for_pubsub"
+
+
 class PgsqlBackend(Backend):
     db = "pgsql"
 
@@ -150,6 +155,12 @@ class PgsqlBackend(Backend):
         units = self._units(batch, run, outcomes)
         if not units:
             return
+        # An ack names its message by msgid but the offset is the row's id: wait until every
+        # message published before the ack is in the table (a live message is often acked
+        # before its insert, which runs in another lane, has committed).
+        acks = [batch[i].seq for i in run if _is_pubsub_ack(batch[i])]
+        if acks and self.ctx.publishes_committed is not None:
+            await self.ctx.publishes_committed(max(acks))
         try:
             async with conn.transaction():
                 for _, writes in units:

@@ -12,13 +12,14 @@ BASE_CONFIG = """\
 node.name = test@127.0.0.1
 broker.listener.tcp = 127.0.0.1:0
 metrics.listener = off
-backend.redis.pool1.server = 127.0.0.1:{redis_port}
-backend.redis.pool1.batch_time = 1ms
 """
 
 
-def config_text(redis_port: int = 6379, extra: str = "") -> str:
-    return BASE_CONFIG.format(redis_port=redis_port) + extra
+def config_text(redis_port: int = 6379, extra: str = "", pools: str | None = None) -> str:
+    """The test config: one Redis pool on `redis_port`, or the given pool lines instead."""
+    if pools is None:
+        pools = f"backend.redis.pool1.server = 127.0.0.1:{redis_port}\nbackend.redis.pool1.batch_time = 1ms\n"
+    return BASE_CONFIG + pools + extra
 
 
 def make_config(redis_port: int = 6379, extra: str = "") -> Config:

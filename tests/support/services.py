@@ -14,3 +14,17 @@ def start_redis(port: int, *options: str) -> None:
 
 def stop_redis(port: int) -> None:
     subprocess.run(["redis-cli", "-p", str(port), "shutdown"], check=False, capture_output=True)
+
+
+def start_postgres(port: int) -> None:
+    """A PostgreSQL on 127.0.0.1:port with role/password hookbridge and database mqtt (reused if up)."""
+    subprocess.run(["bash", str(ROOT / "scripts" / "postgres.sh"), str(port)], check=True)
+
+
+def stop_postgres(port: int) -> None:
+    """Stop the PostgreSQL that scripts/postgres.sh started on port (fast shutdown; no-op if down)."""
+    subprocess.run(["bash", str(ROOT / "scripts" / "postgres.sh"), str(port), "stop"], check=True)
+
+
+def postgres_dsn(port: int, database: str = "mqtt") -> str:
+    return f"postgresql://hookbridge:hookbridge@127.0.0.1:{port}/{database}"

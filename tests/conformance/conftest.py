@@ -1,0 +1,37 @@
+"""Every conformance test runs once per backend, each on its real server."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from conformance.stores import PgsqlStore, RedisStore, Store
+from support.services import start_postgres, start_redis
+
+REDIS_PORT = 6395  # its own server: the outage tests stop and restart it
+PGSQL_PORT = 5439
+
+
+@pytest.fixture(scope="session")
+def redis_store_server() -> int:
+    start_redis(REDIS_PORT, "--appendonly", "yes", "--appendfsync", "always")
+    return REDIS_PORT
+
+
+@pytest.fixture(scope="session")
+def pgsql_store_server() -> int:
+    start_postgres(PGSQL_PORT)
+    return PGSQL_PORT
+
+
+@pytest.fixture(params=["redis", "pgsql"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    chosen: Store
+    if request.param == "redis":
+        chosen = RedisStore(request.getfixturevalue("redis_store_server"))
+    else:
+        chosen = PgsqlStore(request.getfixturevalue("pgsql_store_server"))
+    await chosen.open()
+    yield chosen
+    await chosen.close()
