@@ -103,6 +103,8 @@ async def test_retain_lookup_after_restart(make_bridge: BridgeFactory, store: St
     await publisher.publish("status/a", b"A", qos=1, retain=True)
     await publisher.publish("status/b/c", b"C", qos=0, retain=True)
     await publisher.disconnect()
+    # QoS 0 has no ack: wait until the broker has read up to the DISCONNECT before stopping it
+    await eventually(lambda: store.client("pub"), lambda c: c is not None and c["state"] == 0)
     await bridge.stop()
     bridge = await make_bridge(rules_for(store.db), pools=store.pool_config())
     viewer = await Client("viewer", mqtt_port(bridge)).connect()
