@@ -137,3 +137,20 @@ def test_shipped_rules_load() -> None:
     rules = load_rules(root / "rules", rule_context(make_config(), root / "templates"))
     assert len(rules) == 12
     assert {r.pool for r in rules} == {"redis.pool1"}
+
+
+def test_shipped_pgsql_example_loads_when_uncommented(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "rules" / "pgsql.conf").read_text()
+    enabled = "\n".join(line[2:] if line.startswith("# backend.") else line for line in text.splitlines())
+    rules, errors = parse_rules(
+        "rules/pgsql.conf",
+        enabled,
+        rule_context(make_config(extra="backend.pgsql.pool1.server = 127.0.0.1:5432\n"), root / "templates"),
+    )
+    assert errors == []
+    assert len(rules) == 15
+    from actions.registry import FUNCTIONS
+
+    used = {r.action.spec.impl_name for r in rules if hasattr(r.action, "spec")}
+    assert used == {spec.impl_name for spec in FUNCTIONS.values()} - {"on_acked_delete"}
