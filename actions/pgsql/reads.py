@@ -41,17 +41,29 @@ CROSS JOIN LATERAL (
 _NO_UPPER = "G"  # sorts after every upper-case hex id: no live_from bound
 
 
-def like_prefix(topic_filter: str) -> str:
-    """A LIKE pattern for the filter's literal prefix (an index range with text_pattern_ops)."""
+def prefix_range(topic_filter: str) -> tuple[str, str | None] | None:
+    """The [low, high) text range holding every topic the filter can match, or None for all.
+
+    Written as `~>=~` / `~<~` comparisons (not LIKE) so that even a generic prepared plan
+    uses the text_pattern_ops index.
+    """
     prefix = literal_prefix(topic_filter)
-    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return escaped + "%"
+    if not prefix:
+        return None
+    last = ord(prefix[-1])
+    return prefix, (prefix[:-1] + chr(last + 1)) if last < 0x10FFFF else None
 
 
 async def matching_topics(conn: Connection, table: str, topic_filter: str) -> list[str]:
     if not is_wildcard(topic_filter):
         return [topic_filter]
-    rows = await conn.fetch(f"SELECT topic FROM {table} WHERE topic LIKE $1", like_prefix(topic_filter))
+    bounds = prefix_range(topic_filter)
+    if bounds is None:
+        rows = await conn.fetch(f"SELECT topic FROM {table}")
+    elif bounds[1] is None:
+        rows = await conn.fetch(f"SELECT topic FROM {table} WHERE topic ~>=~ $1", bounds[0])
+    else:
+        rows = await conn.fetch(f"SELECT topic FROM {table} WHERE topic ~>=~ $1 AND topic ~<~ $2", *bounds)
     return sorted(row["topic"] for row in rows if matches(topic_filter, row["topic"]))
 
 
