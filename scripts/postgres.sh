@@ -5,7 +5,8 @@
 #        a cluster in .run/postgres-PORT/ (data/, postgres.log, unix socket), listening on
 #        127.0.0.1 only (password auth over TCP, trust over the unix socket). Then make sure the
 #        role and database exist: HOOKBRIDGE_PG_USER / HOOKBRIDGE_PG_PASSWORD / HOOKBRIDGE_PG_DATABASE,
-#        default hookbridge / hookbridge / mqtt.
+#        default hookbridge / hookbridge / mqtt. With HOOKBRIDGE_PG_TLS_CERT and HOOKBRIDGE_PG_TLS_KEY
+#        (PEM files) set when it starts, the server also accepts TLS with that certificate.
 # stop:  stop the cluster in .run/postgres-PORT/ (fast shutdown); never touches a server it did not start.
 # Both are idempotent. As root the cluster runs as the `postgres` OS user (initdb and pg_ctl refuse
 # root); otherwise as the current user.
@@ -114,6 +115,14 @@ max_connections = 100
 shared_buffers = 128MB
 fsync = on
 EOF
+  if [ -n "${HOOKBRIDGE_PG_TLS_CERT:-}" ]; then
+    owner_flags=()
+    if [ "$(id -u)" = 0 ]; then owner_flags=(-o "$OWNER"); fi
+    install -m 600 "${owner_flags[@]}" "$HOOKBRIDGE_PG_TLS_CERT" "$DATA/server.crt"
+    install -m 600 "${owner_flags[@]}" "$HOOKBRIDGE_PG_TLS_KEY" "$DATA/server.key"
+    printf "ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n" \
+      | as_owner tee -a "$DATA/hookbridge.conf" >/dev/null
+  fi
   # Ours and still starting up, or shutting down, or killed and not yet reaped (its pid file then
   # still names a live pid): wait until it answers or is gone.
   if running; then

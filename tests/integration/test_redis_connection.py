@@ -12,54 +12,18 @@ import redis as redis_sync
 from support.bridges import BridgeFactory, mqtt_port
 from support.mqtt import Client
 from support.services import stop_redis
+from support.tls import make_certificates
 
 TLS_PORT = 6394
 PASSWORD = "s3cret pass"
-
-
-def _openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True)
 
 
 @pytest.fixture(scope="module")
 def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A Redis answering only TLS (certificate from a CA made here) and requiring a password."""
     certs = tmp_path_factory.mktemp("certs")
-    ca_key, ca, key, csr, cert = (certs / n for n in ("ca.key", "ca.pem", "server.key", "server.csr", "server.pem"))
-    _openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=hookbridge test CA",
-        "-keyout",
-        str(ca_key),
-        "-out",
-        str(ca),
-    )
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(csr))
-    (certs / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    _openssl(
-        "x509",
-        "-req",
-        "-in",
-        str(csr),
-        "-CA",
-        str(ca),
-        "-CAkey",
-        str(ca_key),
-        "-CAcreateserial",
-        "-days",
-        "2",
-        "-extfile",
-        str(certs / "san.ext"),
-        "-out",
-        str(cert),
-    )
+    made = make_certificates(certs)
+    ca, cert, key = made.ca, made.cert, made.key
     stop_redis(TLS_PORT)
     # port 0 turns plain TCP off; `scripts/redis.sh` checks readiness over TLS, so wait here instead
     subprocess.run(

@@ -1,0 +1,71 @@
+"""PostgreSQL pool TLS settings against a real server that speaks TLS with a private CA."""
+
+from __future__ import annotations
+
+import os
+import ssl
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from support.bridges import BridgeFactory, mqtt_port
+from support.mqtt import Client
+from support.services import postgres_dsn, start_postgres, stop_postgres
+from support.tls import Certificates, make_certificates
+
+PORT = 5441
+RULE = 'backend.pgsql.hook.client.connected.1 = {"action": {"function": "on_client_connected"}}\n'
+
+
+@pytest.fixture(scope="module")
+def tls_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Certificates]:
+    certificates = make_certificates(tmp_path_factory.mktemp("pgcerts"))
+    stop_postgres(PORT)  # started without TLS by an earlier run? restart with it
+    os.environ["HOOKBRIDGE_PG_TLS_CERT"] = str(certificates.cert)
+    os.environ["HOOKBRIDGE_PG_TLS_KEY"] = str(certificates.key)
+    try:
+        start_postgres(PORT)
+    finally:
+        del os.environ["HOOKBRIDGE_PG_TLS_CERT"], os.environ["HOOKBRIDGE_PG_TLS_KEY"]
+    yield certificates
+    stop_postgres(PORT)
+
+
+def pool(ssl_lines: str) -> str:
+    return (
+        f"backend.pgsql.pool1.server = 127.0.0.1:{PORT}\nbackend.pgsql.pool1.username = hookbridge\n"
+        "backend.pgsql.pool1.password = hookbridge\nbackend.pgsql.pool1.database = mqtt\n" + ssl_lines
+    )
+
+
+async def test_tls_with_verified_certificate(make_bridge: BridgeFactory, tls_postgres: Certificates) -> None:
+    import asyncpg
+
+    bridge = await make_bridge(
+        RULE, pools=pool(f"backend.pgsql.pool1.ssl = on\nbackend.pgsql.pool1.ssl.cafile = {tls_postgres.ca}\n")
+    )
+    client = await Client("tls-pg", mqtt_port(bridge)).connect()
+    await bridge.idle()
+    context = ssl.create_default_context(cafile=str(tls_postgres.ca))
+    conn = await asyncpg.connect(postgres_dsn(PORT), ssl=context)
+    try:
+        assert await conn.fetchval("SELECT state FROM mqtt_client WHERE clientid = 'tls-pg'") == 1
+        # the bridge's own sessions are encrypted
+        encrypted = await conn.fetchval(
+            "SELECT bool_and(s.ssl) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) "
+            "WHERE a.usename = 'hookbridge' AND a.pid <> pg_backend_pid()"
+        )
+        assert encrypted is True
+    finally:
+        await conn.close()
+    await client.disconnect()
+
+
+async def test_unknown_ca_is_refused_unless_verification_is_off(
+    make_bridge: BridgeFactory, tls_postgres: Certificates, tmp_path: Path
+) -> None:
+    with pytest.raises(ssl.SSLCertVerificationError):
+        await make_bridge(RULE, pools=pool("backend.pgsql.pool1.ssl = on\n"))
+    bridge = await make_bridge(RULE, pools=pool("backend.pgsql.pool1.ssl = on\nbackend.pgsql.pool1.ssl.verify = off\n"))
+    assert bridge.runners["pgsql.pool1"].healthy
