@@ -86,8 +86,12 @@ Setup = Callable[[], Awaitable[tuple[int, Callable[[], Awaitable[None]]]]]
 async def plain_amqtt() -> tuple[int, Callable[[], Awaitable[None]]]:
     from amqtt.broker import Broker
 
-    broker = Broker({"listeners": {"default": {"type": "tcp", "bind": "127.0.0.1:18830"}},
-                     "plugins": {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}}})
+    broker = Broker(
+        {
+            "listeners": {"default": {"type": "tcp", "bind": "127.0.0.1:18830"}},
+            "plugins": {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}},
+        }
+    )
     await broker.start()
     return 18830, broker.shutdown
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 from actions.redis import keys, scripts
+from bench.feed import feed
 from bench.machine import describe, table
 from bridge.app import Bridge, Paths
 from bridge.events import MessagePublish
@@ -77,8 +78,7 @@ async def through_runner(workdir: Path, port: int, events: list[MessagePublish])
     bridge = Bridge.load(Paths(workdir / "bridge.conf", workdir / "rules"))
     await bridge.start()
     started = time.perf_counter()
-    for event in events:
-        await bridge.dispatcher(event)
+    await feed(bridge, events)
     await bridge.idle()
     elapsed = time.perf_counter() - started
     await bridge.stop()

@@ -48,6 +48,8 @@ def matches(topic_filter: str, topic: str) -> bool:
     Topics starting with `$` are not matched by a filter whose first level is a
     wildcard ([MQTT-4.7.2-1]). `a/#` also matches `a` ([MQTT-4.7.1-2]).
     """
+    if topic_filter == "#":  # the most common rule filter
+        return not topic.startswith("$")
     if not is_wildcard(topic_filter):
         return topic_filter == topic
     if topic.startswith("$") and topic_filter[0] in "+#":

@@ -20,7 +20,7 @@ import asyncpg
 from actions.base import Backend, Job, PermanentError
 from actions.pgsql import schema
 from actions.pgsql.coerce import Convert, converters
-from actions.pgsql.functions import GROUPED, SINGLE, Write
+from actions.pgsql.functions import GROUPED, SINGLE, STAGE_COLUMNS, STAGE_TABLE, Write
 from actions.pgsql.reads import READERS
 from bridge.rules import FunctionAction, SqlAction, TemplateAction
 from bridge.sql import render_sql
@@ -54,9 +54,9 @@ def _tls(pool: Any) -> ssl.SSLContext | bool:
     return context
 
 
-def _is_pubsub_ack(job: Job) -> bool:
-    action = job.rule.action
-    return isinstance(action, FunctionAction) and action.spec.impl_name == "on_message_acked_for_pubsub"
+async def _prepare_connection(conn: Any) -> None:
+    # Outside any batch transaction, so a rolled-back batch cannot take the table with it.
+    await conn.execute(STAGE_TABLE)
 
 
 class PgsqlBackend(Backend):
@@ -75,6 +75,7 @@ class PgsqlBackend(Backend):
             min_size=1,
             max_size=max(2, self.pool["pool_size"]),
             command_timeout=60,
+            init=_prepare_connection,
         )
         if self.pool["auto_schema"]:
             await self.schema(apply=True)
@@ -155,12 +156,6 @@ class PgsqlBackend(Backend):
         units = self._units(batch, run, outcomes)
         if not units:
             return
-        # An ack names its message by msgid but the offset is the row's id: wait until every
-        # message published before the ack is in the table (a live message is often acked
-        # before its insert, which runs in another lane, has committed).
-        acks = [batch[i].seq for i in run if _is_pubsub_ack(batch[i])]
-        if acks and self.ctx.publishes_committed is not None:
-            await self.ctx.publishes_committed(max(acks))
         try:
             async with conn.transaction():
                 for _, writes in units:
@@ -182,6 +177,8 @@ class PgsqlBackend(Backend):
                     outcomes[member] = exc
 
     async def _run(self, conn: Any, write: Write) -> None:
+        if write.stage is not None:
+            await conn.copy_records_to_table("mqtt_msg_stage", records=write.stage, columns=STAGE_COLUMNS)
         args = write.args
         if write.coerce:
             convert = self._converters.get(write.sql)
@@ -189,7 +186,14 @@ class PgsqlBackend(Backend):
                 statement = await conn.prepare(write.sql)
                 convert = self._converters[write.sql] = converters([t.name for t in statement.get_parameters()])
             args = [fn(value) for fn, value in zip(convert, args, strict=True)]
-        await conn.execute(write.sql, *args)
+        if write.on_duplicate is None:
+            await conn.execute(write.sql, *args)
+            return
+        try:
+            async with conn.transaction():  # a savepoint: a collision undoes only this statement
+                await conn.execute(write.sql, *args)
+        except asyncpg.UniqueViolationError:
+            await conn.execute(write.on_duplicate, *args)
 
     async def _read(self, conn: Any, job: Job, name: str) -> BaseException | None:
         try:

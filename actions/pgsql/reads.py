@@ -3,7 +3,7 @@
 A wildcard filter finds its topics in `mqtt_topic` / `mqtt_retain` by an index
 range on its literal prefix (exact MQTT matching on the few candidates), then
 each topic's messages are read by the (topic, id) index, oldest first, merged.
-The fetch cursor of this backend is `mqtt_msg.id` as text.
+Order is msgid order (publish order); the fetch cursor is the last msgid considered.
 """
 
 from __future__ import annotations
@@ -22,20 +22,20 @@ Connection = Any  # asyncpg.Connection (untyped)
 Reader = Callable[[Connection, FunctionContext, Job], Awaitable[None]]
 
 _PAGE = """
-SELECT m.id, m.msgid, m.sender, m.topic, m.qos, m.payload
+SELECT m.msgid, m.sender, m.topic, m.qos, m.payload
 FROM unnest($1::text[]) AS t(topic)
 CROSS JOIN LATERAL (
-    SELECT id, msgid, sender, topic, qos, payload FROM mqtt_msg
-    WHERE mqtt_msg.topic = t.topic AND id > $2 AND msgid < $3 AND arrived >= $4
+    SELECT msgid, sender, topic, qos, payload FROM mqtt_msg
+    WHERE mqtt_msg.topic = t.topic AND msgid > $2 AND msgid < $3 AND arrived >= $4
       AND (expires_at IS NULL OR expires_at > now())
-    ORDER BY id LIMIT $5
+    ORDER BY msgid LIMIT $5
 ) AS m
-ORDER BY m.id LIMIT $5"""
+ORDER BY m.msgid LIMIT $5"""
 
 _NEWEST = """
-SELECT coalesce(max(m.id), 0) FROM unnest($1::text[]) AS t(topic)
+SELECT max(m.msgid), max(m.id) FROM unnest($1::text[]) AS t(topic)
 CROSS JOIN LATERAL (
-    SELECT id FROM mqtt_msg WHERE mqtt_msg.topic = t.topic AND msgid < $2 ORDER BY id DESC LIMIT 1
+    SELECT msgid, id FROM mqtt_msg WHERE mqtt_msg.topic = t.topic AND msgid < $2 ORDER BY msgid DESC LIMIT 1
 ) AS m"""
 
 _NO_UPPER = "G"  # sorts after every upper-case hex id: no live_from bound
@@ -107,19 +107,20 @@ async def _fetch(conn: Connection, ctx: FunctionContext, job: Job, pubsub: bool)
         await ctx.publishes_committed(job.seq)
     topics = await matching_topics(conn, "mqtt_topic", event.topic)
     upper = event.live_from_msgid or _NO_UPPER
-    after = int(job.cursor) if job.cursor is not None else 0
+    after = job.cursor or ""
     if pubsub and job.cursor is None:
         offset = await conn.fetchval(
-            "SELECT mid FROM mqtt_acked WHERE clientid = $1 AND topic = $2", event.clientid, event.topic
+            "SELECT msgid FROM mqtt_acked WHERE clientid = $1 AND topic = $2", event.clientid, event.topic
         )
         if offset is None:
             # First subscription: start after the newest stored message, deliver nothing.
-            newest = await conn.fetchval(_NEWEST, topics, upper)
+            newest = await conn.fetchrow(_NEWEST, topics, upper)
             await conn.execute(
-                "INSERT INTO mqtt_acked (clientid, topic, mid) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                "INSERT INTO mqtt_acked (clientid, topic, msgid, mid) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
                 event.clientid,
                 event.topic,
-                newest,
+                newest[0] or "",
+                newest[1] or 0,
             )
             return
         after = offset
@@ -142,7 +143,7 @@ async def _fetch(conn: Connection, ctx: FunctionContext, job: Job, pubsub: bool)
     ]
     sent = await ctx.deliver(event, deliveries)
     if more and rows and ctx.pager is not None:
-        ctx.pager.track(job, [(d.msgid, d.qos) for d in sent], str(rows[-1]["id"]))
+        ctx.pager.track(job, [(d.msgid, d.qos) for d in sent], rows[-1]["msgid"])
 
 
 async def fetch_for_queue(conn: Connection, ctx: FunctionContext, job: Job) -> None:

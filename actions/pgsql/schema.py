@@ -28,7 +28,8 @@ SCHEMA: tuple[str, ...] = (
     created timestamptz NOT NULL DEFAULT now(),
     UNIQUE (clientid, topic)
 )""",
-    # Stored messages. id orders them (publish order per topic); msgid makes writes idempotent.
+    # Stored messages. msgid is time-ordered (publish order, also across publishers and topics,
+    # which insert order is not: writes run in several lanes) and makes writes idempotent.
     """CREATE TABLE IF NOT EXISTS mqtt_msg (
     id bigserial PRIMARY KEY,
     msgid text NOT NULL UNIQUE,
@@ -40,7 +41,7 @@ SCHEMA: tuple[str, ...] = (
     arrived timestamptz NOT NULL,
     expires_at timestamptz
 )""",
-    "CREATE INDEX IF NOT EXISTS mqtt_msg_topic_id ON mqtt_msg (topic, id)",
+    "CREATE INDEX IF NOT EXISTS mqtt_msg_topic_msgid ON mqtt_msg (topic, msgid)",
     "CREATE INDEX IF NOT EXISTS mqtt_msg_expires_at ON mqtt_msg (expires_at) WHERE expires_at IS NOT NULL",
     # Every topic that has stored messages: wildcard fetch finds its topics here by
     # an index range on the filter's literal prefix, then reads each topic by (topic, id).
@@ -58,12 +59,14 @@ SCHEMA: tuple[str, ...] = (
     arrived timestamptz NOT NULL
 )""",
     "CREATE INDEX IF NOT EXISTS mqtt_retain_prefix ON mqtt_retain (topic text_pattern_ops)",
-    # Pubsub offsets per (client, subscription filter): mid is the mqtt_msg.id last acked
-    # (0: before everything). No foreign key: expired messages are deleted.
+    # Pubsub offsets per (client, subscription filter): msgid is the last acked message ('': before
+    # everything), mid its mqtt_msg.id (0 before everything, or while its row is not written yet).
+    # No foreign key: expired messages are deleted.
     """CREATE TABLE IF NOT EXISTS mqtt_acked (
     id bigserial PRIMARY KEY,
     clientid text NOT NULL,
     topic text NOT NULL,
+    msgid text NOT NULL DEFAULT '',
     mid bigint NOT NULL DEFAULT 0,
     created timestamptz NOT NULL DEFAULT now(),
     UNIQUE (clientid, topic)

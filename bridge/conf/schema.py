@@ -72,7 +72,7 @@ POOL_COMMON: dict[str, Setting] = {
     "ssl.certfile": Setting(v.parse_str, "", "client certificate"),
     "ssl.keyfile": Setting(v.parse_str, "", "client key"),
     "ssl.verify": Setting(v.parse_bool, True, "verify the server certificate and host name"),
-    "batch_size": Setting(v.parse_int, 500, "most actions written in one batch"),
+    "batch_size": Setting(v.parse_int, 2000, "most actions written in one batch"),
     "batch_time": Setting(v.parse_duration, 0.005, "longest wait to fill a batch", example="5ms"),
     "max_inflight": Setting(v.parse_int, 4, "batches written concurrently (ordering lanes)"),
     "queue_size": Setting(v.parse_int, 100_000, "actions waiting in memory before back-pressure"),

@@ -199,7 +199,7 @@ class PgsqlStore(Store):
 
     async def messages(self, topic: str) -> list[Stored]:
         rows = await self._fetch(
-            "SELECT msgid, sender, topic, qos, payload, retain FROM mqtt_msg WHERE topic = $1 ORDER BY id", topic
+            "SELECT msgid, sender, topic, qos, payload, retain FROM mqtt_msg WHERE topic = $1 ORDER BY msgid", topic
         )
         return [Stored(r["msgid"], r["sender"], r["topic"], r["qos"], bytes(r["payload"]), r["retain"]) for r in rows]
 
@@ -212,14 +212,11 @@ class PgsqlStore(Store):
 
     async def offset(self, clientid: str, topic_filter: str) -> str | None:
         rows = await self._fetch(
-            "SELECT a.mid, m.msgid FROM mqtt_acked a LEFT JOIN mqtt_msg m ON m.id = a.mid "
-            "WHERE a.clientid = $1 AND a.topic = $2",
-            clientid,
-            topic_filter,
+            "SELECT msgid FROM mqtt_acked WHERE clientid = $1 AND topic = $2", clientid, topic_filter
         )
         if not rows:
             return None
-        return START if rows[0]["mid"] == 0 else rows[0]["msgid"]
+        return START if rows[0]["msgid"] == "" else str(rows[0]["msgid"])
 
     async def set_offset_start(self, clientid: str, topic_filter: str) -> None:
         await self.conn.execute(

@@ -156,9 +156,9 @@ async def test_fetch_and_retain_lookup_use_indexes(make_bridge: BridgeFactory, p
     plan = "\n".join(
         r[0]
         for r in await pg.fetch(
-            "EXPLAIN " + _PAGE, ["fleet/7/temp", "fleet/8/temp"], 0, "G", dt.datetime.min.replace(tzinfo=dt.UTC), 101
+            "EXPLAIN " + _PAGE, ["fleet/7/temp", "fleet/8/temp"], "", "G", dt.datetime.min.replace(tzinfo=dt.UTC), 101
         )
     )
-    assert "Index Scan using mqtt_msg_topic_id on mqtt_msg" in plan
+    assert "Index Scan using mqtt_msg_topic_msgid on mqtt_msg" in plan
     assert "Seq Scan on mqtt_msg" not in plan
     assert bridge.runners["pgsql.pool1"].healthy
