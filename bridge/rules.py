@@ -279,13 +279,13 @@ class _RuleBuilder:
         if isinstance(texts, str):
             texts = [texts]
         if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
-            self.error(f"\"{kind}\" must be a statement or a non-empty list of them", f'"{kind}"')
+            self.error(f'"{kind}" must be a statement or a non-empty list of them', f'"{kind}"')
             return None
         pipeline = action.get("pipeline", True)
         if kind != "commands" and "pipeline" in action:
-            self.error("\"pipeline\" applies to Redis commands only", '"pipeline"')
+            self.error('"pipeline" applies to Redis commands only', '"pipeline"')
         elif not isinstance(pipeline, bool):
-            self.error("\"pipeline\" must be true or false", '"pipeline"')
+            self.error('"pipeline" must be true or false', '"pipeline"')
         compiled: list[Any] = []
         for text in texts:
             start = _locate(self.entry.value, f'"{kind}"', json.dumps(text)[:-1]) + 1
