@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from conformance.stores import PgsqlStore, RedisStore, Store
-from support.services import start_postgres, start_redis
+from support.services import start_postgres, start_redis, stop_redis
 
 REDIS_PORT = 6395  # its own server: the outage tests stop and restart it
 PGSQL_PORT = 5439
@@ -15,6 +15,9 @@ PGSQL_PORT = 5439
 
 @pytest.fixture(scope="session")
 def redis_store_server() -> int:
+    # Restarted, not reused: the outage test stops and starts it, and must find its data again in
+    # this checkout's .run/ (a server some other checkout started keeps its files elsewhere).
+    stop_redis(REDIS_PORT)
     start_redis(REDIS_PORT, "--appendonly", "yes", "--appendfsync", "always")
     return REDIS_PORT
 
