@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import os
 import statistics
 import subprocess
 import sys
@@ -29,11 +28,10 @@ import asyncpg
 
 from actions.pgsql.functions import when
 from actions.pgsql.schema import SCHEMA
-from bench.feed import feed
+from bench.feed import feed, make_events
 from bench.machine import describe, table
 from bridge.app import Bridge, Paths
 from bridge.events import MessagePublish
-from bridge.msgid import MsgIdGenerator
 
 EXPIRED_TIME = 3600
 TOPICS = 100
@@ -52,27 +50,6 @@ Method = Callable[[asyncpg.Connection, list[MessagePublish]], Awaitable[float]]
 
 def dsn(port: int) -> str:
     return f"postgresql://hookbridge:hookbridge@127.0.0.1:{port}/mqtt"
-
-
-def make_events(count: int, payload_size: int) -> list[MessagePublish]:
-    ids = MsgIdGenerator("bench")
-    payload = os.urandom(payload_size)
-    now = time.time()
-    return [
-        MessagePublish(
-            msgid=ids.next(),
-            clientid=f"dev{n % TOPICS}",
-            username=None,
-            topic=f"bench/dev{n % TOPICS}",
-            qos=1,
-            payload=payload,
-            retain=False,
-            node="bench",
-            peername="127.0.0.1:1",
-            timestamp=now,
-        )
-        for n in range(count)
-    ]
 
 
 def row(event: MessagePublish) -> tuple[Any, ...]:
@@ -169,7 +146,7 @@ async def main(args: argparse.Namespace) -> int:
         )
         if value is not None
     }
-    events = make_events(max(args.messages, args.naive_messages), args.payload)
+    events = make_events(max(args.messages, args.naive_messages), args.payload, TOPICS)
     conn = await asyncpg.connect(dsn(args.port))
     version = await server(conn)
     methods: list[tuple[str, Method | None, int]] = [

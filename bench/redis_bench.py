@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -19,37 +18,15 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 from actions.redis import keys, scripts
-from bench.feed import feed
+from bench.feed import feed, make_events
 from bench.machine import describe, table
 from bridge.app import Bridge, Paths
 from bridge.events import MessagePublish
-from bridge.msgid import MsgIdGenerator
 
 RULE = (
     'backend.redis.hook.message.publish.1 = {"topic": "#", "action": {"function": "on_message_publish"}, '
     '"expired_time": 3600}\n'
 )
-
-
-def make_events(count: int, payload_size: int) -> list[MessagePublish]:
-    ids = MsgIdGenerator("bench")
-    payload = os.urandom(payload_size)
-    now = time.time()
-    return [
-        MessagePublish(
-            msgid=ids.next(),
-            clientid=f"dev{n % 100}",
-            username=None,
-            topic=f"bench/dev{n % 100}",
-            qos=1,
-            payload=payload,
-            retain=False,
-            node="bench",
-            peername="127.0.0.1:1",
-            timestamp=now,
-        )
-        for n in range(count)
-    ]
 
 
 def store_args(event: MessagePublish) -> list[object]:

@@ -74,6 +74,18 @@ async def subscribe_lookup(conn: Connection, ctx: FunctionContext, job: Job) -> 
     await ctx.proxy_subscribe(event.clientid, [(row["topic"], row["qos"]) for row in rows])
 
 
+def _delivery(row: Any, event: SessionSubscribed, retain: bool) -> Delivery:
+    return Delivery(
+        row["msgid"],
+        row["topic"],
+        bytes(row["payload"]),
+        min(row["qos"], event.qos),
+        retain,
+        row["sender"],
+        event.topic,
+    )
+
+
 async def retain_lookup(conn: Connection, ctx: FunctionContext, job: Job) -> None:
     event = job.event
     assert isinstance(event, SessionSubscribed)  # a new subscription (registry `applies`)
