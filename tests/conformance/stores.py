@@ -233,9 +233,12 @@ class PgsqlStore(Store):
         start_postgres(self.port)
 
 
-def rules_for(db: str, extra: str = "", max_returned_count: int = 100, expired_time: int | None = None) -> str:
+def rules_for(
+    db: str, extra: str = "", max_returned_count: int = 100, expired_time: int | None = None, time_range: str = ""
+) -> str:
     """The same rule set on any backend: every function of SPEC 5."""
     expiry = f', "expired_time": {expired_time}' if expired_time else ""
+    window = f', "time_range": "{time_range}"' if time_range else ""
     lines = [
         ("client.connected.1", "", "on_client_connected", ""),
         ("client.connected.2", "", "on_subscribe_lookup", ""),
@@ -247,13 +250,13 @@ def rules_for(db: str, extra: str = "", max_returned_count: int = 100, expired_t
             "session.subscribed.1",
             "queue/#",
             "on_message_fetch_for_queue",
-            f', "offline_opts": {{"max_returned_count": {max_returned_count}}}',
+            f', "offline_opts": {{"max_returned_count": {max_returned_count}{window}}}',
         ),
         (
             "session.subscribed.2",
             "pubsub/#",
             "on_message_fetch",
-            f', "offline_opts": {{"max_returned_count": {max_returned_count}}}',
+            f', "offline_opts": {{"max_returned_count": {max_returned_count}{window}}}',
         ),
         ("session.subscribed.3", "#", "on_retain_lookup", ""),
         ("message.acked.1", "queue/#", "on_message_acked_for_queue", ""),

@@ -31,6 +31,22 @@ async def test_thousand_messages_in_order_paged_past_max_returned_count(
     await subscriber.disconnect()
 
 
+async def test_time_range_limits_what_a_fetch_sends(make_bridge: BridgeFactory, store: Store) -> None:
+    bridge = await make_bridge(rules_for(store.db, time_range="1s"), pools=store.pool_config())
+    publisher = await Client("pub", mqtt_port(bridge)).connect()
+    await publisher.publish("queue/w", b"too old", qos=1)
+    await asyncio.sleep(1.3)
+    await publisher.publish("queue/w", b"recent", qos=1)
+    await bridge.idle()
+    subscriber = await Client("s", mqtt_port(bridge), clean=False).connect()
+    await subscriber.subscribe("queue/w", qos=1)
+    assert [m.payload for m in await subscriber.expect(1)] == [b"recent"]
+    await subscriber.expect_nothing()
+    assert len(await store.messages("queue/w")) == 1  # the old one stays stored, just not sent
+    for client in (publisher, subscriber):
+        await client.disconnect()
+
+
 async def test_wildcard_fetch_merges_topics_in_publish_order(make_bridge: BridgeFactory, store: Store) -> None:
     await store.set_offset_start("s", "pubsub/+/temp")  # subscribed before, on an earlier run
     bridge = await make_bridge(rules_for(store.db, max_returned_count=7), pools=store.pool_config())
