@@ -1,4 +1,4 @@
-"""What every backend is: connect, write a batch, check health, close.
+"""What every backend is: connect, write a batch, say which errors are worth retrying, close.
 
 The runner (bridge/runner.py) owns queueing, batching, in-flight limits,
 retries and ordering; a backend only turns a batch of jobs into database
@@ -103,10 +103,6 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def close(self) -> None: ...
-
-    @abc.abstractmethod
-    async def ping(self) -> None:
-        """Raise when the database does not answer."""
 
     @abc.abstractmethod
     async def execute(self, batch: Sequence[Job]) -> list[BaseException | None]:

@@ -143,7 +143,7 @@ class CommandTemplate:
 # --- Jinja2 templates --------------------------------------------------------
 
 _MARK = "\x00{}\x00"
-_MARK_RE = re.compile("\x00(\\d+)\x00")
+MARK_RE = re.compile("\x00(\\d+)\x00")  # a bound value's marker in rendered text
 
 
 class _Binder:
@@ -216,7 +216,7 @@ class StatementTemplate:
 
 
 def _fill(word: str, bound: list[Any]) -> bytes:
-    pieces = _MARK_RE.split(word)
+    pieces = MARK_RE.split(word)
     if len(pieces) == 3 and not pieces[0] and not pieces[2]:
         return to_bytes(bound[int(pieces[1])])
     out = bytearray()

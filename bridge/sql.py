@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.events import Hookpoint
-from bridge.render import PLACEHOLDER, RenderError, StatementTemplate, Values, compile_parts
+from bridge.render import MARK_RE, PLACEHOLDER, RenderError, StatementTemplate, Values, compile_parts
 
 Marker = Callable[[int], str]
 
@@ -86,9 +86,6 @@ def split_statements(text: str) -> list[str]:
     return [s.strip() for s in statements if s.strip()]
 
 
-_MARK_RE = re.compile("\x00(\\d+)\x00")
-
-
 def render_sql(template: StatementTemplate, values: Values, marker: Marker = pg_marker) -> list[tuple[str, list[Any]]]:
     """A template's statements, each with its own markers and bound values."""
     text, bound = template.render_text(values)
@@ -101,5 +98,5 @@ def render_sql(template: StatementTemplate, values: Values, marker: Marker = pg_
             args.append(bound[int(match.group(1))])
             return marker(len(args))
 
-        out.append((_MARK_RE.sub(replace, statement), args))
+        out.append((MARK_RE.sub(replace, statement), args))
     return out

@@ -83,9 +83,6 @@ class PgsqlBackend(Backend):
     async def close(self) -> None:
         await self.conns.close()
 
-    async def ping(self) -> None:
-        await self.conns.fetchval("SELECT 1")
-
     def is_recoverable(self, exc: BaseException) -> bool:
         return isinstance(exc, _RECOVERABLE)
 

@@ -81,9 +81,6 @@ class RedisBackend(Backend):
     async def close(self) -> None:
         await self.redis.aclose()
 
-    async def ping(self) -> None:
-        await self.redis.ping()
-
     def is_recoverable(self, exc: BaseException) -> bool:
         return isinstance(exc, _RECOVERABLE)
 
