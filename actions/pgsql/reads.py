@@ -96,18 +96,7 @@ async def retain_lookup(conn: Connection, ctx: FunctionContext, job: Job) -> Non
         "SELECT topic, msgid, sender, qos, payload FROM mqtt_retain WHERE topic = ANY($1::text[]) ORDER BY topic",
         topics,
     )
-    deliveries = [
-        Delivery(
-            row["msgid"],
-            row["topic"],
-            bytes(row["payload"]),
-            min(row["qos"], event.qos),
-            True,
-            row["sender"],
-            event.topic,
-        )
-        for row in rows
-    ]
+    deliveries = [_delivery(row, event, retain=True) for row in rows]
     await ctx.deliver(event, deliveries)
 
 
@@ -141,18 +130,7 @@ async def _fetch(conn: Connection, ctx: FunctionContext, job: Job, pubsub: bool)
     rows = await conn.fetch(_PAGE, topics, after, upper, when(since), opts.max_returned_count + 1)
     more = len(rows) > opts.max_returned_count
     rows = rows[: opts.max_returned_count]
-    deliveries = [
-        Delivery(
-            row["msgid"],
-            row["topic"],
-            bytes(row["payload"]),
-            min(row["qos"], event.qos),
-            False,
-            row["sender"],
-            event.topic,
-        )
-        for row in rows
-    ]
+    deliveries = [_delivery(row, event, retain=False) for row in rows]
     sent = await ctx.deliver(event, deliveries)
     if more and rows and ctx.pager is not None:
         ctx.pager.track(job, [(d.msgid, d.qos) for d in sent], rows[-1]["msgid"])
