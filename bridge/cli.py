@@ -105,7 +105,11 @@ def cmd_schema(args: argparse.Namespace) -> int:
         finally:
             await backend.close()
 
-    print(asyncio.run(describe()), end="")
+    try:
+        print(asyncio.run(describe()), end="")
+    except Exception as exc:  # unreachable server, refused login: one line, no traceback
+        print(f"schema for {args.pool}: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

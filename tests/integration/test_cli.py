@@ -99,6 +99,12 @@ def test_schema_prints_the_redis_layout(home: Path) -> None:
     result = hookbridge("schema", "--pool", "redis.nope", cwd=home)
     assert result.returncode == 2
     assert "no pool 'redis.nope' (configured: redis.pool1)" in result.stderr
+    config = home / "config" / "bridge.conf"
+    config.write_text(config.read_text() + "backend.pgsql.pool1.server = 127.0.0.1:1\n")
+    result = hookbridge("schema", "--pool", "pgsql.pool1", "--apply", cwd=home)
+    assert result.returncode == 1
+    assert result.stderr.startswith("schema for pgsql.pool1: ")
+    assert "Traceback" not in result.stderr
 
 
 def http_get(port: int, path: str) -> tuple[int, str]:
