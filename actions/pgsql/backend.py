@@ -72,13 +72,27 @@ class PgsqlBackend(Backend):
             password=self.pool["password"] or None,
             database=self.pool["database"],
             ssl=_tls(self.pool),
-            min_size=1,
+            min_size=0,  # connect on first use: a server that is down now must not stop the start
             max_size=max(2, self.pool["pool_size"]),
             command_timeout=60,
             init=_prepare_connection,
         )
-        if self.pool["auto_schema"]:
+        self._schema_pending = bool(self.pool["auto_schema"])
+        try:
+            await self._ensure_schema()
+        except Exception as exc:
+            # A wrong password or certificate will not fix itself: refuse to start.
+            # The server merely not up yet: start anyway; batches wait and retry.
+            if isinstance(exc, ssl.SSLError) or not self.is_recoverable(exc):
+                raise
+            log.warning("pool %s: PostgreSQL not reachable yet (%s); actions wait and retry", self.pool.id, exc)
+
+    async def _ensure_schema(self) -> None:
+        if self._schema_pending:
             await self.schema(apply=True)
+            self._schema_pending = False
+        else:
+            await self.conns.fetchval("SELECT 1")  # connect now, so bad credentials show at start
 
     async def close(self) -> None:
         await self.conns.close()
@@ -97,6 +111,8 @@ class PgsqlBackend(Backend):
     # -- batches -------------------------------------------------------------
 
     async def execute(self, batch: Sequence[Job]) -> list[BaseException | None]:
+        if self._schema_pending:
+            await self._ensure_schema()
         outcomes: list[BaseException | None] = [None] * len(batch)
         async with self.conns.acquire() as conn:
             run: list[int] = []

@@ -1,4 +1,4 @@
-"""PostgreSQL pool TLS settings against a real server that speaks TLS with a private CA."""
+"""PostgreSQL pool connection settings against real servers: TLS with a private CA, a server down at start."""
 
 from __future__ import annotations
 
@@ -69,3 +69,37 @@ async def test_unknown_ca_is_refused_unless_verification_is_off(
         await make_bridge(RULE, pools=pool("backend.pgsql.pool1.ssl = on\n"))
     bridge = await make_bridge(RULE, pools=pool("backend.pgsql.pool1.ssl = on\nbackend.pgsql.pool1.ssl.verify = off\n"))
     assert bridge.runners["pgsql.pool1"].healthy
+
+
+async def test_bridge_starts_while_postgres_is_down_and_catches_up(make_bridge: BridgeFactory) -> None:
+    """No schema, no server at start: actions wait, then the schema and the rows arrive."""
+    import asyncio
+
+    import asyncpg
+
+    port = 5442
+    await asyncio.to_thread(start_postgres, port)  # create the cluster once, then take it away
+    conn = await asyncpg.connect(postgres_dsn(port))
+    await conn.execute(
+        "DROP TABLE IF EXISTS mqtt_client, mqtt_msg, mqtt_topic, mqtt_sub, mqtt_retain, mqtt_acked, mqtt_event_log"
+    )
+    await conn.close()
+    await asyncio.to_thread(stop_postgres, port)
+    pools = (
+        f"backend.pgsql.pool1.server = 127.0.0.1:{port}\nbackend.pgsql.pool1.username = hookbridge\n"
+        "backend.pgsql.pool1.password = hookbridge\nbackend.pgsql.pool1.retry_backoff_max = 300ms\n"
+    )
+    bridge = await make_bridge(RULE, pools=pools)
+    client = await Client("early", mqtt_port(bridge)).connect()
+    await asyncio.sleep(1)
+    assert not bridge.health()[0]
+    try:
+        await asyncio.to_thread(start_postgres, port)
+        await asyncio.wait_for(bridge.idle(), 30)
+        conn = await asyncpg.connect(postgres_dsn(port))
+        assert await conn.fetchval("SELECT state FROM mqtt_client WHERE clientid = 'early'") == 1
+        await conn.close()
+        assert bridge.health()[0]
+    finally:
+        await client.disconnect()
+        await asyncio.to_thread(stop_postgres, port)
