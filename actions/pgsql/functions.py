@@ -78,9 +78,10 @@ _RETAIN_DELETE = "DELETE FROM mqtt_retain WHERE topic = $1 AND msgid < $2"
 
 _ACK_QUEUE = "DELETE FROM mqtt_msg WHERE msgid = $1"
 
-# Only offsets a pubsub fetch created move, and only forward (ids are time-ordered text).
+# Only offsets a pubsub fetch created move, and only forward: msgid by id order (time-ordered
+# text), mid by GREATEST (row ids are insert order; NULL, no row yet, leaves it as it is).
 _ACK_PUBSUB = """
-UPDATE mqtt_acked a SET msgid = $3, mid = coalesce((SELECT id FROM mqtt_msg WHERE msgid = $3), a.mid)
+UPDATE mqtt_acked a SET msgid = $3, mid = GREATEST(a.mid, (SELECT id FROM mqtt_msg WHERE msgid = $3))
 WHERE a.clientid = $1 AND a.topic = ANY($2::text[]) AND a.msgid < $3"""
 
 _ACKED_DELETE = "DELETE FROM mqtt_acked WHERE clientid = $1 AND topic = $2"
