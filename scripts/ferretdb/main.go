@@ -7,12 +7,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"log/slog"
-	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/FerretDB/FerretDB/ferretdb"
@@ -36,14 +37,16 @@ func main() {
 		config.Handler, config.PostgreSQLURL = "postgresql", *pgURL
 	} else {
 		dir, err := filepath.Abs(*dataDir)
+		if err == nil && strings.ContainsAny(dir, "?#%") {
+			err = errors.New("FerretDB cannot open SQLite files under a path with '?', '#' or '%' in it")
+		}
 		if err == nil {
 			err = os.MkdirAll(dir, 0o755)
 		}
 		if err != nil {
 			fatal("bad -data-dir", err)
 		}
-		// Escaped, so a directory name with '?', '#' or '%' in it stays a path.
-		config.Handler, config.SQLiteURL = "sqlite", (&url.URL{Scheme: "file", Path: dir + "/", OmitHost: true}).String()
+		config.Handler, config.SQLiteURL = "sqlite", "file:"+dir+"/"
 	}
 
 	f, err := ferretdb.New(&config)
@@ -54,7 +57,7 @@ func main() {
 	// SIGTERM or SIGINT: stop accepting, close connections and the backend, then exit 0.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	logger.Warn("listening", "addr", *addr, "handler", config.Handler) // MongoDBURI() may block before Run
+	logger.Warn("serving", "addr", *addr, "handler", config.Handler)
 	if err := f.Run(ctx); err != nil {
 		fatal("FerretDB stopped", err)
 	}
