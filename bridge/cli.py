@@ -95,6 +95,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     from actions.base import FunctionContext
 
+    logs.setup("error")  # the command's own one-line error says it; no "will retry" warnings
+
     async def describe() -> str:
         backend = backend_type(pool, FunctionContext(node=config["node.name"]))
         if not args.apply:
