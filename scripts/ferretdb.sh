@@ -14,15 +14,7 @@
 # downloads ~130 MB of modules and compiles for about a minute), or .run/go/ when Go has none.
 . "$(dirname "$0")/lib.sh"
 
-PORT=27017
-ACTION=start
-for arg in "$@"; do
-  case "$arg" in
-    start | stop) ACTION="$arg" ;;
-    *[!0-9]* | '') echo "usage: $0 [PORT] [start|stop]" >&2; exit 2 ;;
-    *) PORT="$arg" ;;
-  esac
-done
+port_and_action 27017 "$@"
 
 SRC="$ROOT/scripts/ferretdb"
 BIN="$RUN_DIR/ferretdb/bin/ferretdb-runner"

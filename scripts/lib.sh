@@ -52,3 +52,18 @@ run_as() {
     sudo -u "$user" -- "$@"
   fi
 }
+
+# port_and_action DEFAULT_PORT "$@": sets PORT and ACTION (start|stop, default start) from a
+# service script's arguments, in either order.
+port_and_action() {
+  PORT="$1"
+  ACTION=start
+  shift
+  for arg in "$@"; do
+    case "$arg" in
+      start | stop) ACTION="$arg" ;;
+      *[!0-9]* | '') echo "usage: $0 [PORT] [start|stop]" >&2; exit 2 ;;
+      *) PORT="$arg" ;;
+    esac
+  done
+}

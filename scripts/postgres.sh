@@ -12,15 +12,7 @@
 # root); otherwise as the current user.
 . "$(dirname "$0")/lib.sh"
 
-PORT=5432
-ACTION=start
-for arg in "$@"; do
-  case "$arg" in
-    start | stop) ACTION="$arg" ;;
-    *[!0-9]* | '') echo "usage: $0 [PORT] [start|stop]" >&2; exit 2 ;;
-    *) PORT="$arg" ;;
-  esac
-done
+port_and_action 5432 "$@"
 
 PG_USER="${HOOKBRIDGE_PG_USER:-hookbridge}"
 PG_PASSWORD="${HOOKBRIDGE_PG_PASSWORD:-hookbridge}"
