@@ -204,6 +204,11 @@ class Bridge:
             lambda: {self.broker.mode: float(self.broker.is_connected())},
         )
         self.metrics.gauge(
+            "hookbridge_broker_dropped_messages",
+            "Messages dropped from full offline session queues",
+            lambda: {self.broker.mode: float(self.broker.dropped_messages)},
+        )
+        self.metrics.gauge(
             "hookbridge_fetches_paging",
             "Offline fetches waiting for acks to send the next page",
             lambda: {"all": float(self.dispatcher.pager.paging)},

@@ -156,21 +156,6 @@ PLACEHOLDERS: dict[Hookpoint, tuple[str, ...]] = {
     Hookpoint.MESSAGE_ACKED: (*_MESSAGE, "from_clientid"),
 }
 
-PLACEHOLDER_DOCS: dict[str, str] = {
-    "clientid": "client id (the publisher on message.publish, the receiver on delivered/acked)",
-    "username": "username of that client, empty when it gave none",
-    "node": "node name of the bridge / broker (`node.name`)",
-    "timestamp": "event time, Unix milliseconds",
-    "peername": "client address as host:port",
-    "reason": "why the client disconnected (normal, keepalive_timeout, closed, takeover, ...)",
-    "topic": "message topic, or the subscription's topic filter on session hooks",
-    "qos": "QoS of the message or subscription",
-    "msgid": "message id, 32 upper-case hex characters, time-ordered",
-    "payload": "message payload, bytes as published",
-    "retain": "`true`/`false`",
-    "from_clientid": "the client that published the message",
-}
-
 
 def placeholder_allowed(hookpoint: Hookpoint, name: str) -> bool:
     """True when `${name}` (or `${payload.x.y}`) can be used on this hookpoint."""

@@ -82,6 +82,11 @@ class BrokerSource(abc.ABC):
         """For /healthz: the source is serving (listening, or connected upstream)."""
         return True
 
+    @property
+    def dropped_messages(self) -> int:
+        """Messages the source dropped because a bound was hit (counted, never silent)."""
+        return 0
+
     async def idle(self) -> None:  # noqa: B027 - optional: sources without an internal queue have nothing to wait for
         """Wait until every event the source has seen was handed to the sink."""
 
