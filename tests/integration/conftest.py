@@ -186,9 +186,12 @@ class PahoClient:
 
     async def publish(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False) -> None:
         """Publish and wait until it is sent (QoS 0), acked (1) or completed (2)."""
-        info = self.client.publish(topic, payload, qos, retain)
         async with asyncio.timeout(TIMEOUT):
-            await self._ack(info.mid)
+            await self.send(topic, payload, qos, retain)
+
+    def send(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False) -> asyncio.Future[Any]:
+        """Publish without waiting; the future is done when the broker acks (or completes) it."""
+        return self._ack(self.client.publish(topic, payload, qos, retain).mid)
 
     async def message(self, timeout: float = TIMEOUT) -> mqtt.MQTTMessage:
         async with asyncio.timeout(timeout):

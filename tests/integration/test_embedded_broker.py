@@ -299,9 +299,9 @@ async def test_message_published_before_a_subscription_is_not_routed_to_it(env: 
     """live_from: a fetch stops before it, live routing starts at it; nothing twice, nothing lost."""
     plain, retaining = await env.client("lf-pub1"), await env.client("lf-pub2")
     holds = [env.sink.hold(MessagePublish, topic="lf/x"), env.sink.hold(MessagePublish, topic="lf/r")]
-    # Both get their message id, then wait in the sink (back-pressure) before routing.
-    await plain.publish("lf/x", b"before", 1)
-    await retaining.publish("lf/r", b"retained before", 1, retain=True)
+    # Both get their message id, then wait in the sink (back-pressure) before routing;
+    # their PUBACKs wait too (the broker acks once the bridge has the message).
+    acks = [plain.send("lf/x", b"before", 1), retaining.send("lf/r", b"retained before", 1, retain=True)]
     async with asyncio.timeout(5):
         for hold in holds:
             await hold.arrived.wait()
@@ -315,6 +315,8 @@ async def test_message_published_before_a_subscription_is_not_routed_to_it(env: 
     assert subscribed.retained_sent == {"lf/r"}
     for hold in holds:
         hold.release()
+    async with asyncio.timeout(5):
+        await asyncio.gather(*acks)
     await env.sink.wait_for(MessagePublish, topic="lf/r")
     await env.sink.wait_for(MessagePublish, topic="lf/x")
     before = [e.msgid for e in env.sink.find(MessagePublish) if e.topic in ("lf/x", "lf/r")]
@@ -331,12 +333,15 @@ async def test_deliveries_follow_publish_order_across_publishers(env: Env) -> No
     await sub.subscribe(("ord/#", 1))
     slow, fast = await env.client("ord-slow"), await env.client("ord-fast")
     hold = env.sink.hold(MessagePublish, clientid="ord-slow")
-    await slow.publish("ord/a", b"first", 1)
+    first_acked = slow.send("ord/a", b"first", 1)
     async with asyncio.timeout(5):
         await hold.arrived.wait()  # "first" has its id; its event is stuck in the sink
     await fast.publish("ord/b", b"second", 1)
     await env.sink.wait_for(MessagePublish, clientid="ord-fast")
+    assert not first_acked.done()  # no PUBACK while the bridge does not have the message
     hold.release()
+    async with asyncio.timeout(5):
+        await first_acked
     assert [(await sub.message()).payload for _ in range(2)] == [b"first", b"second"]
     published = [e.msgid for e in env.sink.find(MessagePublish) if e.topic.startswith("ord/")]
     assert published == sorted(published, reverse=True)  # the sink got them the other way round
@@ -704,3 +709,18 @@ async def test_stop_reports_shutdown(
     assert sink.find(ClientDisconnected, clientid="bye")[0].reason == "shutdown"
     async with asyncio.timeout(5):
         await client.disconnected.wait()
+
+
+async def test_puback_and_pubcomp_wait_until_the_bridge_has_the_message(env: Env) -> None:
+    """At least once: the publisher's ack means the publish event reached the bridge."""
+    pub = await env.client("ack-pub")
+    for qos in (1, 2):
+        hold = env.sink.hold(MessagePublish, clientid="ack-pub", qos=qos)
+        acked = pub.send(f"ack/{qos}", b"x", qos)
+        async with asyncio.timeout(5):
+            await hold.arrived.wait()
+        await asyncio.sleep(0.3)
+        assert not acked.done(), f"QoS {qos} acked before the bridge took the message"
+        hold.release()
+        async with asyncio.timeout(5):
+            await acked

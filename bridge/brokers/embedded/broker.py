@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from typing import Any
@@ -188,10 +189,13 @@ class HookBroker(FlowsMixin, Broker):  # type: ignore[misc]
         assert state is not None
         while (item := await conn.inbox.get()) is not None:
             if isinstance(item, Inbound):
+                accepted = functools.partial(conn.send, item.ack) if item.ack is not None else None
                 if item.topic.startswith("$SYS/") or item.topic == "$SYS":
                     log.info("client %r may not publish to %r: dropped", state.clientid, item.topic)
-                    continue
-                await self._publish(state, conn.peername, item.topic, item.payload, item.qos, item.retain)
+                    if accepted is not None:
+                        await accepted()
+                else:
+                    await self._publish(state, conn.peername, item.topic, item.payload, item.qos, item.retain, accepted)
             elif isinstance(item, SubscribePacket):
                 await self._on_subscribe(conn, item)
             else:

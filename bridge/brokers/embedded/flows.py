@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from bridge.brokers.base import Delivery, DeliveryError
 from bridge.brokers.embedded.router import Router, Sequencer
@@ -27,11 +27,20 @@ class FlowsMixin:
     states: dict[str, SessionState]
 
     async def _publish(
-        self, state: SessionState | None, peername: str, topic: str, payload: bytes, qos: int, retain: bool
+        self,
+        state: SessionState | None,
+        peername: str,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        accepted: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Emit message.publish for a client's message, then route it (in msgid order).
 
-        `state` is None for the broker's own messages (amqtt plugins): routed, no event.
+        `accepted` runs once the bridge has the event (it sends the client's PUBACK / PUBCOMP),
+        before routing, which may wait for earlier messages. `state` is None for the broker's
+        own messages (amqtt plugins): routed, no event.
         """
         clientid = state.clientid if state is not None else ""
         msgid = self.msgids.next()
@@ -55,6 +64,8 @@ class FlowsMixin:
                     timestamp=time.time(),
                 )
                 await state.lane.emit(event)
+            if accepted is not None:
+                await accepted()
             await Sequencer.wait(previous)
             self.router.route(msgid, topic, payload, qos, clientid)
         finally:

@@ -71,6 +71,9 @@ class Inbound:
     payload: bytes
     qos: int
     retain: bool
+    # PUBACK (QoS 1) or PUBCOMP (QoS 2), sent by the message loop only once the publish event
+    # has been handed to the bridge: the client's ack means the bridge has its message.
+    ack: Any = None
 
 
 class BridgeWriter(StreamWriterAdapter):  # type: ignore[misc]
@@ -203,8 +206,11 @@ class BridgeHandler(BrokerProtocolHandler):  # type: ignore[misc]
         elif kind == PUBREL:
             held = self._state.incoming_qos2.pop(packet.packet_id, None)
             if held is not None:
-                await self.inbox.put(Inbound(held.topic, held.payload, 2, held.retain))
-            await self.send(PubcompPacket.build(packet.packet_id))
+                await self.inbox.put(
+                    Inbound(held.topic, held.payload, 2, held.retain, PubcompPacket.build(packet.packet_id))
+                )
+            else:  # already released (a PUBREL resent): complete it again
+                await self.send(PubcompPacket.build(packet.packet_id))
         elif kind == PUBCOMP:
             self._state.acked(packet.packet_id)
         elif kind in (SUBSCRIBE, UNSUBSCRIBE):
@@ -229,8 +235,7 @@ class BridgeHandler(BrokerProtocolHandler):  # type: ignore[misc]
         if qos == 0:
             await self.inbox.put(Inbound(topic, payload, 0, retain))
         elif qos == 1:
-            await self.inbox.put(Inbound(topic, payload, 1, retain))
-            await self.send(PubackPacket.build(packet.packet_id))
+            await self.inbox.put(Inbound(topic, payload, 1, retain, PubackPacket.build(packet.packet_id)))
         else:
             # A resent PUBLISH of a held packet id is the same message: keep one.
             self._state.incoming_qos2.setdefault(packet.packet_id, IncomingQos2(topic, payload, retain))
