@@ -31,6 +31,9 @@ class Job:
     event: Event
     seq: int = 0  # submission order across the pool, set by the runner
     cursor: str | None = None  # a paged fetch's continuation: deliver after this msgid
+    # What a backend derives once per job so that a retried batch writes the same thing
+    # (MongoDB: the event log document's _id).
+    memo: Any = None
     _values: Values | None = field(default=None, repr=False)
 
     @property

@@ -74,3 +74,18 @@ def literal_prefix(topic_filter: str) -> str:
             break
         prefix.append(level)
     return "/".join(prefix)
+
+
+def prefix_range(topic_filter: str) -> tuple[str, str | None] | None:
+    """The [low, high) range of strings holding every topic the filter can match; None: all.
+
+    For an index range scan: candidates are then checked with `matches`. Code point order
+    is also UTF-8 byte order, so the range is right for binary string comparison too.
+    """
+    prefix = literal_prefix(topic_filter)
+    if not prefix:
+        return None
+    following = ord(prefix[-1]) + 1
+    if following == 0xD800:  # surrogates are not characters: skip past them
+        following = 0xE000
+    return prefix, (prefix[:-1] + chr(following)) if following <= 0x10FFFF else None

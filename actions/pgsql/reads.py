@@ -16,7 +16,7 @@ from actions.base import FunctionContext, Job
 from actions.pgsql.functions import when
 from bridge.brokers.base import Delivery
 from bridge.events import ClientConnected, SessionSubscribed
-from bridge.topics import is_wildcard, literal_prefix, matches
+from bridge.topics import is_wildcard, matches, prefix_range
 
 Connection = Any  # asyncpg.Connection (untyped)
 Reader = Callable[[Connection, FunctionContext, Job], Awaitable[None]]
@@ -41,22 +41,11 @@ CROSS JOIN LATERAL (
 _NO_UPPER = "G"  # sorts after every upper-case hex id: no live_from bound
 
 
-def prefix_range(topic_filter: str) -> tuple[str, str | None] | None:
-    """The [low, high) text range holding every topic the filter can match, or None for all.
-
-    Written as `~>=~` / `~<~` comparisons (not LIKE) so that even a generic prepared plan
-    uses the text_pattern_ops index.
-    """
-    prefix = literal_prefix(topic_filter)
-    if not prefix:
-        return None
-    last = ord(prefix[-1])
-    return prefix, (prefix[:-1] + chr(last + 1)) if last < 0x10FFFF else None
-
-
 async def matching_topics(conn: Connection, table: str, topic_filter: str) -> list[str]:
     if not is_wildcard(topic_filter):
         return [topic_filter]
+    # `~>=~` / `~<~` rather than LIKE, so that even a generic prepared plan uses the
+    # text_pattern_ops index.
     bounds = prefix_range(topic_filter)
     if bounds is None:
         rows = await conn.fetch(f"SELECT topic FROM {table}")

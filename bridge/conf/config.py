@@ -115,6 +115,9 @@ def parse_config(path: str, text: str) -> Config:
         if pool.db == "cassa":
             if pool.settings["nodes"] is None:
                 pool.settings["nodes"] = [("127.0.0.1", DEFAULT_PORTS["cassa"])]
+        elif pool.db == "mongo":
+            if pool.settings["server"] is None:
+                pool.settings["server"] = [("127.0.0.1", DEFAULT_PORTS["mongo"])]
         elif pool.settings["server"] is None:
             pool.settings["server"] = ("127.0.0.1", DEFAULT_PORTS[pool.db])
     if errors:

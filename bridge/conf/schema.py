@@ -89,9 +89,12 @@ POOL_BY_DB: dict[str, dict[str, Setting]] = {
     },
     "pgsql": {"database": Setting(v.parse_str, "mqtt", "database name")},
     "mongo": {
+        "server": Setting(
+            v.parse_hostports, None, "server address, or several, comma-separated", example="127.0.0.1:27017"
+        ),
         "type": Setting(v.enum_of("single", "rs"), "single", "single server or replica set"),
         "database": Setting(v.parse_str, "mqtt", "database name"),
-        "login": Setting(v.parse_str, "", "login name"),
+        "login": Setting(v.parse_str, "", "login name (EMQX's name for `username`; either works)"),
         "auth_source": Setting(v.parse_str, "admin", "authentication database"),
         "replica_set": Setting(v.parse_str, "", "replica set name"),
     },

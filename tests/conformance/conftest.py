@@ -6,11 +6,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from conformance.stores import PgsqlStore, RedisStore, Store
-from support.services import start_postgres, start_redis, stop_redis
+from conformance.stores import MongoStore, PgsqlStore, RedisStore, Store
+from support.services import start_ferretdb, start_postgres, start_redis, stop_redis
 
 REDIS_PORT = 6395  # its own server: the outage tests stop and restart it
 PGSQL_PORT = 5439
+MONGO_PORT = 27018  # FerretDB (no MongoDB server is packaged anywhere this machine reaches)
 
 
 @pytest.fixture(scope="session")
@@ -28,13 +29,21 @@ def pgsql_store_server() -> int:
     return PGSQL_PORT
 
 
-@pytest.fixture(params=["redis", "pgsql"])
+@pytest.fixture(scope="session")
+def mongo_store_server() -> int:
+    start_ferretdb(MONGO_PORT)
+    return MONGO_PORT
+
+
+@pytest.fixture(params=["redis", "pgsql", "mongo"])
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
     chosen: Store
     if request.param == "redis":
         chosen = RedisStore(request.getfixturevalue("redis_store_server"))
-    else:
+    elif request.param == "pgsql":
         chosen = PgsqlStore(request.getfixturevalue("pgsql_store_server"))
+    else:
+        chosen = MongoStore(request.getfixturevalue("mongo_store_server"))
     await chosen.open()
     yield chosen
     await chosen.close()

@@ -28,3 +28,12 @@ def stop_postgres(port: int) -> None:
 
 def postgres_dsn(port: int, database: str = "mqtt") -> str:
     return f"postgresql://hookbridge:hookbridge@127.0.0.1:{port}/{database}"
+
+
+def start_ferretdb(port: int) -> None:
+    """A MongoDB-protocol server (FerretDB over SQLite) on 127.0.0.1:port (reused if up)."""
+    subprocess.run(["bash", str(ROOT / "scripts" / "ferretdb.sh"), str(port)], check=True)
+
+
+def stop_ferretdb(port: int) -> None:
+    subprocess.run(["bash", str(ROOT / "scripts" / "ferretdb.sh"), str(port), "stop"], check=True)

@@ -1,0 +1,211 @@
+"""The write functions: jobs into MongoDB write operations.
+
+Each function gives the operations of one job, tagged with their collection. The
+backend sends every collection's operations of a batch as one `bulk_write`. Every
+write is idempotent (a replay after a lost connection changes nothing), and every
+conditional write (online status by event time, retain by msgid, offsets by msgid)
+expresses its condition in the filter, so it is one atomic operation on the server.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bson.objectid import ObjectId
+from pymongo import DeleteMany, DeleteOne, InsertOne, UpdateMany, UpdateOne
+
+from actions.base import Job
+from actions.mongo.documents import exact_json, payload_value, seq_of, when
+from bridge.events import (
+    ClientConnected,
+    ClientDisconnected,
+    MessageAcked,
+    MessagePublish,
+    SessionUnsubscribed,
+    placeholder_value,
+)
+
+Operation = InsertOne[Any] | UpdateOne | UpdateMany | DeleteOne | DeleteMany
+
+DUPLICATE_KEY = 11000
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    collection: str
+    op: Operation
+    # A duplicate key means "already done" (a replayed insert) or "a newer one is there"
+    # (a conditional upsert whose filter did not match): success, not an error.
+    duplicate_ok: bool = True
+    # Operations whose order matters run in an ordered bulk; the others may be regrouped.
+    ordered: bool = False
+    # Sent instead when the server refuses `op` as a document (a JSON payload it cannot hold).
+    fallback: Operation | None = None
+    # A topic for mqtt_topic: the backend skips the ones it has written already.
+    topic: str | None = None
+
+
+def connected(job: Job) -> list[Write]:
+    event = job.event
+    assert isinstance(event, ClientConnected)
+    at = when(event.timestamp)
+    return [_client(event.clientid, at, {"state": 1, "node": event.node, "online_at": at})]
+
+
+def disconnected(job: Job) -> list[Write]:
+    event = job.event
+    assert isinstance(event, ClientDisconnected)
+    at = when(event.timestamp)
+    return [_client(event.clientid, at, {"state": 0, "node": event.node, "offline_at": at})]
+
+
+def _client(clientid: str, at: dt.datetime, fields: dict[str, Any]) -> Write:
+    # Last writer wins by event time: a late `connected` matches no document (its event_at
+    # is older), so its upsert tries to insert a second document for the client and hits the
+    # unique index: a duplicate key, which means "a newer event is already there".
+    op = UpdateOne(
+        {"clientid": clientid, "event_at": {"$lte": at}},
+        {"$set": {**fields, "event_at": at}, "$setOnInsert": {"created": at}},
+        upsert=True,
+    )
+    return Write("mqtt_client", op, ordered=True)  # equal event times: the later action wins
+
+
+def payload_fields(payload: bytes, payload_format: str) -> dict[str, Any]:
+    """`payload` as stored (bytes, or parsed JSON), plus the exact bytes when they differ."""
+    value = payload_value(payload, payload_format)
+    if isinstance(value, bytes) or exact_json(payload, value):
+        return {"payload": value}
+    return {"payload": value, "payload_raw": payload}  # parsed for queries, the bytes for delivery
+
+
+def _as_bytes(fields: dict[str, Any], payload: bytes) -> dict[str, Any] | None:
+    """The same fields with the payload as bytes, or None when it already is."""
+    if isinstance(fields["payload"], bytes):
+        return None
+    plain = {key: value for key, value in fields.items() if key != "payload_raw"}
+    plain["payload"] = payload
+    return plain
+
+
+def message_document(job: Job) -> dict[str, Any]:
+    event = job.event
+    assert isinstance(event, MessagePublish)
+    arrived = when(event.timestamp)
+    document: dict[str, Any] = {
+        "_id": event.msgid,
+        "msgid": event.msgid,
+        "seq": seq_of(event.msgid),
+        "sender": event.clientid,
+        "topic": event.topic,
+        "qos": event.qos,
+        "retain": event.retain,
+        **payload_fields(event.payload, job.rule.payload_format),
+        "arrived": arrived,
+    }
+    if job.rule.expired_time:
+        document["expires_at"] = arrived + dt.timedelta(seconds=job.rule.expired_time)
+    return document
+
+
+def store(job: Job) -> list[Write]:
+    assert isinstance(job.event, MessagePublish)
+    document = message_document(job)
+    plain = _as_bytes(document, job.event.payload)
+    fallback = InsertOne(plain) if plain is not None else None
+    return [Write("mqtt_msg", InsertOne(document), fallback=fallback), topic_write(document["topic"])]
+
+
+def topic_write(topic: str) -> Write:
+    """Every topic with stored messages, for wildcard fetches (the backend skips known ones)."""
+    return Write("mqtt_topic", InsertOne({"_id": topic}), topic=topic)
+
+
+def retain(job: Job) -> list[Write]:
+    event = job.event
+    assert isinstance(event, MessagePublish)
+    # Last writer wins by msgid: an older message matches nothing, and its upsert collides
+    # with the topic's document on the unique index (a no-op).
+    fields = {
+        "msgid": event.msgid,
+        "sender": event.clientid,
+        "qos": event.qos,
+        **payload_fields(event.payload, job.rule.payload_format),
+        "arrived": when(event.timestamp),
+    }
+    plain = _as_bytes(fields, event.payload)
+
+    def upsert(values: dict[str, Any]) -> UpdateOne:
+        # $unset: a retained message stored as JSON may be replaced by one stored as bytes
+        unset = {"payload_raw": ""} if "payload_raw" not in values else {}
+        update: dict[str, Any] = {"$set": values, **({"$unset": unset} if unset else {})}
+        return UpdateOne({"topic": event.topic, "msgid": {"$lt": event.msgid}}, update, upsert=True)
+
+    return [Write("mqtt_retain", upsert(fields), fallback=upsert(plain) if plain is not None else None)]
+
+
+def retain_delete(job: Job) -> list[Write]:
+    event = job.event
+    assert isinstance(event, MessagePublish)
+    return [Write("mqtt_retain", DeleteOne({"topic": event.topic, "msgid": {"$lt": event.msgid}}))]
+
+
+def acked_for_queue(job: Job) -> list[Write]:
+    assert isinstance(job.event, MessageAcked)
+    return [Write("mqtt_msg", DeleteOne({"_id": job.event.msgid}))]
+
+
+def acked_for_pubsub(job: Job) -> list[Write]:
+    event = job.event
+    assert isinstance(event, MessageAcked)
+    # Only offsets a pubsub fetch created move (no upsert), and only forward ($max).
+    op = UpdateMany(
+        {"clientid": event.clientid, "topic": {"$in": list(event.filters or (event.topic,))}},
+        {"$max": {"msgid": event.msgid, "mid": seq_of(event.msgid)}},
+    )
+    return [Write("mqtt_acked", op)]
+
+
+def acked_delete(job: Job) -> list[Write]:
+    event = job.event
+    assert isinstance(event, SessionUnsubscribed)
+    return [Write("mqtt_acked", DeleteOne({"clientid": event.clientid, "topic": event.topic}))]
+
+
+_LOG_TEXT = ("clientid", "username", "node", "topic")
+
+
+def event_log(job: Job) -> list[Write]:
+    event = job.event
+    if job.memo is None:
+        job.memo = ObjectId()  # once per job: a replayed batch inserts the same _id, a no-op
+    payload = getattr(event, "payload", None)
+    document = {
+        "_id": job.memo,
+        "event": str(event.hookpoint),
+        **{name: placeholder_value(event, name) if hasattr(event, name) else None for name in _LOG_TEXT},
+        "qos": getattr(event, "qos", None),
+        "bytes": len(payload) if payload is not None else None,
+        "reason": getattr(event, "reason", None),
+        "peername": getattr(event, "peername", None),
+        "msgid": getattr(event, "msgid", None),
+        "ts": when(event.timestamp),
+    }
+    return [Write("mqtt_event_log", InsertOne(document))]
+
+
+WRITERS: dict[str, Callable[[Job], list[Write]]] = {
+    "on_client_connected": connected,
+    "on_client_disconnected": disconnected,
+    "on_message_publish": store,
+    "on_message_store": store,
+    "on_message_retain": retain,
+    "on_retain_delete": retain_delete,
+    "on_message_acked_for_queue": acked_for_queue,
+    "on_message_acked_for_pubsub": acked_for_pubsub,
+    "on_acked_delete": acked_delete,
+    "on_event_log": event_log,
+}
