@@ -18,7 +18,6 @@ import logging
 import os
 import tempfile
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 from pymongo import AsyncMongoClient
@@ -205,7 +204,7 @@ class MongoBackend(Backend):
         pending = entries
         while pending:
             try:
-                await collection.bulk_write([write.op for _, write in pending], ordered=ordered)
+                await collection.bulk_write([write.bulk_op() for _, write in pending], ordered=ordered)
                 return
             except BulkWriteError as exc:
                 errors = exc.details.get("writeErrors", [])
@@ -214,14 +213,16 @@ class MongoBackend(Backend):
                 again: list[Entry] = []
                 for error in errors:
                     index, write = pending[error["index"]]
-                    if error.get("code") == DUPLICATE_KEY and write.duplicate_ok:
-                        continue
-                    if write.fallback is not None and error.get("code") != DUPLICATE_KEY:
-                        again.append((index, replace(write, op=write.fallback, fallback=None)))
-                        continue
-                    outcomes[index] = PermanentError(f"{name}: {error.get('errmsg')} (code {error.get('code')})")
+                    retry = self._refused(name, index, write, error.get("code"), error.get("errmsg"), outcomes)
+                    if retry is not None:
+                        again.append((index, retry))
                 # ordered: the server stopped at the one error; the rest was not tried yet
                 pending = again + (pending[errors[-1]["index"] + 1 :] if ordered else [])
+            except KeyError:
+                # The server's reply to a partly failed bulk lacked a count PyMongo reads (FerretDB
+                # v1 omits nModified): which writes failed is unknown, so go one at a time.
+                await self._one_at_a_time(collection, pending, outcomes)
+                return
             except PyMongoError as exc:  # e.g. a document the driver cannot encode, or too large
                 if self.is_recoverable(exc):
                     raise
@@ -231,6 +232,35 @@ class MongoBackend(Backend):
                 for entry in pending:  # find the culprit
                     await self._bulk(name, [entry], outcomes)
                 return
+
+    def _refused(
+        self, name: str, index: int, write: Write, code: Any, message: Any, outcomes: list[BaseException | None]
+    ) -> Write | None:
+        """The server refused one write: success, a fallback to send instead, or the job fails."""
+        if code == DUPLICATE_KEY and write.duplicate_ok:
+            return None
+        if write.fallback is not None and code != DUPLICATE_KEY:
+            return write.fallback
+        outcomes[index] = PermanentError(f"{name}: {message} (code {code})")
+        return None
+
+    async def _one_at_a_time(self, collection: Any, entries: list[Entry], outcomes: list[BaseException | None]) -> None:
+        for index, write in entries:
+            if not write.idempotent:
+                outcomes[index] = PermanentError(
+                    f"{collection.name}: a write of this batch failed and the server did not say which; "
+                    "not replayed, as it may have been applied already"
+                )
+                continue
+            current: Write | None = write
+            while current is not None:
+                try:
+                    await current.run_alone(collection)
+                    break
+                except OperationFailure as exc:
+                    if self.is_recoverable(exc):
+                        raise
+                    current = self._refused(collection.name, index, current, exc.code, exc, outcomes)
 
     async def _read(self, job: Job, name: str) -> BaseException | None:
         try:

@@ -28,24 +28,43 @@ from bridge.events import (
     placeholder_value,
 )
 
-Operation = InsertOne[Any] | UpdateOne | UpdateMany | DeleteOne | DeleteMany
-
 DUPLICATE_KEY = 11000
+
+_BULK_OPS: dict[str, Callable[..., Any]] = {
+    "insert_one": InsertOne,
+    "update_one": UpdateOne,
+    "update_many": UpdateMany,
+    "delete_one": DeleteOne,
+    "delete_many": DeleteMany,
+}
 
 
 @dataclass(frozen=True, slots=True)
 class Write:
+    """One write operation: a collection method and its arguments."""
+
     collection: str
-    op: Operation
+    method: str  # insert_one, update_one, update_many, delete_one, delete_many
+    args: tuple[Any, ...]  # (document,) | (filter, update) | (filter,)
+    upsert: bool = False
     # A duplicate key means "already done" (a replayed insert) or "a newer one is there"
     # (a conditional upsert whose filter did not match): success, not an error.
     duplicate_ok: bool = True
     # Operations whose order matters run in an ordered bulk; the others may be regrouped.
     ordered: bool = False
-    # Sent instead when the server refuses `op` as a document (a JSON payload it cannot hold).
-    fallback: Operation | None = None
+    # Safe to apply twice (every function's write; not your templates' `$inc`).
+    idempotent: bool = True
+    # Sent instead when the server refuses this one's document (a JSON payload it cannot hold).
+    fallback: Write | None = None
     # A topic for mqtt_topic: the backend skips the ones it has written already.
     topic: str | None = None
+
+    def bulk_op(self) -> Any:
+        return _BULK_OPS[self.method](*self.args, **({"upsert": True} if self.upsert else {}))
+
+    async def run_alone(self, collection: Any) -> None:
+        method = getattr(collection, self.method)
+        await (method(*self.args, upsert=True) if self.upsert else method(*self.args))
 
 
 def connected(job: Job) -> list[Write]:
@@ -66,12 +85,9 @@ def _client(clientid: str, at: dt.datetime, fields: dict[str, Any]) -> Write:
     # Last writer wins by event time: a late `connected` matches no document (its event_at
     # is older), so its upsert tries to insert a second document for the client and hits the
     # unique index: a duplicate key, which means "a newer event is already there".
-    op = UpdateOne(
-        {"clientid": clientid, "event_at": {"$lte": at}},
-        {"$set": {**fields, "event_at": at}, "$setOnInsert": {"created": at}},
-        upsert=True,
-    )
-    return Write("mqtt_client", op, ordered=True)  # equal event times: the later action wins
+    filter_ = {"clientid": clientid, "event_at": {"$lte": at}}
+    update = {"$set": {**fields, "event_at": at}, "$setOnInsert": {"created": at}}
+    return Write("mqtt_client", "update_one", (filter_, update), upsert=True, ordered=True)  # ties: later wins
 
 
 def payload_fields(payload: bytes, payload_format: str) -> dict[str, Any]:
@@ -115,13 +131,13 @@ def store(job: Job) -> list[Write]:
     assert isinstance(job.event, MessagePublish)
     document = message_document(job)
     plain = _as_bytes(document, job.event.payload)
-    fallback = InsertOne(plain) if plain is not None else None
-    return [Write("mqtt_msg", InsertOne(document), fallback=fallback), topic_write(document["topic"])]
+    fallback = Write("mqtt_msg", "insert_one", (plain,)) if plain is not None else None
+    return [Write("mqtt_msg", "insert_one", (document,), fallback=fallback), topic_write(document["topic"])]
 
 
 def topic_write(topic: str) -> Write:
     """Every topic with stored messages, for wildcard fetches (the backend skips known ones)."""
-    return Write("mqtt_topic", InsertOne({"_id": topic}), topic=topic)
+    return Write("mqtt_topic", "insert_one", ({"_id": topic},), topic=topic)
 
 
 def retain(job: Job) -> list[Write]:
@@ -138,41 +154,39 @@ def retain(job: Job) -> list[Write]:
     }
     plain = _as_bytes(fields, event.payload)
 
-    def upsert(values: dict[str, Any]) -> UpdateOne:
+    def upsert(values: dict[str, Any], fallback: Write | None = None) -> Write:
         # $unset: a retained message stored as JSON may be replaced by one stored as bytes
         unset = {"payload_raw": ""} if "payload_raw" not in values else {}
         update: dict[str, Any] = {"$set": values, **({"$unset": unset} if unset else {})}
-        return UpdateOne({"topic": event.topic, "msgid": {"$lt": event.msgid}}, update, upsert=True)
+        filter_ = {"topic": event.topic, "msgid": {"$lt": event.msgid}}
+        return Write("mqtt_retain", "update_one", (filter_, update), upsert=True, fallback=fallback)
 
-    return [Write("mqtt_retain", upsert(fields), fallback=upsert(plain) if plain is not None else None)]
+    return [upsert(fields, upsert(plain) if plain is not None else None)]
 
 
 def retain_delete(job: Job) -> list[Write]:
     event = job.event
     assert isinstance(event, MessagePublish)
-    return [Write("mqtt_retain", DeleteOne({"topic": event.topic, "msgid": {"$lt": event.msgid}}))]
+    return [Write("mqtt_retain", "delete_one", ({"topic": event.topic, "msgid": {"$lt": event.msgid}},))]
 
 
 def acked_for_queue(job: Job) -> list[Write]:
     assert isinstance(job.event, MessageAcked)
-    return [Write("mqtt_msg", DeleteOne({"_id": job.event.msgid}))]
+    return [Write("mqtt_msg", "delete_one", ({"_id": job.event.msgid},))]
 
 
 def acked_for_pubsub(job: Job) -> list[Write]:
     event = job.event
     assert isinstance(event, MessageAcked)
     # Only offsets a pubsub fetch created move (no upsert), and only forward ($max).
-    op = UpdateMany(
-        {"clientid": event.clientid, "topic": {"$in": list(event.filters or (event.topic,))}},
-        {"$max": {"msgid": event.msgid, "mid": seq_of(event.msgid)}},
-    )
-    return [Write("mqtt_acked", op)]
+    filter_ = {"clientid": event.clientid, "topic": {"$in": list(event.filters or (event.topic,))}}
+    return [Write("mqtt_acked", "update_many", (filter_, {"$max": {"msgid": event.msgid, "mid": seq_of(event.msgid)}}))]
 
 
 def acked_delete(job: Job) -> list[Write]:
     event = job.event
     assert isinstance(event, SessionUnsubscribed)
-    return [Write("mqtt_acked", DeleteOne({"clientid": event.clientid, "topic": event.topic}))]
+    return [Write("mqtt_acked", "delete_one", ({"clientid": event.clientid, "topic": event.topic},))]
 
 
 _LOG_TEXT = ("clientid", "username", "node", "topic")
@@ -194,7 +208,7 @@ def event_log(job: Job) -> list[Write]:
         "msgid": getattr(event, "msgid", None),
         "ts": when(event.timestamp),
     }
-    return [Write("mqtt_event_log", InsertOne(document))]
+    return [Write("mqtt_event_log", "insert_one", (document,))]
 
 
 WRITERS: dict[str, Callable[[Job], list[Write]]] = {

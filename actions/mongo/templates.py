@@ -1,10 +1,12 @@
 """`template` actions on MongoDB: a Jinja2 template renders JSON naming the writes to make.
 
-The rendered text is one operation object or a list of them:
+The rendered text is one operation object or a list of them, named like PyMongo's methods:
 
-    {"insert": "<collection>", "document": {...}}
-    {"update": "<collection>", "filter": {...}, "update": {"$set": {...}}, "upsert": true, "multi": false}
-    {"delete": "<collection>", "filter": {...}, "multi": false}
+    {"insert_one": "<collection>", "document": {...}}
+    {"update_one": "<collection>", "filter": {...}, "update": {"$set": {...}}, "upsert": true}
+    {"update_many": "<collection>", "filter": {...}, "update": {...}}
+    {"delete_one": "<collection>", "filter": {...}}
+    {"delete_many": "<collection>", "filter": {...}}
 
 Every `{{ value }}` is bound, never spliced: the template renders a marker in its place
 (quoted or not: `"{{ clientid }}"` and `{{ qos }}` both work), the text is parsed as JSON,
@@ -21,8 +23,6 @@ import json
 import re
 from typing import Any
 
-from pymongo import DeleteMany, DeleteOne, InsertOne, UpdateMany, UpdateOne
-
 from actions.base import PermanentError
 from actions.mongo.functions import Write
 from bridge.render import MARK_RE, StatementTemplate, Values
@@ -30,8 +30,13 @@ from bridge.render import MARK_RE, StatementTemplate, Values
 # A JSON string literal, or a marker outside any string.
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|\x00\d+\x00', re.DOTALL)
 _COLLECTION = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,119}$")
-_KINDS = {"insert": ("document",), "update": ("filter", "update"), "delete": ("filter",)}
-_OPTIONS = {"insert": set(), "update": {"upsert", "multi"}, "delete": {"multi"}}
+_PARTS = {
+    "insert_one": ("document",),
+    "update_one": ("filter", "update"),
+    "update_many": ("filter", "update"),
+    "delete_one": ("filter",),
+    "delete_many": ("filter",),
+}
 # Operators that run JavaScript on the server: never, whoever wrote them.
 _CODE_OPERATORS = frozenset({"$where", "$function", "$accumulator"})
 
@@ -113,34 +118,34 @@ def _text(value: Any) -> str:
 def _write(display: str, op: Any, n: int) -> Write:
     where = f"{display}: operation {n}"
     if not isinstance(op, dict):
-        raise PermanentError(f"{where}: expected an object with insert, update or delete")
-    kinds = [kind for kind in _KINDS if kind in op]
-    if len(kinds) != 1:
-        raise PermanentError(f"{where}: needs exactly one of insert, update, delete")
-    kind = kinds[0]
-    collection = op[kind]
+        raise PermanentError(f"{where}: expected an object such as {{\"insert_one\": \"<collection>\", ...}}")
+    methods = [method for method in _PARTS if method in op]
+    if len(methods) != 1:
+        raise PermanentError(f"{where}: needs exactly one of {', '.join(_PARTS)}")
+    method = methods[0]
+    collection = op[method]
     if not isinstance(collection, str) or not _COLLECTION.match(collection) or collection.startswith("system."):
         raise PermanentError(f"{where}: bad collection name {collection!r}")
-    unknown = set(op) - {kind, *_KINDS[kind], *_OPTIONS[kind]}
+    parts = _PARTS[method]
+    options = {"upsert"} if method.startswith("update") else set()
+    unknown = set(op) - {method, *parts, *options}
     if unknown:
         raise PermanentError(f"{where}: unknown keys {', '.join(sorted(unknown))}")
-    for part in _KINDS[kind]:
+    for part in parts:
         if not isinstance(op.get(part), dict):
             raise PermanentError(f"{where}: {part!r} must be an object")
         code = _code_operator(op[part])
         if code:
             raise PermanentError(f"{where}: {code} runs JavaScript on the server; not allowed")
-    multi = bool(op.get("multi", False))
-    built: Any
-    if kind == "insert":
-        built = InsertOne(op["document"])
-    elif kind == "update":
-        update = op["update"]
-        if not update or not all(key.startswith("$") for key in update):
-            raise PermanentError(f"{where}: 'update' must hold update operators such as $set")
-        upsert = bool(op.get("upsert", False))
-        built = (UpdateMany if multi else UpdateOne)(op["filter"], update, upsert=upsert)
-    else:
-        built = (DeleteMany if multi else DeleteOne)(op["filter"])
+    if "update" in parts and not (op["update"] and all(key.startswith("$") for key in op["update"])):
+        raise PermanentError(f"{where}: 'update' must hold update operators such as $set")
     # Your statements, your order; a duplicate key is an error like any other.
-    return Write(collection, built, duplicate_ok=False, ordered=True)
+    return Write(
+        collection,
+        method,
+        tuple(op[part] for part in parts),
+        upsert=bool(op.get("upsert", False)),
+        duplicate_ok=False,
+        ordered=True,
+        idempotent=False,
+    )
