@@ -306,3 +306,30 @@ async def test_ten_thousand_messages_fetched_in_order(make_bridge: BridgeFactory
     last = await mongo.mqtt_msg.find_one({}, sort=[("seq", -1), ("_id", -1)])
     assert offset is not None and last is not None and offset["msgid"] == last["_id"]
     await subscriber.disconnect()
+
+
+async def test_shipped_rules_and_template_work_uncommented(make_bridge: BridgeFactory, mongo: Db) -> None:
+    shipped = (ROOT / "rules" / "mongo.conf").read_text()
+    rules = "\n".join(line[2:] if line.startswith("# backend.") else line for line in shipped.splitlines())
+    bridge = await make_bridge(rules, pools=POOL)  # the shipped templates/ are copied in
+    device = await Client("sensor-1", mqtt_port(bridge)).connect()
+    await device.publish("sensors/boiler", b'{"level": 4, "temp": 97}', qos=1)
+    await device.publish("sensors/boiler", b'{"level": 1, "temp": 60}', qos=1)
+    await device.publish("sensors/lamp", b"on", qos=1, retain=True)
+    await device.disconnect()
+    await bridge.idle()
+    alarms = [doc async for doc in mongo.alarms.find({}, {"_id": 0, "at": 0})]
+    assert alarms == [{"clientid": "sensor-1", "topic": "sensors/boiler", "level": 4, "detail": {"level": 4, "temp": 97}}]
+    assert await mongo.alarm_counts.find_one({}, {"_id": 0}) == {
+        "clientid": "sensor-1",
+        "alarms": 1,
+        "last_topic": "sensors/boiler",
+    }
+    assert [d["payload"] async for d in mongo.mqtt_msg.find({"topic": "sensors/boiler"}).sort("seq", 1)] == [
+        {"level": 4, "temp": 97},
+        {"level": 1, "temp": 60},
+    ]
+    assert (await mongo.mqtt_client.find_one({"clientid": "sensor-1"}) or {}).get("state") == 0
+    events = [d["event"] async for d in mongo.mqtt_event_log.find({"clientid": "sensor-1"})]
+    assert sorted(events) == ["client.connected", "client.disconnected", *["message.publish"] * 3]
+    assert all(counts["failed"] == 0 for counts in bridge.metrics.rules.values())
