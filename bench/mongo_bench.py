@@ -126,7 +126,7 @@ async def server(client: AsyncMongoClient[dict[str, Any]]) -> str:
     info = await client.admin.command("buildInfo")
     if "ferretdbVersion" not in info:
         return f"MongoDB {info['version']}"
-    return f"FerretDB {ferretdb_version()} over SQLite (reports MongoDB {info["version"]})"
+    return f"FerretDB {ferretdb_version()} over SQLite (reports MongoDB {info['version']})"
 
 
 def ferretdb_version() -> str:
