@@ -1,10 +1,14 @@
 """Messages per second persisted into MongoDB by on_message_publish, through the runner.
 
 Compared in the same run, on the same generated events, with the ceiling (a hand-written
-`insert_many(ordered=True)` of the very documents the backend builds, in chunks of 10,000 on
+`insert_many(ordered=True)` of the same documents, in chunks of 10,000 on
 one client, plus the distinct topics into mqtt_topic, as the runner writes them too) and the
 naive way (one awaited `insert_one` per message, as a subscriber script would write it).
-Every method starts from a dropped database with the schema applied.
+Both build their documents by hand from the events inside their timing (checked equal to
+what the backend builds).
+Every method starts from a dropped database with the schema applied. Besides messages per
+second it prints the CPU time the benchmark process spent per message (the bridge's own cost,
+or the driver's), which does not depend on how fast the server is.
 
 The server here is FerretDB v1 over SQLite (scripts/ferretdb.sh): no MongoDB server is
 packaged anywhere this machine reaches. Its absolute figures say little about MongoDB;
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import statistics
 import subprocess
 import sys
@@ -27,6 +32,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from bson.int64 import Int64
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 
@@ -49,7 +55,7 @@ RULE = (
 )
 
 Db = AsyncDatabase[dict[str, Any]]
-Method = Callable[[Db, list[dict[str, Any]]], Awaitable[float]]
+Method = Callable[[Db, list[MessagePublish]], Awaitable[float]]
 
 
 def bridge_config(port: int, settings: dict[str, str]) -> str:
@@ -100,26 +106,50 @@ async def through_runner(port: int, settings: dict[str, str], events: list[Messa
     return len(events) / elapsed
 
 
-def documents(events: list[MessagePublish], port: int) -> list[dict[str, Any]]:
-    """The documents the backend stores for these events (built outside the timed part)."""
+async def cpu_per_message(count: int, run: Awaitable[float]) -> tuple[float, float]:
+    """(msg/s, µs of this process's CPU per message): the server here is slow, the client is not."""
+    cpu = time.process_time()
+    rate = await run
+    return rate, (time.process_time() - cpu) / count * 1e6
+
+
+def same_documents(event: MessagePublish, port: int) -> bool:
+    """The hand-written document is the one the backend builds (so both store the same)."""
     with tempfile.TemporaryDirectory(prefix="mongo-bench-") as tmp:
         rule: Rule = load(Path(tmp), port, {}).engine.rules[0]
-    return [message_document(Job(rule, event)) for event in events]
+    return message_document(Job(rule, event)) == hand_written(event)
 
 
-async def ceiling(db: Db, docs: list[dict[str, Any]]) -> float:
+def hand_written(event: MessagePublish) -> dict[str, Any]:
+    """The document the backend stores, built by hand (the ceiling builds its own, in its timing)."""
+    arrived = dt.datetime.fromtimestamp(event.timestamp, tz=dt.UTC)
+    return {
+        "_id": event.msgid,
+        "msgid": event.msgid,
+        "seq": Int64(int(event.msgid[:16], 16)),
+        "sender": event.clientid,
+        "topic": event.topic,
+        "qos": event.qos,
+        "retain": event.retain,
+        "payload": event.payload,
+        "arrived": arrived,
+        "expires_at": arrived + dt.timedelta(seconds=EXPIRED_TIME),
+    }
+
+
+async def ceiling(db: Db, events: list[MessagePublish]) -> float:
     started = time.perf_counter()
-    await db.mqtt_topic.insert_many([{"_id": topic} for topic in sorted({doc["topic"] for doc in docs})])
-    for start in range(0, len(docs), CHUNK):
-        await db.mqtt_msg.insert_many(docs[start : start + CHUNK], ordered=True)
-    return len(docs) / (time.perf_counter() - started)
+    await db.mqtt_topic.insert_many([{"_id": topic} for topic in sorted({event.topic for event in events})])
+    for start in range(0, len(events), CHUNK):
+        await db.mqtt_msg.insert_many([hand_written(event) for event in events[start : start + CHUNK]], ordered=True)
+    return len(events) / (time.perf_counter() - started)
 
 
-async def naive(db: Db, docs: list[dict[str, Any]]) -> float:
+async def naive(db: Db, events: list[MessagePublish]) -> float:
     started = time.perf_counter()
-    for doc in docs:
-        await db.mqtt_msg.insert_one(doc)
-    return len(docs) / (time.perf_counter() - started)
+    for event in events:
+        await db.mqtt_msg.insert_one(hand_written(event))
+    return len(events) / (time.perf_counter() - started)
 
 
 async def server(client: AsyncMongoClient[dict[str, Any]]) -> str:
@@ -161,7 +191,9 @@ async def main(args: argparse.Namespace) -> int:
         if value is not None
     }
     events = make_events(max(args.messages, args.naive_messages), args.payload, TOPICS)
-    docs = documents(events, args.port)
+    if not same_documents(events[0], args.port):
+        print("the hand-written document differs from the backend's: fix hand_written()", file=sys.stderr)
+        return 1
     client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(
         f"mongodb://127.0.0.1:{args.port}/?directConnection=true"
     )
@@ -173,15 +205,15 @@ async def main(args: argparse.Namespace) -> int:
         ("naive: one awaited insert_one per message", naive, args.naive_messages),
     ]
     rates: list[list[float]] = [[] for _ in methods]
+    cpus: list[list[float]] = [[] for _ in methods]
     counts: list[tuple[int, int]] = [(0, 0)] * len(methods)
     wrong = []
     for _ in range(args.runs):  # rounds of all three, so a busy moment of the machine hits them alike
         for index, (name, run, count) in enumerate(methods):
             await fresh_database(client, args.port)
-            if run is None:
-                rate = await through_runner(args.port, settings, events[:count])
-            else:
-                rate = await run(db, docs[:count])
+            work = through_runner(args.port, settings, events[:count]) if run is None else run(db, events[:count])
+            rate, cpu = await cpu_per_message(count, work)
+            cpus[index].append(cpu)
             stored = await db.mqtt_msg.count_documents({})
             topics = await db.mqtt_topic.count_documents({})
             if stored != count:
@@ -192,8 +224,18 @@ async def main(args: argparse.Namespace) -> int:
     await client.close()
     medians = [statistics.median(runs) for runs in rates]
     results: list[tuple[str, ...]] = [
-        (name, f"{count}", f"{median:,.0f}", ", ".join(f"{rate:,.0f}" for rate in runs), f"{stored}", f"{topics}")
-        for (name, _, count), median, runs, (stored, topics) in zip(methods, medians, rates, counts, strict=True)
+        (
+            name,
+            f"{count}",
+            f"{median:,.0f}",
+            ", ".join(f"{rate:,.0f}" for rate in runs),
+            f"{statistics.median(cpu):.1f}",
+            f"{stored}",
+            f"{topics}",
+        )
+        for (name, _, count), median, runs, cpu, (stored, topics) in zip(
+            methods, medians, rates, cpus, counts, strict=True
+        )
     ]
     pool = ", ".join(f"{key} {value}" for key, value in settings.items()) or "defaults"
     print(f"machine: {describe()}")
@@ -201,7 +243,8 @@ async def main(args: argparse.Namespace) -> int:
     print(f"payload {args.payload} B, {TOPICS} topics, expired_time {EXPIRED_TIME}, {args.runs} runs each")
     print(f"runner pool settings: {pool}")
     print("the ceiling also inserts the distinct topics into mqtt_topic, as the runner does; the naive way does not\n")
-    print(table(results, ("method", "messages", "median msg/s", "runs", "mqtt_msg docs", "mqtt_topic docs")))
+    header = ("method", "messages", "median msg/s", "runs", "client CPU µs/msg", "mqtt_msg docs", "mqtt_topic docs")
+    print(table(results, header))
     runner_rate, ceiling_rate, naive_rate = medians
     share, factor = runner_rate / ceiling_rate, runner_rate / naive_rate
     print(
