@@ -123,8 +123,8 @@ AUDIT_TEMPLATE = """{#- unquoted and quoted values, an operator the template cho
 [
   {"insert_one": "audit", "document": {"who": "{{ clientid }}", "topic": {{ topic }}, "qos": {{ qos }},
     "raw": {{ payload }}, "level": {{ json.level }}, "label": "from {{ clientid }} on {{ topic }}"}},
-  {"update_one": "last_seen", "filter": {"clientid": {{ clientid }}}, "update": {"$set": {"topic": {{ topic }}},
-    "$inc": {"count": 1}}, "upsert": true}
+  {"update_one": "last_seen", "filter": {"clientid": {{ clientid }}, "topic": {{ topic }}},
+    "update": {"$set": {"qos": {{ qos }}}, "$inc": {"count": 1}}, "upsert": true}
 {% if json and json.level is number and json.level >= 3 %}
   , {"insert_one": "alarms", "document": {"who": {{ clientid }}, "detail": {{ json }}}}
 {% endif %}
@@ -172,8 +172,12 @@ async def test_template_actions_bind_values_as_data(make_bridge: BridgeFactory, 
         ],
         key=lambda d: d["raw"],
     )
-    last = await mongo.last_seen.find_one({}, {"_id": 0})
-    assert last == {"clientid": EVIL_ID, "topic": "t/raw", "count": 3}
+    # one document per (client, topic): each is written from one ordering lane
+    last = sorted([doc async for doc in mongo.last_seen.find({}, {"_id": 0})], key=lambda d: d["topic"])
+    assert last == [
+        {"clientid": EVIL_ID, "topic": "t/$where", "qos": 1, "count": 2},
+        {"clientid": EVIL_ID, "topic": "t/raw", "qos": 1, "count": 1},
+    ]
     alarms = [doc async for doc in mongo.alarms.find({}, {"_id": 0})]
     assert alarms == [{"who": EVIL_ID, "detail": {"level": 5, "note": '} ] {"$where": 1}'}}]
     assert await mongo.mqtt_msg.count_documents({}) == 3

@@ -60,8 +60,8 @@ CASES = [
         f'{P}:1:42: "topic" does not apply to client.connected (client events have no topic)',
     ),
     (
-        "backend.mongo.hook.client.connected.1 = {" + OK_ACTION + "}",
-        f"{P}:1:1: the mongo backend is not available in this version of hookbridge",
+        "backend.cassa.hook.client.connected.1 = {" + OK_ACTION + "}",
+        f"{P}:1:1: the cassa backend is not available in this version of hookbridge",
     ),
     (
         "backend.pgsql.hook.client.connected.1 = {" + OK_ACTION + "}",
