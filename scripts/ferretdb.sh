@@ -7,6 +7,8 @@
 #        database), log and pid file in .run/ferretdb-PORT/; wait until it answers.
 # stop:  stop the server recorded in .run/ferretdb-PORT/ (SIGTERM, then SIGKILL after 10 s); never
 #        touches a server it did not start. Data is kept: a later start serves it again.
+# TLS: with HOOKBRIDGE_FERRETDB_TLS=HOST:PORT and HOOKBRIDGE_FERRETDB_TLS_CERT / _KEY (PEM files)
+# in the environment, start also listens with TLS there (readiness is still checked on PORT).
 # Both are idempotent. The build needs Go >= 1.21 (go.mod asks for 1.24; an older go fetches that
 # toolchain through the module proxy). The binary goes to .run/ferretdb/bin/ and is rebuilt only when
 # scripts/ferretdb/*.go, go.mod or go.sum change. Modules and build cache: Go's own (shared by all
@@ -150,8 +152,14 @@ build
 mkdir -p "$BASE/data"
 say "starting FerretDB on 127.0.0.1:$PORT (data in ${BASE#$ROOT/}/data, log in ${LOG#$ROOT/})"
 printf '\n--- %s: starting on 127.0.0.1:%s\n' "$(date -Is)" "$PORT" >>"$LOG"
+TLS_ARGS=()
+if [ -n "${HOOKBRIDGE_FERRETDB_TLS:-}" ]; then
+  TLS_ARGS=(-listen-tls "$HOOKBRIDGE_FERRETDB_TLS" -tls-cert-file "$HOOKBRIDGE_FERRETDB_TLS_CERT"
+    -tls-key-file "$HOOKBRIDGE_FERRETDB_TLS_KEY")
+  say "FerretDB also listens with TLS on $HOOKBRIDGE_FERRETDB_TLS"
+fi
 # Its own session (setsid), immune to the caller's hangup and terminal; no lock fds.
-(cd "$BASE" && exec setsid nohup "$BIN" -listen-addr "127.0.0.1:$PORT" -data-dir "$BASE/data" \
+(cd "$BASE" && exec setsid nohup "$BIN" -listen-addr "127.0.0.1:$PORT" -data-dir "$BASE/data" "${TLS_ARGS[@]}" \
   </dev/null >>"$LOG" 2>&1 8>&- 9>&-) &
 echo $! >"$PIDFILE"
 for _ in $(seq 1 150); do

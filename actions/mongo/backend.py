@@ -55,7 +55,7 @@ class MongoBackend(Backend):
         except Exception as exc:
             # Refused credentials or certificate will not fix themselves: refuse to start.
             # The server merely not up yet: start anyway; batches wait and retry.
-            if not self.is_recoverable(exc):
+            if not self.is_recoverable(exc) or _tls_refused(exc):
                 raise
             log.warning("pool %s: MongoDB not reachable yet (%s); actions wait and retry", self.pool.id, exc)
 
@@ -276,6 +276,11 @@ class MongoBackend(Backend):
         if not self.trim_enabled or self.ttl is not False:
             return
         await self.database.mqtt_msg.delete_many({"expires_at": {"$lte": dt.datetime.now(dt.UTC)}})
+
+
+def _tls_refused(exc: BaseException) -> bool:
+    """A TLS handshake the certificates failed (PyMongo reports it only as text, inside a timeout)."""
+    return "[SSL" in str(exc) or "CERTIFICATE_VERIFY_FAILED" in str(exc)
 
 
 def _certificate_key_file(certfile: str, keyfile: str) -> str:

@@ -3,6 +3,7 @@
 //
 //	ferretdb-runner -listen-addr 127.0.0.1:27017 -data-dir .run/ferretdb-27017/data
 //	ferretdb-runner -listen-addr 127.0.0.1:27017 -postgresql-url postgres://user:pass@127.0.0.1:5432/db
+//	ferretdb-runner -listen-addr 127.0.0.1:27017 -listen-tls 127.0.0.1:27018 -tls-cert-file s.pem -tls-key-file s.key
 package main
 
 import (
@@ -24,6 +25,10 @@ func main() {
 	dataDir := flag.String("data-dir", "data", "directory of the SQLite databases (one file per database)")
 	pgURL := flag.String("postgresql-url", "", "use the PostgreSQL backend at this URL instead of SQLite")
 	logLevel := flag.String("log-level", "warn", "debug, info, warn or error")
+	tlsAddr := flag.String("listen-tls", "", "also listen with TLS on this address (needs -tls-cert-file, -tls-key-file)")
+	tlsCert := flag.String("tls-cert-file", "", "server certificate (PEM) for -listen-tls")
+	tlsKey := flag.String("tls-key-file", "", "server key (PEM) for -listen-tls")
+	tlsCA := flag.String("tls-ca-file", "", "CA (PEM) that client certificates must chain to; empty: none asked")
 	flag.Parse()
 
 	var level slog.Level
@@ -32,7 +37,12 @@ func main() {
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
-	config := ferretdb.Config{Listener: ferretdb.ListenerConfig{TCP: *addr}, Logger: logger}
+	config := ferretdb.Config{
+		Listener: ferretdb.ListenerConfig{
+			TCP: *addr, TLS: *tlsAddr, TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey, TLSCAFile: *tlsCA,
+		},
+		Logger: logger,
+	}
 	if *pgURL != "" {
 		config.Handler, config.PostgreSQLURL = "postgresql", *pgURL
 	} else {

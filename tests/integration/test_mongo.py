@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from bridge.events import ClientConnected, ClientDisconnected
 from support.bridges import BridgeFactory, eventually, mqtt_port
 from support.mqtt import Client
 from support.services import ROOT, start_ferretdb, stop_ferretdb
+from support.tls import Certificates, make_certificates
 
 PORT = 27018  # shared with the conformance suite
 DOWN_PORT = 27019  # started and stopped by the test that needs it
@@ -337,3 +338,44 @@ async def test_shipped_rules_and_template_work_uncommented(make_bridge: BridgeFa
     events = [d["event"] async for d in mongo.mqtt_event_log.find({"clientid": "sensor-1"})]
     assert sorted(events) == ["client.connected", "client.disconnected", *["message.publish"] * 3]
     assert all(counts["failed"] == 0 for counts in bridge.metrics.rules.values())
+
+
+TLS_PORT, TLS_LISTENER = 27020, "127.0.0.1:27021"
+
+
+@pytest.fixture
+def tls_server(tmp_path: Path) -> Iterator[Certificates]:
+    certificates = make_certificates(tmp_path)
+    stop_ferretdb(TLS_PORT)  # restarted with this test's certificates
+    os.environ.update(
+        HOOKBRIDGE_FERRETDB_TLS=TLS_LISTENER,
+        HOOKBRIDGE_FERRETDB_TLS_CERT=str(certificates.cert),
+        HOOKBRIDGE_FERRETDB_TLS_KEY=str(certificates.key),
+    )
+    try:
+        start_ferretdb(TLS_PORT)
+    finally:
+        for name in ("HOOKBRIDGE_FERRETDB_TLS", "HOOKBRIDGE_FERRETDB_TLS_CERT", "HOOKBRIDGE_FERRETDB_TLS_KEY"):
+            os.environ.pop(name)
+    yield certificates
+    stop_ferretdb(TLS_PORT)
+
+
+async def test_tls_pool_writes_and_an_unverified_certificate_refuses_to_start(
+    make_bridge: BridgeFactory, tls_server: Certificates
+) -> None:
+    rules = 'backend.mongo.hook.message.publish.1 = {"topic": "#", "action": {"function": "on_message_publish"}}\n'
+    pool = f"backend.mongo.pool1.server = {TLS_LISTENER}\nbackend.mongo.pool1.ssl = on\n"
+    with pytest.raises(Exception, match="CERTIFICATE_VERIFY_FAILED"):
+        await make_bridge(rules, pools=pool)  # the test CA is not trusted by default
+    bridge = await make_bridge(rules, pools=pool + f"backend.mongo.pool1.ssl.cafile = {tls_server.ca}\n")
+    client = await Client("pub", mqtt_port(bridge)).connect()
+    await client.publish("t/tls", b"over TLS", qos=1)
+    await client.disconnect()
+    await bridge.idle()
+    plain: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(f"mongodb://127.0.0.1:{TLS_PORT}/?directConnection=true")
+    try:
+        assert [(d["topic"], d["payload"]) async for d in plain.mqtt.mqtt_msg.find()] == [("t/tls", b"over TLS")]
+        await plain.drop_database("mqtt")
+    finally:
+        await plain.close()
