@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from actions.base import Backend, FunctionContext
+from actions.cassa.backend import CassaBackend
 from actions.pgsql.backend import PgsqlBackend
 from actions.redis.backend import RedisBackend
 from bridge.brokers.base import BrokerSource, Capability
@@ -31,7 +32,7 @@ from bridge.runner import Runner
 
 log = logging.getLogger(__name__)
 
-BACKENDS: dict[str, type[Backend]] = {"redis": RedisBackend, "pgsql": PgsqlBackend}
+BACKENDS: dict[str, type[Backend]] = {"redis": RedisBackend, "pgsql": PgsqlBackend, "cassa": CassaBackend}
 
 MODE_CAPABILITIES: dict[str, frozenset[Capability]] = {
     "embedded": frozenset({Capability.PROXY_SUBSCRIBE, Capability.DELIVER_TO_SESSION}),

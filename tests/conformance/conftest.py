@@ -6,11 +6,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from conformance.cassa_store import CassaStore
 from conformance.stores import PgsqlStore, RedisStore, Store
-from support.services import start_postgres, start_redis, stop_redis
+from support.services import start_cassandra, start_postgres, start_redis, stop_redis
 
 REDIS_PORT = 6395  # its own server: the outage tests stop and restart it
 PGSQL_PORT = 5439
+CASSA_PORT = 9042  # scripts/test.sh starts this node in the background before pytest
 
 
 @pytest.fixture(scope="session")
@@ -28,11 +30,19 @@ def pgsql_store_server() -> int:
     return PGSQL_PORT
 
 
-@pytest.fixture(params=["redis", "pgsql"])
+@pytest.fixture(scope="session")
+def cassa_store_server() -> int:
+    start_cassandra(CASSA_PORT)  # waits for the node scripts/test.sh started, or starts one
+    return CASSA_PORT
+
+
+@pytest.fixture(params=["redis", "pgsql", "cassa"])
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
     chosen: Store
     if request.param == "redis":
         chosen = RedisStore(request.getfixturevalue("redis_store_server"))
+    elif request.param == "cassa":
+        chosen = CassaStore(request.getfixturevalue("cassa_store_server"))
     else:
         chosen = PgsqlStore(request.getfixturevalue("pgsql_store_server"))
     await chosen.open()

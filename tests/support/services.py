@@ -28,3 +28,13 @@ def stop_postgres(port: int) -> None:
 
 def postgres_dsn(port: int, database: str = "mqtt") -> str:
     return f"postgresql://hookbridge:hookbridge@127.0.0.1:{port}/{database}"
+
+
+def start_cassandra(port: int) -> None:
+    """A Cassandra node answering CQL on 127.0.0.1:port with login hookbridge/hookbridge (reused if up)."""
+    subprocess.run(["bash", str(ROOT / "scripts" / "cassandra.sh"), str(port)], check=True)
+
+
+def stop_cassandra(port: int) -> None:
+    """Stop the node scripts/cassandra.sh started on port (it drains first; no-op if down)."""
+    subprocess.run(["bash", str(ROOT / "scripts" / "cassandra.sh"), str(port), "stop"], check=True)
