@@ -62,8 +62,11 @@ class _Unit:
 class CassaBackend(Backend):
     db = "cassa"
 
+    @property
+    def keyspace(self) -> str:
+        return str(self.pool["keyspace"])
+
     async def connect(self) -> None:
-        self.keyspace: str = self.pool["keyspace"]
         self.cluster = build_cluster(self.pool)
         self.cql: AsyncSession | None = None
         self.prepared: dict[str, Any] = {}
