@@ -79,17 +79,23 @@ class CassaBackend(Backend):
             # The cluster merely not up yet: start anyway; batches wait and retry.
             fatal = fatal_connect_error(exc)
             if fatal is not None:
-                await asyncio.to_thread(self.cluster.shutdown)
+                await self.close()
                 raise PermanentError(f"cannot log in to Cassandra: {fatal}") from None
             if not self.is_recoverable(exc):
-                await asyncio.to_thread(self.cluster.shutdown)
+                await self.close()
                 raise
             log.warning("pool %s: Cassandra not reachable yet (%s); actions wait and retry", self.pool.id, exc)
 
     async def _open(self) -> None:
         """Connect, create the schema (auto_schema), prepare every statement; once."""
         if self.cql is None:
-            self.cql = AsyncSession(await asyncio.to_thread(self.cluster.connect))
+            try:
+                self.cql = AsyncSession(await asyncio.to_thread(self.cluster.connect))
+            except Exception:
+                # the driver shuts a cluster down when its first connect fails: the next try needs a new one
+                await asyncio.to_thread(self.cluster.shutdown)
+                self.cluster = build_cluster(self.pool)
+                raise
         if not self.prepared:
             if self.pool["auto_schema"]:
                 await self.schema(apply=True)

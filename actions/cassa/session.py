@@ -87,7 +87,8 @@ def fatal_connect_error(exc: BaseException) -> BaseException | None:
     """The error inside a failed connect that retrying cannot fix (bad login, TLS), if any."""
     errors = exc.errors.values() if isinstance(exc, NoHostAvailable) else [exc]
     for error in errors:
-        if isinstance(error, AuthenticationFailed | ssl.SSLError):
+        # the driver reports a TLS failure as an OSError whose text carries the SSL error
+        if isinstance(error, AuthenticationFailed | ssl.SSLError) or "[SSL" in str(error):
             return error
     return None
 

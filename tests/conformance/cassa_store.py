@@ -40,6 +40,13 @@ class CassaStore(Store):
         )
 
     async def open(self) -> None:
+        await self.connect()
+        for statement in schema.statements(KEYSPACE, REPLICATION):  # applications write `sub` before the bridge
+            await self.cql.execute(statement)
+        await self.truncate()
+
+    async def connect(self) -> None:
+        """Connect only (open() also empties the tables)."""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             self.cluster = Cluster(
@@ -51,9 +58,6 @@ class CassaStore(Store):
                 reconnection_policy=ConstantReconnectionPolicy(0.5, max_attempts=None),
             )
         self.cql = AsyncSession(await asyncio.to_thread(self.cluster.connect))
-        for statement in schema.statements(KEYSPACE, REPLICATION):  # applications write `sub` before the bridge
-            await self.cql.execute(statement)
-        await self.truncate()
 
     async def truncate(self) -> None:
         tables = ("client", "sub", "msg", "msg_bucket", "topic", "retain", "acked", "event_log")
@@ -71,7 +75,9 @@ class CassaStore(Store):
         return await self.cql.execute(query.format(ks=KEYSPACE), args)
 
     async def client(self, clientid: str) -> dict[str, Any] | None:
-        rows = await self.rows("SELECT state, online_at, offline_at, node FROM {ks}.client WHERE clientid = %s", clientid)
+        rows = await self.rows(
+            "SELECT state, online_at, offline_at, node FROM {ks}.client WHERE clientid = %s", clientid
+        )
         if not rows:
             return None
         state, online_at, offline_at, node = rows[0]
@@ -96,7 +102,9 @@ class CassaStore(Store):
         return str(rows[0][0]) if rows else None
 
     async def offset(self, clientid: str, topic_filter: str) -> str | None:
-        rows = await self.rows("SELECT msgid FROM {ks}.acked WHERE clientid = %s AND topic = %s", clientid, topic_filter)
+        rows = await self.rows(
+            "SELECT msgid FROM {ks}.acked WHERE clientid = %s AND topic = %s", clientid, topic_filter
+        )
         if not rows:
             return None
         return START if rows[0][0] == "" else str(rows[0][0])

@@ -55,9 +55,7 @@ async def test_schema_command_prints_and_applies_idempotently(cassa: CassaStore,
         await asyncio.to_thread(run, [*command, "--apply"])
     rows = await cassa.rows("SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s", keyspace)
     assert {r[0] for r in rows} == {"client", "sub", "msg", "msg_bucket", "topic", "retain", "acked", "event_log"}
-    replication = await cassa.rows(
-        "SELECT replication FROM system_schema.keyspaces WHERE keyspace_name = %s", keyspace
-    )
+    replication = await cassa.rows("SELECT replication FROM system_schema.keyspaces WHERE keyspace_name = %s", keyspace)
     assert replication[0][0]["class"].endswith("NetworkTopologyStrategy")
     await cassa.rows(f"DROP KEYSPACE {keyspace}")
 
