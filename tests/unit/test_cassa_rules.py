@@ -33,7 +33,7 @@ def test_shipped_cassa_example_loads_when_uncommented() -> None:
 def test_a_quoted_placeholder_in_cql_is_a_marker_too() -> None:
     line = (
         'backend.cassa.hook.message.publish.1 = {"action": {"cql": '
-        '"insert into t (a, b) values (\'${clientid}\', ${payload.x})"}}\n'
+        "\"insert into t (a, b) values ('${clientid}', ${payload.x})\"}}\n"
     )
     rules, errors = parse_rules("r.conf", line, rule_context(make_config(extra=POOL), ROOT / "templates"))
     assert errors == []
