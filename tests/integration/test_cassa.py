@@ -24,10 +24,15 @@ from support.services import ROOT, start_cassandra
 PORT = 9042
 
 
+@pytest.fixture(scope="module")
+def cassa_node() -> int:
+    start_cassandra(PORT)
+    return PORT
+
+
 @pytest.fixture
-async def cassa() -> AsyncIterator[CassaStore]:
-    await asyncio.to_thread(start_cassandra, PORT)
-    store = CassaStore(PORT)
+async def cassa(cassa_node: int) -> AsyncIterator[CassaStore]:
+    store = CassaStore(cassa_node)
     await store.open()
     await store.rows("DROP TABLE IF EXISTS {ks}.audit")
     yield store
@@ -188,3 +193,37 @@ async def test_ten_thousand_messages_fetched_in_order_across_hour_buckets(
     assert [m.payload for m in got] == [f"m{n:05d}".encode() for n in range(10_000)]
     await subscriber.expect_nothing()
     await subscriber.disconnect()
+
+
+async def test_event_log_and_retain_lookup_of_a_leading_wildcard(make_bridge: BridgeFactory, cassa: CassaStore) -> None:
+    rules = (
+        'backend.cassa.hook.client.connected.1 = {"action": {"function": "on_event_log"}}\n'
+        'backend.cassa.hook.message.publish.1 = {"topic": "#", "action": {"function": "on_event_log"}}\n'
+        'backend.cassa.hook.message.publish.2 = {"topic": "#", "action": {"function": "on_message_retain"}}\n'
+        'backend.cassa.hook.session.subscribed.1 = {"topic": "#", "action": {"function": "on_retain_lookup"}}\n'
+    )
+    bridge = await make_bridge(rules, pools=pool())
+    publisher = await Client("pub", mqtt_port(bridge)).connect()
+    await publisher.publish("a/x", b"A", qos=1, retain=True)
+    await publisher.publish("b/x", b"B", qos=1, retain=True)
+    await publisher.publish("b/y", b"not retained", qos=1)
+    await publisher.disconnect()
+    await bridge.idle()
+    await bridge.stop()  # the broker forgets its retained messages: the lookup must find them in Cassandra
+    bridge = await make_bridge(rules, pools=pool())
+    viewer = await Client("viewer", mqtt_port(bridge)).connect()
+    await viewer.subscribe("+/x", qos=1)  # a leading wildcard reads every partition of the topic index
+    got = sorted((m.topic, m.payload, m.retain) for m in await viewer.expect(2))
+    assert got == [("a/x", b"A", True), ("b/x", b"B", True)]
+    await viewer.expect_nothing()
+    await viewer.disconnect()
+    await bridge.idle()
+    rows = await cassa.rows("SELECT event, clientid, topic, bytes FROM {ks}.event_log")
+    events = sorted((r[0], r[1], r[2] or "", r[3] or 0) for r in rows)
+    assert events == [
+        ("client.connected", "pub", "", 0),
+        ("client.connected", "viewer", "", 0),
+        ("message.publish", "pub", "a/x", 1),
+        ("message.publish", "pub", "b/x", 1),
+        ("message.publish", "pub", "b/y", 12),
+    ]
