@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from actions.base import Backend, FunctionContext
+from actions.cassa.backend import CassaBackend
 from actions.mongo.backend import MongoBackend
 from actions.pgsql.backend import PgsqlBackend
 from actions.redis.backend import RedisBackend
@@ -32,7 +33,12 @@ from bridge.runner import Runner
 
 log = logging.getLogger(__name__)
 
-BACKENDS: dict[str, type[Backend]] = {"redis": RedisBackend, "pgsql": PgsqlBackend, "mongo": MongoBackend}
+BACKENDS: dict[str, type[Backend]] = {
+    "redis": RedisBackend,
+    "pgsql": PgsqlBackend,
+    "mongo": MongoBackend,
+    "cassa": CassaBackend,
+}
 
 MODE_CAPABILITIES: dict[str, frozenset[Capability]] = {
     "embedded": frozenset({Capability.PROXY_SUBSCRIBE, Capability.DELIVER_TO_SESSION}),

@@ -23,7 +23,7 @@ from bridge.conf.lexer import Entry, read_entries
 from bridge.conf.values import parse_duration
 from bridge.events import Hookpoint
 from bridge.render import CommandTemplate, RenderError, StatementTemplate
-from bridge.sql import SqlStatement
+from bridge.sql import SqlStatement, cql_marker, pg_marker
 from bridge.topics import filter_error
 
 _HOOK_KEY = re.compile(r"^backend\.([a-z]+)\.hook\.([a-z]+\.[a-z]+)\.(\d+)$")
@@ -45,7 +45,7 @@ class CommandsAction:
 
 @dataclass(frozen=True, slots=True)
 class SqlAction:
-    """PostgreSQL `sql`: the statements run in one transaction, every ${x} a bind parameter."""
+    """PostgreSQL `sql` (one transaction) or Cassandra `cql` (in order): every ${x} a bind parameter."""
 
     statements: tuple[SqlStatement, ...]
 
@@ -293,7 +293,8 @@ class _RuleBuilder:
                 if kind == "commands":
                     compiled.append(CommandTemplate.compile(text, hookpoint))
                 else:
-                    compiled.append(SqlStatement.compile(text, hookpoint))
+                    marker = cql_marker if kind == "cql" else pg_marker
+                    compiled.append(SqlStatement.compile(text, hookpoint, marker))
             except RenderError as exc:
                 self.failed = True
                 self.errors.append(ConfError(self.entry.at(start + exc.offset), str(exc)))

@@ -1,6 +1,6 @@
 """SQL / CQL statements with every event value a bind parameter.
 
-`${x}` becomes a numbered marker (`$1` for PostgreSQL) when the rule loads; the
+`${x}` becomes a bind marker (`$1` for PostgreSQL, `?` for CQL) when the rule loads; the
 statement text never contains event data. A placeholder written inside quotes
 (`'${clientid}'`, the habit from EMQX examples) is taken as the same marker.
 A placeholder anywhere else inside a string literal is refused: it could only
@@ -22,6 +22,10 @@ Marker = Callable[[int], str]
 
 def pg_marker(n: int) -> str:
     return f"${n}"
+
+
+def cql_marker(_: int) -> str:
+    return "?"
 
 
 def _literal_spans(text: str) -> list[tuple[int, int]]:

@@ -100,14 +100,19 @@ POOL_BY_DB: dict[str, dict[str, Setting]] = {
     },
     "cassa": {
         "nodes": Setting(v.parse_hostports, None, "contact points", example="127.0.0.1:9042"),
-        "keyspace": Setting(v.parse_str, "mqtt", "keyspace"),
+        "keyspace": Setting(v.parse_identifier, "mqtt", "keyspace"),
         "local_datacenter": Setting(v.parse_str, "datacenter1", "local data center for routing"),
-        "consistency": Setting(v.parse_str, "LOCAL_QUORUM", "consistency level"),
-        "replication": Setting(
-            v.parse_json,
-            {"class": "SimpleStrategy", "replication_factor": 1},
-            "keyspace replication (JSON)",
+        "consistency": Setting(
+            v.enum_of("ONE", "LOCAL_ONE", "QUORUM", "LOCAL_QUORUM", "EACH_QUORUM", "ALL"),
+            "LOCAL_QUORUM",
+            "consistency level of reads and writes",
         ),
+        "replication": Setting(
+            v.parse_replication,
+            {"class": "SimpleStrategy", "replication_factor": 1},
+            "keyspace replication (JSON), e.g. NetworkTopologyStrategy with a factor per data center",
+        ),
+        "concurrency": Setting(v.parse_int, 256, "requests in flight at once (all lanes of the pool together)"),
     },
 }
 

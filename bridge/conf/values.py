@@ -98,6 +98,24 @@ def parse_json(text: str) -> Any:
         raise ValueError(f"bad JSON: {exc.msg}") from None
 
 
+def parse_identifier(text: str) -> str:
+    """A plain database identifier (letters, digits, underscore; a letter first): safe in statement text."""
+    value = unquote(text)
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,47}", value):
+        raise ValueError(f"expected a name of letters, digits and _ (a letter first, at most 48), got {value!r}")
+    return value
+
+
+def parse_replication(text: str) -> Any:
+    """Cassandra keyspace replication as a JSON object with a "class"."""
+    value = parse_json(text)
+    if not isinstance(value, dict) or not isinstance(value.get("class"), str):
+        raise ValueError(
+            'expected a JSON object with a "class", e.g. {"class": "SimpleStrategy", "replication_factor": 1}'
+        )
+    return value
+
+
 def enum_of(*choices: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         value = unquote(text)

@@ -6,12 +6,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from conformance.cassa_store import CassaStore
 from conformance.stores import MongoStore, PgsqlStore, RedisStore, Store
-from support.services import start_ferretdb, start_postgres, start_redis, stop_redis
+from support.services import start_cassandra, start_ferretdb, start_postgres, start_redis, stop_redis
 
 REDIS_PORT = 6395  # its own server: the outage tests stop and restart it
 PGSQL_PORT = 5439
 MONGO_PORT = 27018  # FerretDB (no MongoDB server is packaged anywhere this machine reaches)
+CASSA_PORT = 9042  # scripts/test.sh starts this node in the background before pytest
 
 
 @pytest.fixture(scope="session")
@@ -35,11 +37,19 @@ def mongo_store_server() -> int:
     return MONGO_PORT
 
 
-@pytest.fixture(params=["redis", "pgsql", "mongo"])
+@pytest.fixture(scope="session")
+def cassa_store_server() -> int:
+    start_cassandra(CASSA_PORT)  # waits for the node scripts/test.sh started, or starts one
+    return CASSA_PORT
+
+
+@pytest.fixture(params=["redis", "pgsql", "mongo", "cassa"])
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
     chosen: Store
     if request.param == "redis":
         chosen = RedisStore(request.getfixturevalue("redis_store_server"))
+    elif request.param == "cassa":
+        chosen = CassaStore(request.getfixturevalue("cassa_store_server"))
     elif request.param == "pgsql":
         chosen = PgsqlStore(request.getfixturevalue("pgsql_store_server"))
     else:

@@ -37,3 +37,13 @@ def start_ferretdb(port: int) -> None:
 
 def stop_ferretdb(port: int) -> None:
     subprocess.run(["bash", str(ROOT / "scripts" / "ferretdb.sh"), str(port), "stop"], check=True)
+
+
+def start_cassandra(port: int) -> None:
+    """A Cassandra node answering CQL on 127.0.0.1:port with login hookbridge/hookbridge (reused if up)."""
+    subprocess.run(["bash", str(ROOT / "scripts" / "cassandra.sh"), str(port)], check=True)
+
+
+def stop_cassandra(port: int) -> None:
+    """Stop the node scripts/cassandra.sh started on port (it drains first; no-op if down)."""
+    subprocess.run(["bash", str(ROOT / "scripts" / "cassandra.sh"), str(port), "stop"], check=True)

@@ -60,10 +60,6 @@ CASES = [
         f'{P}:1:42: "topic" does not apply to client.connected (client events have no topic)',
     ),
     (
-        "backend.cassa.hook.client.connected.1 = {" + OK_ACTION + "}",
-        f"{P}:1:1: the cassa backend is not available in this version of hookbridge",
-    ),
-    (
         "backend.pgsql.hook.client.connected.1 = {" + OK_ACTION + "}",
         f'{P}:1:41: no "pool" given and the config has 0 pgsql pools; add backend.pgsql.pool1.server to the config',
     ),

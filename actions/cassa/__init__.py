@@ -1,0 +1,1 @@
+"""Cassandra backend (SPEC 5.4)."""
