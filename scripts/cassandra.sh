@@ -84,6 +84,7 @@ install_server() {
   [ -f "$LIB/.complete" ] && return 0
   say "installing Cassandra $VERSION from Maven Central into ${LIB#$ROOT/}"
   rm -rf "$LIB"
+  mkdir -p "$RUN_DIR/cassandra"
   mvn -q -B -f "$SRC/pom.xml" -Dcassandra.version="$VERSION" dependency:copy-dependencies \
     -DincludeScope=runtime -DoutputDirectory="$LIB" >"$RUN_DIR/cassandra/install.log" 2>&1 \
     || { tail -n 20 "$RUN_DIR/cassandra/install.log" >&2; echo "Maven could not fetch Cassandra" >&2; exit 1; }
