@@ -30,6 +30,7 @@ from bridge.metrics import Metrics
 from bridge.msgid import MsgIdGenerator
 from bridge.rules import Rule, RuleContext, load_rules
 from bridge.runner import Runner
+from bridge.spool import Budget
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,8 @@ class Bridge:
         self.runners: dict[str, Runner] = {}
         self.dispatcher = Dispatcher(self.engine, self.runners, self.metrics)
         self.deliveries = DeliveryLog()
+        # One byte bound for the spools of every pool.
+        self.spool_budget = Budget(config["spool.max_bytes"], config["spool.overflow"])
         self.status: StatusServer | None = None
         self.started_at = time.time()
         self._stopped = False
@@ -135,7 +138,8 @@ class Bridge:
         backend = BACKENDS[pool.db](pool, ctx)
         backend.trim_enabled = any(r.expired_time for r in self.engine.rules if r.pool == pool_id)
         await backend.connect()
-        runner = Runner(pool, backend, self.metrics)
+        runner = Runner(pool, backend, self.metrics, Path(self.config["spool.dir"]), self.spool_budget)
+        runner.rules = {rule.id: rule for rule in self.engine.rules if rule.pool == pool_id}
         ctx.publishes_committed = runner.publishes_committed
         await runner.start()
         self.runners[pool_id] = runner
@@ -169,6 +173,8 @@ class Bridge:
             await self._start_pool(pool_id)
         for rule in rules:
             self.metrics.rule_pool[rule.id] = rule.pool
+        for pool_id, runner in self.runners.items():  # spooled actions of removed rules get dropped, counted
+            runner.rules = {rule.id: rule for rule in rules if rule.pool == pool_id}
         self.engine = engine
         self.dispatcher.swap(engine)
         log.info("rules reloaded: %d rules", len(rules))
@@ -216,6 +222,16 @@ class Bridge:
             lambda: {self.broker.mode: float(self.broker.dropped_messages)},
         )
         self.metrics.gauge(
+            "hookbridge_spool_bytes",
+            "Bytes of spooled actions on disk, per pool",
+            lambda: {p: float(r.spool.bytes if r.spool else 0) for p, r in self.runners.items()},
+        )
+        self.metrics.gauge(
+            "hookbridge_spooled_actions",
+            "Actions waiting in the spool, per pool",
+            lambda: {p: float(r.spool.pending if r.spool else 0) for p, r in self.runners.items()},
+        )
+        self.metrics.gauge(
             "hookbridge_fetches_paging",
             "Offline fetches waiting for acks to send the next page",
             lambda: {"all": float(self.dispatcher.pager.paging)},
@@ -223,9 +239,22 @@ class Bridge:
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         pools = {
-            pool_id: {"up": runner.healthy, "queue": runner.depth, "error": runner.last_error}
+            pool_id: {
+                "up": runner.healthy,
+                "queue": runner.depth,
+                "spooled": runner.spool.pending if runner.spool else 0,
+                "error": runner.last_error or runner.spool_error,
+            }
             for pool_id, runner in self.runners.items()
         }
         broker_up = self.broker.is_connected()
-        ready = broker_up and all(p["up"] for p in pools.values())
-        return ready, {"ready": ready, "broker": {"mode": self.broker.mode, "up": broker_up}, "pools": pools}
+        budget = self.spool_budget
+        spool = {"bytes": budget.used, "max_bytes": budget.max_bytes, "near_full": budget.near_full}
+        writable = not any(runner.spool_error for runner in self.runners.values())
+        ready = broker_up and all(p["up"] for p in pools.values()) and not budget.near_full and writable
+        return ready, {
+            "ready": ready,
+            "broker": {"mode": self.broker.mode, "up": broker_up},
+            "pools": pools,
+            "spool": spool,
+        }

@@ -49,6 +49,7 @@ class Metrics:
         self.write_latency: dict[str, Histogram] = defaultdict(Histogram)
         self.gauges: dict[str, tuple[str, Callable[[], dict[str, float]]]] = {}
         self.events: dict[str, int] = defaultdict(int)
+        self.spool_problems: dict[str, int] = defaultdict(int)  # torn tails, undecodable records, per pool
 
     def count(self, rule_id: str, counter: str, n: int = 1) -> None:
         self.rules[rule_id][counter] += n
@@ -75,6 +76,13 @@ class Metrics:
         ]
         for pool, histogram in sorted(self.write_latency.items()):
             lines += histogram.render("hookbridge_write_seconds", pool=pool)
+        lines += [
+            "# HELP hookbridge_spool_problems_total Torn or unreadable spool records skipped, per pool",
+            "# TYPE hookbridge_spool_problems_total counter",
+        ]
+        lines += [
+            f"hookbridge_spool_problems_total{_labels(pool=p)} {n}" for p, n in sorted(self.spool_problems.items())
+        ]
         for name, (help_text, read) in sorted(self.gauges.items()):
             lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
             lines += [f"{name}{_labels(pool=key)} {value}" for key, value in sorted(read().items())]

@@ -6,88 +6,59 @@ arrival order, while different keys are written concurrently. A lane writes
 one batch at a time and retries it in place (exponential backoff) on
 recoverable errors, so nothing behind it overtakes. Each lane's queue is
 bounded; a full queue makes `submit` wait (policy `block`), which is how
-back-pressure reaches the broker. The spool (SPEC 7) goes behind these queues.
+back-pressure reaches the broker. Behind each memory queue is the lane's on-disk
+spool (bridge/spool/), used while the pool is down or the queue is full.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
+import contextlib
 import logging
 import time
+import zlib
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from actions.base import Backend, Job
 from bridge.conf.config import PoolConfig
-from bridge.events import Hookpoint, MessagePublish
+from bridge.events import Event, Hookpoint, MessagePublish
+from bridge.lanes import Lane
 from bridge.metrics import Metrics
+from bridge.spool import Budget, PoolSpool, decode
+
+if TYPE_CHECKING:
+    from bridge.rules import Rule
 
 log = logging.getLogger(__name__)
 
 CommitHook = Callable[[Job, BaseException | None], None]
 
-# Set while a lane writes a batch. Events caused by that batch (a proxy
-# subscription's session.subscribed, a fetch page's follow-up) are queued past
-# the bound: waiting for room in a lane that is waiting for us would deadlock.
-_INSIDE_COMMIT = contextvars.ContextVar("inside_commit", default=False)
 
-
-def ordering_key(job: Job) -> str:
-    event = job.event
+def ordering_key(event: Event) -> str:
     if isinstance(event, MessagePublish):
         return f"{event.clientid}\x00{event.topic}"
     return event.clientid  # session, client, delivered and acked events: per client
 
 
-class _Lane:
-    def __init__(self, runner: Runner, index: int, capacity: int) -> None:
-        self.runner = runner
-        self.index = index
-        self.capacity = capacity
-        self.queue: asyncio.Queue[Job] = asyncio.Queue()  # bounded by `put`, see _INSIDE_COMMIT
-        self.room = asyncio.Event()
-        self.busy = False
-        self.current: frozenset[int] = frozenset()  # seqs of the batch being written
-
-    async def run(self) -> None:
-        runner = self.runner
-        while True:
-            first = await self.queue.get()
-            batch = [first]
-            self._drain(batch)
-            if len(batch) < runner.batch_size and runner.batch_time > 0 and self.queue.empty():
-                await asyncio.sleep(runner.batch_time)
-                self._drain(batch)
-            self.room.set()
-            self.busy = True
-            self.current = frozenset(job.seq for job in batch)
-            token = _INSIDE_COMMIT.set(True)
-            try:
-                await runner.commit(batch)
-            finally:
-                _INSIDE_COMMIT.reset(token)
-                self.busy = False
-                self.current = frozenset()
-                for _ in batch:
-                    self.queue.task_done()
-
-    async def put(self, job: Job) -> None:
-        while self.queue.qsize() >= self.capacity and not _INSIDE_COMMIT.get():
-            self.room.clear()
-            await self.room.wait()
-        self.queue.put_nowait(job)
-
-    def _drain(self, batch: list[Job]) -> None:
-        limit = self.runner.batch_size
-        while len(batch) < limit:
-            try:
-                batch.append(self.queue.get_nowait())
-            except asyncio.QueueEmpty:
-                return
+def lane_index(event: Event, lanes: int) -> int:
+    """The lane of an event: stable across processes (spooled actions keep their lane after a
+    restart), and spread evenly: crc32 alone is linear, so similar keys share low bits; the
+    Fibonacci multiplication mixes every bit into the high ones used here."""
+    mixed = (zlib.crc32(ordering_key(event).encode("utf-8", "surrogatepass")) * 0x9E3779B97F4A7C15) >> 32
+    return (mixed & 0xFFFFFFFF) % lanes
 
 
 class Runner:
-    def __init__(self, pool: PoolConfig, backend: Backend, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        pool: PoolConfig,
+        backend: Backend,
+        metrics: Metrics,
+        spool_dir: Path | None = None,
+        budget: Budget | None = None,
+    ) -> None:
         self.pool_id = pool.id
         self.backend = backend
         self.metrics = metrics
@@ -97,7 +68,13 @@ class Runner:
         self.trim_interval = float(pool["trim_interval"])
         lanes = max(1, int(pool["max_inflight"]))
         capacity = max(1, int(pool["queue_size"]) // lanes)
-        self._lanes = [_Lane(self, i, capacity) for i in range(lanes)]
+        # Without a spool directory (tests of the runner alone) actions wait in memory only.
+        self.spool = PoolSpool(spool_dir, pool.id, lanes, budget, self.spool_problem) if spool_dir and budget else None
+        spool = self.spool
+        self._lanes = [Lane(self, i, capacity, spool.lanes[i] if spool else None) for i in range(lanes)]
+        self.rules: dict[str, Rule] = {}  # by id: spooled actions find their rule again
+        self.progress = asyncio.Event()  # set after every batch
+        self.spool_error = ""  # why the spool cannot write (disk full), while it cannot
         self._tasks: list[asyncio.Task[None]] = []
         self._seq = 0
         self._pending_publishes: set[int] = set()
@@ -110,12 +87,17 @@ class Runner:
     # -- lifecycle -----------------------------------------------------------
 
     async def start(self) -> None:
+        if self.spool is not None:
+            lanes = len(self._lanes)
+            self.spool.open(lambda record: lane_index(record.event, lanes))
+            if self.spool.pending:
+                log.info("pool %s: %d spooled actions to replay", self.pool_id, self.spool.pending)
         for lane in self._lanes:
             self._tasks.append(asyncio.create_task(lane.run(), name=f"runner:{self.pool_id}:{lane.index}"))
         self._tasks.append(asyncio.create_task(self._maintenance(), name=f"maintenance:{self.pool_id}"))
 
     async def stop(self, drain_timeout: float = 10.0) -> None:
-        """Write what is queued (up to `drain_timeout`), then stop the lanes."""
+        """Write what is queued (up to `drain_timeout`), stop the lanes, spool what is left."""
         try:
             await asyncio.wait_for(self.idle(), drain_timeout)
         except TimeoutError:
@@ -124,6 +106,29 @@ class Runner:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        self._spool_leftovers()
+        if self.spool is not None:
+            self.spool.close()
+
+    def _spool_leftovers(self) -> None:
+        """Actions still in memory go to the front of their lane's spool: replayed first at the next start."""
+        for lane in self._lanes:
+            jobs = lane.unwritten()
+            if not jobs:
+                continue
+            if lane.spool is None:
+                log.error("pool %s: %d actions lost at shutdown (no spool)", self.pool_id, len(jobs))
+                continue
+            try:
+                lane.spool.put_first([lane.spool_body(job) for job in jobs])
+            except OSError as exc:
+                log.error(
+                    "pool %s: %d actions lost at shutdown: the spool cannot write: %s", self.pool_id, len(jobs), exc
+                )
+                continue
+            for job in jobs:
+                self.metrics.count(job.rule.id, "spooled")
+            log.info("pool %s: %d unwritten actions spooled for the next start", self.pool_id, len(jobs))
 
     # -- intake --------------------------------------------------------------
 
@@ -136,24 +141,25 @@ class Runner:
         self.metrics.count(job.rule.id, "matched")
         # hash() of a str is stable within a process, which is all ordering needs, and spreads
         # keys evenly (crc32 left two of four lanes with three quarters of 100 topics).
-        lane = self._lanes[hash(ordering_key(job)) % len(self._lanes)]
-        await lane.put(job)
+        await self._lanes[lane_index(job.event, len(self._lanes))].put(job)
 
     @property
     def depth(self) -> int:
-        return sum(lane.queue.qsize() for lane in self._lanes)
+        """Actions waiting, in memory and spooled."""
+        return sum(lane.depth for lane in self._lanes)
 
     @property
     def quiet(self) -> bool:
-        """Nothing queued and nothing being written."""
-        return all(lane.queue.empty() and not lane.busy for lane in self._lanes)
+        """Nothing queued, spooled or being written."""
+        return all(lane.quiet for lane in self._lanes)
 
     async def idle(self) -> None:
-        """Return once every queued job has been committed or failed."""
+        """Return once every queued (and spooled) job has been committed or failed."""
         while True:
-            await asyncio.gather(*(lane.queue.join() for lane in self._lanes))
-            if all(lane.queue.empty() and not lane.busy for lane in self._lanes):
+            self.progress.clear()
+            if self.quiet:
                 return
+            await self.progress.wait()
 
     async def publishes_committed(self, seq: int) -> None:
         """Wait until every message.publish job submitted before `seq` is done.
@@ -161,13 +167,69 @@ class Runner:
         Publishes earlier in the waiter's own batch count as done: a backend
         runs a batch in order and flushes writes before any read.
         """
-        own = next((lane.current for lane in self._lanes if seq in lane.current), frozenset())
+        own: frozenset[int] = next((lane.current for lane in self._lanes if seq in lane.current), frozenset())
 
         def done() -> bool:
             return all(pending > seq or pending in own for pending in self._pending_publishes)
 
         async with self._publishes_changed:
             await self._publishes_changed.wait_for(done)
+
+    # -- spooling ------------------------------------------------------------
+
+    async def spool_job(self, lane: Lane, job: Job) -> bool:
+        """Write a job to the lane's spool; False when the spool cannot write (it stays in memory)."""
+        assert self.spool is not None
+        assert lane.spool is not None
+        body = lane.spool_body(job)
+        budget = self.spool.budget
+        while not budget.fits(len(body) + 8):
+            if budget.overflow == "drop_oldest" and lane.spool.ends:
+                self._drop_oldest(lane)
+                continue
+            budget.freed.clear()  # block: wait until a lane writes some of its spool
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(budget.freed.wait(), 1.0)
+        try:
+            budget.used += lane.spool.append(body)
+        except OSError as exc:
+            if not self.spool_error:
+                log.error("pool %s: the spool cannot write (%s); actions wait in memory instead", self.pool_id, exc)
+            self.spool_error = f"spool cannot write: {exc}"
+            return False
+        if self.spool_error:
+            log.info("pool %s: the spool writes again", self.pool_id)
+            self.spool_error = ""
+        self.metrics.count(job.rule.id, "spooled")
+        return True
+
+    def _drop_oldest(self, lane: Lane) -> None:
+        assert lane.spool is not None
+        assert self.spool is not None
+        bodies, freed = lane.spool.drop_oldest()
+        self.spool.budget.release(freed)
+        for body in bodies:
+            try:
+                rule_id = decode(body).rule_id
+            except ValueError:
+                rule_id = "unknown"
+            self.dropped(rule_id, "spool full (overflow policy drop_oldest)", log_it=False)
+        log.warning(
+            "pool %s: spool full: dropped the %d oldest spooled actions (drop_oldest)", self.pool_id, len(bodies)
+        )
+
+    def spool_freed(self, size: int) -> None:
+        if self.spool is not None:
+            self.spool.budget.release(size)
+
+    def spool_problem(self, message: str) -> None:
+        log.error("pool %s: %s", self.pool_id, message)
+        self.metrics.spool_problems[self.pool_id] += 1
+
+    def dropped(self, rule_id: str, why: str, log_it: bool = True) -> None:
+        self.metrics.count(rule_id, "dropped")
+        if log_it:
+            log.warning("pool %s: spooled action of rule %s dropped: %s", self.pool_id, rule_id, why)
 
     # -- writing -------------------------------------------------------------
 

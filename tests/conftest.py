@@ -50,6 +50,7 @@ async def make_bridge(tmp_path: Path, redis_port: int) -> AsyncIterator[BridgeFa
         port: int | None = None,
         templates: dict[str, str] | None = None,
         pools: str | None = None,
+        spool: Path | None = None,
     ) -> Bridge:
         home = tmp_path / f"bridge{next(counter)}"
         (home / "rules").mkdir(parents=True)
@@ -61,7 +62,9 @@ async def make_bridge(tmp_path: Path, redis_port: int) -> AsyncIterator[BridgeFa
             shutil.copy(ROOT / "rules" / "redis.conf", home / "rules" / "redis.conf")
         else:
             (home / "rules" / "test.conf").write_text(rules)
-        (home / "bridge.conf").write_text(config_text(port or redis_port, extra_config, pools))
+        # Each bridge its own spool, unless a test restarts one on the same spool.
+        spool_line = f"spool.dir = {spool or home / 'spool'}\n"
+        (home / "bridge.conf").write_text(config_text(port or redis_port, spool_line + extra_config, pools))
         bridge = Bridge.load(Paths(home / "bridge.conf", home / "rules"))
         await bridge.start()
         started.append(bridge)

@@ -182,7 +182,7 @@ class CassaBackend(Backend):
                         raise
                     outcomes[index] = exc
                     continue
-                chains[ordering_key(job)].append(_Unit([index], statements))
+                chains[ordering_key(job.event)].append(_Unit([index], statements))
                 continue
             for write in WRITERS[action.spec.impl_name](job):
                 if write.once is not None:

@@ -54,9 +54,18 @@ GLOBAL: dict[str, Setting] = {
         v.optional_hostport, ("127.0.0.1", 9100), "GET /metrics and /healthz; `off` disables", example="127.0.0.1:9100"
     ),
     "spool.dir": Setting(
-        v.parse_str, "data/spool", "directory for the on-disk spool (accepted; the spool is not active yet)"
+        v.parse_str,
+        "data/spool",
+        "on-disk spool for actions a pool cannot write now (database down, queue full); relative to the "
+        "working directory",
     ),
-    "spool.max_bytes": Setting(v.parse_size, 1 << 30, "bound of the spool (accepted; not active yet)", example="1GB"),
+    "spool.max_bytes": Setting(v.parse_size, 1 << 30, "bound of the spool, all pools together", example="1GB"),
+    "spool.overflow": Setting(
+        v.enum_of("block", "drop_oldest"),
+        "block",
+        "when the spool is full: `block` (actions wait: back-pressure to the broker) or `drop_oldest` "
+        "(the oldest spooled actions are deleted and counted `dropped`)",
+    ),
     "log.level": Setting(v.enum_of("debug", "info", "warning", "error"), "info", "log level"),
     "log.format": Setting(v.enum_of("text", "json"), "text", "log line format on stderr"),
 }

@@ -1,0 +1,141 @@
+"""A runner's ordering lane: a bounded memory queue, the lane's spool behind it, one batch at a time.
+
+Order within a lane is arrival order. While anything of the lane is spooled, new actions
+are spooled too, and the lane writes its memory queue (older) before its spool (newer);
+so nothing overtakes, across an outage or a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import os
+from collections import deque
+from typing import TYPE_CHECKING
+
+from actions.base import Job
+from bridge.spool import LaneSpool, RecordError, decode, encode
+
+if TYPE_CHECKING:
+    from bridge.runner import Runner
+
+log = logging.getLogger(__name__)
+
+# Set while a lane writes a batch. Events caused by that batch (a proxy
+# subscription's session.subscribed, a fetch page's follow-up) are queued past
+# the bound: waiting for room in a lane that is waiting for us would deadlock.
+INSIDE_COMMIT = contextvars.ContextVar("inside_commit", default=False)
+
+# Spooled records carry the submitting process, so that a publish spooled and read back by the
+# same process keeps its place in the runner's "publishes committed" bookkeeping.
+_PROCESS = f"{os.getpid()}-{id(object())}"
+
+
+class Lane:
+    def __init__(self, runner: Runner, index: int, capacity: int, spool: LaneSpool | None) -> None:
+        self.runner = runner
+        self.index = index
+        self.capacity = capacity
+        self.spool = spool
+        self.memory: deque[Job] = deque()
+        self.wakeup = asyncio.Event()
+        self.room = asyncio.Event()
+        self.busy = False
+        self.batch: list[Job] = []  # being written
+        self.batch_spooled = False  # the batch came from the spool (stays there until written)
+        self.current: frozenset[int] = frozenset()  # seqs of the batch being written
+
+    @property
+    def depth(self) -> int:
+        return len(self.memory) + (self.spool.pending if self.spool else 0)
+
+    @property
+    def quiet(self) -> bool:
+        return not self.memory and not self.busy and not (self.spool and self.spool.pending)
+
+    # -- intake --------------------------------------------------------------
+
+    async def put(self, job: Job) -> None:
+        runner = self.runner
+        if INSIDE_COMMIT.get():
+            self._to_memory(job)
+            return
+        spooling = self.spool is not None and (
+            self.spool.pending or len(self.memory) >= self.capacity or not runner.healthy
+        )
+        if spooling and await runner.spool_job(self, job):
+            self.wakeup.set()
+            return
+        while len(self.memory) >= self.capacity:  # no spool (or it cannot write): wait for room
+            self.room.clear()
+            await self.room.wait()
+        self._to_memory(job)
+
+    def _to_memory(self, job: Job) -> None:
+        self.memory.append(job)
+        self.wakeup.set()
+
+    def spool_body(self, job: Job) -> bytes:
+        return encode(job.rule.id, job.event, job.cursor, job.seq, _PROCESS)
+
+    # -- writing -------------------------------------------------------------
+
+    async def run(self) -> None:
+        runner = self.runner
+        while True:
+            if self.memory:
+                batch = self._from_memory()
+                spooled = False
+            elif self.spool is not None and self.spool.pending:
+                batch, position, count = self._from_spool()
+                spooled = True
+            else:
+                self.wakeup.clear()
+                await self.wakeup.wait()
+                continue
+            self.room.set()
+            self.busy, self.batch, self.batch_spooled = True, batch, spooled
+            self.current = frozenset(job.seq for job in batch)
+            token = INSIDE_COMMIT.set(True)
+            try:
+                if batch:
+                    await runner.commit(batch)
+                if spooled:
+                    assert self.spool is not None
+                    runner.spool_freed(self.spool.ack(position, count))
+            finally:
+                INSIDE_COMMIT.reset(token)
+                self.busy, self.batch = False, []
+                self.current = frozenset()
+                runner.progress.set()
+
+    def _from_memory(self) -> list[Job]:
+        limit = self.runner.batch_size
+        batch: list[Job] = []
+        while self.memory and len(batch) < limit:
+            batch.append(self.memory.popleft())
+        return batch
+
+    def _from_spool(self) -> tuple[list[Job], tuple[int, int], int]:
+        assert self.spool is not None
+        bodies, position = self.spool.read(self.runner.batch_size)
+        jobs = []
+        for body in bodies:
+            try:
+                record = decode(body)
+            except RecordError as exc:
+                self.runner.spool_problem(f"{self.spool.directory}: {exc}")
+                continue
+            rule = self.runner.rules.get(record.rule_id)
+            if rule is None:
+                self.runner.dropped(record.rule_id, "its rule is no longer loaded")
+                continue
+            seq = record.seq if record.process == _PROCESS else 0
+            jobs.append(Job(rule, record.event, seq=seq, cursor=record.cursor))
+        return jobs, position, len(bodies)
+
+    def unwritten(self) -> list[Job]:
+        """What this lane holds in memory only (the batch being written, then the queue): for shutdown."""
+        batch = [] if self.batch_spooled else list(self.batch)
+        return batch + list(self.memory)
