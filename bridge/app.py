@@ -243,7 +243,8 @@ class Bridge:
                 "up": runner.healthy,
                 "queue": runner.depth,
                 "spooled": runner.spool.pending if runner.spool else 0,
-                "error": runner.last_error or runner.spool_error,
+                "error": runner.last_error,
+                "spool_error": runner.spool_error,
             }
             for pool_id, runner in self.runners.items()
         }

@@ -43,7 +43,8 @@ class Lane:
         self.room = asyncio.Event()
         self.busy = False
         self.batch: list[Job] = []  # being written
-        self.batch_spooled = False  # the batch came from the spool (stays there until written)
+        self.batch_spooled = False  # the batch is in the spool too (it stays there until written)
+        self._written_upto: tuple[tuple[int, int], int] | None = None  # spool position and records to ack
         self.current: frozenset[int] = frozenset()  # seqs of the batch being written
 
     @property
@@ -86,24 +87,24 @@ class Lane:
         while True:
             if self.memory:
                 batch = self._from_memory()
-                spooled = False
+                self._written_upto = None
             elif self.spool is not None and self.spool.pending:
                 batch, position, count = self._from_spool()
-                spooled = True
+                self._written_upto = (position, count)
             else:
                 self.wakeup.clear()
                 await self.wakeup.wait()
                 continue
             self.room.set()
-            self.busy, self.batch, self.batch_spooled = True, batch, spooled
+            self.busy, self.batch, self.batch_spooled = True, batch, self._written_upto is not None
             self.current = frozenset(job.seq for job in batch)
             token = INSIDE_COMMIT.set(True)
             try:
                 if batch:
-                    await runner.commit(batch)
-                if spooled:
+                    await runner.commit(batch, self)
+                if self._written_upto is not None:
                     assert self.spool is not None
-                    runner.spool_freed(self.spool.ack(position, count))
+                    runner.spool_freed(self.spool.ack(*self._written_upto))
             finally:
                 INSIDE_COMMIT.reset(token)
                 self.busy, self.batch = False, []
@@ -134,6 +135,26 @@ class Lane:
             seq = record.seq if record.process == _PROCESS else 0
             jobs.append(Job(rule, record.event, seq=seq, cursor=record.cursor))
         return jobs, position, len(bodies)
+
+    def spill(self) -> None:
+        """The pool went down under this lane's batch: put the batch and the memory queue on disk
+        (in front of what is spooled), so that from now on nothing of this lane lives in memory only."""
+        if self.spool is None or self.batch_spooled or self.runner.spool is None:
+            return
+        jobs = list(self.batch) + list(self.memory)
+        before = self.spool.bytes
+        try:
+            position = self.spool.put_first([self.spool_body(job) for job in jobs], mark=len(self.batch))
+        except OSError as exc:
+            self.runner.spool_problem(f"cannot spill to the spool: {exc}")
+            return
+        self.runner.spool.budget.used += self.spool.bytes - before
+        self.memory.clear()
+        self.batch_spooled = True
+        self._written_upto = (position, len(self.batch))
+        for job in jobs:
+            self.runner.metrics.count(job.rule.id, "spooled")
+        self.room.set()
 
     def unwritten(self) -> list[Job]:
         """What this lane holds in memory only (the batch being written, then the queue): for shutdown."""

@@ -221,6 +221,9 @@ class Runner:
     def spool_freed(self, size: int) -> None:
         if self.spool is not None:
             self.spool.budget.release(size)
+            if self.spool_error and not self.spool.pending:
+                log.info("pool %s: the spool is written out; it will be tried again when needed", self.pool_id)
+                self.spool_error = ""
 
     def spool_problem(self, message: str) -> None:
         log.error("pool %s: %s", self.pool_id, message)
@@ -233,7 +236,8 @@ class Runner:
 
     # -- writing -------------------------------------------------------------
 
-    async def commit(self, batch: Sequence[Job]) -> None:
+    async def commit(self, batch: Sequence[Job], lane: Lane | None = None) -> None:
+        """Write a batch, retrying in place until it is written or fails for good."""
         attempt = 0
         while True:
             started = time.perf_counter()
@@ -246,6 +250,8 @@ class Runner:
                 else:
                     attempt += 1
                     self._mark_down(exc, attempt)
+                    if attempt == 1 and lane is not None:
+                        lane.spill()  # from now on the lane's actions wait on disk, not in memory
                     for job in batch:
                         self.metrics.count(job.rule.id, "retried")
                     await asyncio.sleep(min(self.backoff_max, 0.05 * 2 ** min(attempt, 10)))

@@ -124,21 +124,25 @@ class LaneSpool:
             self._synced = time.monotonic()
         return len(record)
 
-    def put_first(self, bodies: list[bytes]) -> None:
-        """Records older than everything spooled (actions still in memory at shutdown)."""
-        if not bodies:
-            return
+    def put_first(self, bodies: list[bytes], mark: int = 0) -> Position:
+        """Records older than everything spooled (actions in memory when the pool went down or at
+        shutdown). Returns the position after the first `mark` of them."""
         number = min(self.ends, default=_FIRST) - 1
         if self._position[0] in self.ends and self._position[1] > len(MAGIC):
             self._starts[self._position[0]] = self._position[1]  # its read part stays read
         path = self.directory / _name(number)
-        data = MAGIC + b"".join(_RECORD.pack(len(b), zlib.crc32(b)) + b for b in bodies)
-        path.write_bytes(data)
+        records = [_RECORD.pack(len(b), zlib.crc32(b)) + b for b in bodies]
+        data = MAGIC + b"".join(records)
+        with open(path, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
         self.ends[number] = len(data)
         self.pending += len(bodies)
         self.bytes += len(data)
         self._position = (number, len(MAGIC))
         self._save_position()
+        return number, len(MAGIC) + sum(len(r) for r in records[:mark])
 
     def _rotate(self, number: int) -> None:
         self.close()
