@@ -46,6 +46,7 @@ from bench.persistence import (
     pool_config,
     pool_settings,
     report,
+    runner_latency,
     through_runner,
 )
 from bridge.conf.config import load_config
@@ -159,6 +160,10 @@ async def main(args: argparse.Namespace) -> int:
         return await db.mqtt_msg.count_documents({}), await db.mqtt_topic.count_documents({})
 
     wrong = await measure(methods, args.runs, lambda: fresh_database(client, args.port), stored)
+    await fresh_database(client, args.port)
+    latency = await runner_latency(
+        bridge_config(args.port, settings), RULE, events[: min(args.messages, 20_000)], methods[0].median / 2
+    )
     await client.drop_database("bench")
     await client.close()
     report(
@@ -169,8 +174,9 @@ async def main(args: argparse.Namespace) -> int:
             f"runner pool settings: {', '.join(f'{k} {v}' for k, v in settings.items()) or 'defaults'}",
             "the ceiling also inserts the distinct topics into mqtt_topic, as the runner does; the naive way does not",
         ],
-        unit="docs",
         ceiling="insert_many",
+        latency=latency,
+        json_path=args.json,
     )
     for problem in wrong:
         print(f"WRONG DOCUMENT COUNT: {problem}", file=sys.stderr)

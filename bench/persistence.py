@@ -9,6 +9,9 @@ the machine hits them alike, and prints medians with the machine they ran on.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
+import re
 import statistics
 import tempfile
 import time
@@ -29,6 +32,7 @@ def parse_args(db: str, port: int, naive_messages: int) -> argparse.Namespace:
     parser.add_argument("--payload", type=int, default=200)
     parser.add_argument("--port", type=int, default=port)
     parser.add_argument("--runs", type=int, default=5, help="rounds of the three methods; the median is shown")
+    parser.add_argument("--json", help="also write the results to this file (the bench suite reads it)")
     pool = parser.add_argument_group("runner pool settings (default: the bridge's defaults)")
     pool.add_argument("--batch-size", help=f"backend.{db}.pool1.batch_size")
     pool.add_argument("--batch-time", help=f"backend.{db}.pool1.batch_time, e.g. 5ms")
@@ -56,19 +60,63 @@ def load_bridge(workdir: Path, config: str, rules: str) -> Bridge:
     return Bridge.load(Paths(workdir / "bridge.conf", workdir / "rules"))
 
 
+def rss_bytes() -> int:
+    """This process's resident memory now."""
+    with open("/proc/self/status") as status:
+        return int(re.search(r"VmRSS:\s+(\d+) kB", status.read()).group(1)) * 1024  # type: ignore[union-attr]
+
+
+PEAKS: list[float] = []  # MiB: the peak resident memory of each runner run
+
+
+async def _sample_peak(peak: list[int]) -> None:
+    while True:
+        peak[0] = max(peak[0], rss_bytes())
+        await asyncio.sleep(0.02)
+
+
 async def through_runner(config: str, rules: str, events: Sequence[MessagePublish]) -> float:
-    """Messages per second from the first event fed to the last write committed."""
+    """Messages per second from the first event fed to the last write committed (peak memory to PEAKS)."""
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         bridge = load_bridge(Path(tmp), config, rules)
         await bridge.start()
+        peak = [rss_bytes()]
+        sampler = asyncio.create_task(_sample_peak(peak))
         try:
             started = time.perf_counter()
             await feed(bridge, events)
             await bridge.idle()
             elapsed = time.perf_counter() - started
         finally:
+            sampler.cancel()
             await bridge.stop()
+    PEAKS.append(peak[0] / 2**20)
     return len(events) / elapsed
+
+
+async def runner_latency(config: str, rules: str, events: Sequence[MessagePublish], rate: float) -> tuple[float, float]:
+    """p50 and p99 milliseconds from handing an event to the bridge to its write committed,
+    with events fed at a steady `rate` (half the measured throughput: latency, not queueing)."""
+    sent: dict[str, float] = {}
+    done: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        bridge = load_bridge(Path(tmp), config, rules)
+        await bridge.start()
+        try:
+            for runner in bridge.runners.values():
+                runner.commit_hooks.append(lambda job, _: done.setdefault(job.event.msgid, time.perf_counter()))
+            started = time.perf_counter()
+            for index, event in enumerate(events):
+                delay = started + index / rate - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                sent[event.msgid] = time.perf_counter()
+                await bridge.dispatcher(event)
+            await bridge.idle()
+        finally:
+            await bridge.stop()
+    latencies = sorted((done[msgid] - at) * 1000 for msgid, at in sent.items())
+    return latencies[len(latencies) // 2], latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
 
 
 def pool_config(db: str, settings: dict[str, str], **base: str) -> str:
@@ -110,7 +158,14 @@ async def measure(
     return wrong
 
 
-def report(methods: Sequence[Method], about: Sequence[str], unit: str, ceiling: str, naive_target: int = 10) -> None:
+def report(
+    methods: Sequence[Method],
+    about: Sequence[str],
+    ceiling: str,
+    naive_target: int = 10,
+    latency: tuple[float, float] | None = None,
+    json_path: str | None = None,
+) -> None:
     """Print the machine, `about` lines, the table and the runner's share of the ceiling."""
     rows = [
         (
@@ -128,15 +183,7 @@ def report(methods: Sequence[Method], about: Sequence[str], unit: str, ceiling: 
     for line in about:
         print(line)
     print()
-    header = (
-        "method",
-        "messages",
-        "median msg/s",
-        "runs",
-        "client CPU µs/msg",
-        f"mqtt_msg {unit}",
-        f"mqtt_topic {unit}",
-    )
+    header = ("method", "messages", "median msg/s", "runs", "client CPU µs/msg", "stored", "topics")
     print(table(rows, header))
     runner, best, naive = (m.median for m in methods)
     share, factor = runner / best, runner / naive
@@ -144,3 +191,19 @@ def report(methods: Sequence[Method], about: Sequence[str], unit: str, ceiling: 
         f"\nrunner = {share:.0%} of the {ceiling} ceiling (target >= 50%: {'met' if share >= 0.5 else 'NOT met'}), "
         f"{factor:.1f}x the naive way (target >= {naive_target}x: {'met' if factor >= naive_target else 'NOT met'})"
     )
+    peak = max(PEAKS) if PEAKS else 0.0
+    if latency is not None:
+        p50, p99 = latency
+        print(f"runner latency at {runner / 2:,.0f} msg/s (half its throughput): p50 {p50:.1f} ms, p99 {p99:.1f} ms")
+    print(f"peak resident memory of the benchmark process during runner runs: {peak:.0f} MiB")
+    if json_path:
+        result = {
+            "runner": runner,
+            "ceiling": best,
+            "naive": naive,
+            "p50_ms": latency[0] if latency else None,
+            "p99_ms": latency[1] if latency else None,
+            "peak_mib": peak,
+            "ceiling_name": ceiling,
+        }
+        Path(json_path).write_text(json.dumps(result))

@@ -25,7 +25,16 @@ import asyncpg
 from actions.pgsql.functions import when
 from actions.pgsql.schema import SCHEMA
 from bench.feed import make_events
-from bench.persistence import Method, measure, parse_args, pool_config, pool_settings, report, through_runner
+from bench.persistence import (
+    Method,
+    measure,
+    parse_args,
+    pool_config,
+    pool_settings,
+    report,
+    runner_latency,
+    through_runner,
+)
 from bridge.events import MessagePublish
 
 EXPIRED_TIME = 3600
@@ -112,6 +121,10 @@ async def main(args: argparse.Namespace) -> int:
 
     wrong = await measure(methods, args.runs, lambda: fresh_tables(conn), stored)
     await fresh_tables(conn)
+    latency = await runner_latency(
+        bridge_config(args.port, settings), RULE, events[: min(args.messages, 20_000)], methods[0].median / 2
+    )
+    await fresh_tables(conn)
     await conn.close()
     report(
         methods,
@@ -121,9 +134,10 @@ async def main(args: argparse.Namespace) -> int:
             f"runner pool settings: {', '.join(f'{k} {v}' for k, v in settings.items()) or 'defaults'}",
             "the ceiling also inserts the distinct topics into mqtt_topic, as the runner does; the naive way does not",
         ],
-        unit="rows",
         ceiling="COPY",
         naive_target=20,
+        latency=latency,
+        json_path=args.json,
     )
     for problem in wrong:
         print(f"WRONG ROW COUNT: {problem}", file=sys.stderr)

@@ -4,7 +4,8 @@ Compared in the same run with the ceiling (the same Lua-script writes, hand-batc
 pipelines of 500 with redis-py) and the naive way (one HSET + ZADD + EXPIRE round trip per
 message, as a subscriber script would write it).
 
-    .venv/bin/python -m bench.redis_bench [--messages 50000] [--port 6393]
+    .venv/bin/python -m bench.redis_bench [--messages 50000] [--runs 5] [--port 6393]
+        [--batch-size N] [--batch-time 5ms] [--max-inflight N] [--pool-size N] [--json FILE]
 """
 
 from __future__ import annotations
@@ -12,17 +13,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import subprocess
+import sys
 import time
-from pathlib import Path
 
 import redis.asyncio as aioredis
 
 from actions.redis import keys, scripts
-from bench.feed import feed, make_events
-from bench.machine import describe, table
-from bridge.app import Bridge, Paths
+from bench.feed import make_events
+from bench.persistence import (
+    Method,
+    measure,
+    parse_args,
+    pool_config,
+    pool_settings,
+    report,
+    runner_latency,
+    through_runner,
+)
 from bridge.events import MessagePublish
 
+TOPICS = 100
 RULE = (
     'backend.redis.hook.message.publish.1 = {"topic": "#", "action": {"function": "on_message_publish"}, '
     '"expired_time": 3600}\n'
@@ -44,22 +54,6 @@ def store_args(event: MessagePublish) -> list[object]:
         int(event.timestamp),
         "false",
     ]
-
-
-async def through_runner(workdir: Path, port: int, events: list[MessagePublish]) -> float:
-    (workdir / "rules").mkdir(parents=True, exist_ok=True)
-    (workdir / "rules" / "bench.conf").write_text(RULE)
-    (workdir / "bridge.conf").write_text(
-        f"backend.redis.pool1.server = 127.0.0.1:{port}\nmetrics.listener = off\nbroker.listener.tcp = 127.0.0.1:0\n"
-    )
-    bridge = Bridge.load(Paths(workdir / "bridge.conf", workdir / "rules"))
-    await bridge.start()
-    started = time.perf_counter()
-    await feed(bridge, events)
-    await bridge.idle()
-    elapsed = time.perf_counter() - started
-    await bridge.stop()
-    return len(events) / elapsed
 
 
 async def ceiling(client: aioredis.Redis, events: list[MessagePublish]) -> float:
@@ -93,41 +87,53 @@ async def naive(client: aioredis.Redis, events: list[MessagePublish]) -> float:
     return len(events) / (time.perf_counter() - started)
 
 
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--messages", type=int, default=50_000)
-    parser.add_argument("--naive-messages", type=int, default=5_000)
-    parser.add_argument("--payload", type=int, default=200)
-    parser.add_argument("--port", type=int, default=6393)
-    parser.add_argument("--workdir", default=".run/bench")
-    return parser.parse_args()
+def bridge_config(port: int, settings: dict[str, str]) -> str:
+    return pool_config("redis", settings, server=f"127.0.0.1:{port}")
 
 
-async def main(args: argparse.Namespace) -> None:
+async def stored(client: aioredis.Redis) -> tuple[int, int]:
+    """Messages in the topics' sorted sets, and how many topics have one."""
+    counts = [await client.zcard(key) async for key in client.scan_iter(match=b"mqtt:msg:*", _type="zset")]
+    return sum(counts), len(counts)
+
+
+async def main(args: argparse.Namespace) -> int:
+    settings = pool_settings(args)
+    events = make_events(max(args.messages, args.naive_messages), args.payload, TOPICS)
     client = aioredis.Redis(port=args.port, protocol=2)
-    results = []
-    for name, run, count in (
-        ("hookbridge runner (on_message_publish)", None, args.messages),
-        ("ceiling: hand-batched pipelines of the same script", ceiling, args.messages),
-        ("naive: one HSET+ZADD+EXPIRE round trip each", naive, args.naive_messages),
-    ):
-        await client.flushall()
-        events = make_events(count, args.payload)
-        rate = await through_runner(Path(args.workdir), args.port, events) if run is None else await run(client, events)
-        stored = await client.dbsize()
-        results.append((name, f"{count}", f"{rate:,.0f}", f"{stored}"))
+    config = bridge_config(args.port, settings)
+    methods = [
+        Method(
+            "hookbridge runner (on_message_publish)", args.messages, lambda n: through_runner(config, RULE, events[:n])
+        ),
+        Method(
+            "ceiling: hand-batched pipelines of the same script", args.messages, lambda n: ceiling(client, events[:n])
+        ),
+        Method("naive: one HSET+ZADD+EXPIRE round trip each", args.naive_messages, lambda n: naive(client, events[:n])),
+    ]
+    wrong = await measure(methods, args.runs, client.flushall, lambda: stored(client))
+    await client.flushall()
+    latency = await runner_latency(config, RULE, events[: min(args.messages, 20_000)], methods[0].median / 2)
+    version = (await client.info("server"))["redis_version"]
     await client.flushall()
     await client.aclose()
-    runner_rate = float(results[0][2].replace(",", ""))
-    ceiling_rate = float(results[1][2].replace(",", ""))
-    naive_rate = float(results[2][2].replace(",", ""))
-    print(f"machine: {describe()}")
-    print(f"payload {args.payload} B, 100 topics, expired_time 3600\n")
-    print(table(results, ("method", "messages", "msg/s", "keys after")))
-    print(f"\nrunner = {runner_rate / ceiling_rate:.0%} of the ceiling, {runner_rate / naive_rate:.1f}x the naive way")
+    report(
+        methods,
+        [
+            f"server: Redis {version} on this machine",
+            f"payload {args.payload} B, {TOPICS} topics, expired_time 3600, {args.runs} runs each",
+            f"runner pool settings: {', '.join(f'{k} {v}' for k, v in settings.items()) or 'defaults'}",
+        ],
+        ceiling="pipelined script",
+        latency=latency,
+        json_path=args.json,
+    )
+    for problem in wrong:
+        print(f"WRONG COUNT: {problem}", file=sys.stderr)
+    return 1 if wrong else 0
 
 
 if __name__ == "__main__":
-    arguments = parse_args()
+    arguments = parse_args("redis", port=6393, naive_messages=5_000)
     subprocess.run(["bash", "scripts/redis.sh", str(arguments.port)], check=True, capture_output=True)
-    asyncio.run(main(arguments))
+    sys.exit(asyncio.run(main(arguments)))
