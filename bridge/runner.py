@@ -184,8 +184,7 @@ class Runner:
         body = lane.spool_body(job)
         budget = self.spool.budget
         while not budget.fits(len(body) + 8):
-            if budget.overflow == "drop_oldest" and lane.spool.ends:
-                self._drop_oldest(lane)
+            if budget.overflow == "drop_oldest" and self._drop_oldest(lane):
                 continue
             budget.freed.clear()  # block: wait until a lane writes some of its spool
             with contextlib.suppress(TimeoutError):
@@ -203,10 +202,13 @@ class Runner:
         self.metrics.count(job.rule.id, "spooled")
         return True
 
-    def _drop_oldest(self, lane: Lane) -> None:
+    def _drop_oldest(self, lane: Lane) -> bool:
+        """Drop the lane's oldest spooled segment (not records being written right now); False if none."""
         assert lane.spool is not None
         assert self.spool is not None
-        bodies, freed = lane.spool.drop_oldest()
+        bodies, freed = lane.spool.drop_oldest(keep_reading=lane.busy and lane.batch_spooled)
+        if not freed:
+            return False
         self.spool.budget.release(freed)
         for body in bodies:
             try:
@@ -217,6 +219,7 @@ class Runner:
         log.warning(
             "pool %s: spool full: dropped the %d oldest spooled actions (drop_oldest)", self.pool_id, len(bodies)
         )
+        return True
 
     def spool_freed(self, size: int) -> None:
         if self.spool is not None:

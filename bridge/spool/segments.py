@@ -204,7 +204,7 @@ class LaneSpool:
     def ack(self, position: Position, count: int) -> int:
         """The records up to `position` are written: move on, delete used segments; returns bytes freed."""
         self._position = position
-        self.pending -= count
+        self.pending = max(0, self.pending - count)  # records dropped while in flight are not counted twice
         freed = 0
         current = max(self.ends) if self._writer is not None else None
         for number in sorted(self.ends):
@@ -217,17 +217,24 @@ class LaneSpool:
         self._save_position()
         return freed
 
-    def drop_oldest(self) -> tuple[list[bytes], int]:
-        """Remove the oldest segment (overflow policy drop_oldest): its unread records and bytes freed."""
-        if len(self.ends) == 1 and self._writer is not None:
-            self.close()  # the only segment is the one being written: finish it, the next write starts another
-        number = min(self.ends)
-        start = self._start(number)
-        bodies, _ = LaneSpool._records(self.directory / _name(number), start, self.ends[number])
+    def drop_oldest(self, keep_reading: bool = False) -> tuple[list[bytes], int]:
+        """Remove the oldest segment (overflow policy drop_oldest): its unread records and bytes freed.
+
+        `keep_reading`: records of the segment being read are in flight (read, not yet written):
+        that segment stays. Returns ([], 0) when there is nothing to drop.
+        """
+        candidates = sorted(n for n in self.ends if not (keep_reading and n == self._position[0]))
+        if not candidates:
+            return [], 0
+        number = candidates[0]
+        if self._writer is not None and number == max(self.ends):
+            self.close()  # the segment being written: finish it, the next write starts another
+        bodies, _ = LaneSpool._records(self.directory / _name(number), self._start(number), self.ends[number])
         freed = self._delete(number)
         self.pending -= len(bodies)
-        following = [n for n in self.ends if n > number]
-        self._position = (min(following), len(MAGIC)) if following else (0, 0)
+        if number == self._position[0]:
+            following = [n for n in self.ends if n > number]
+            self._position = (min(following), self._starts.get(min(following), len(MAGIC))) if following else (0, 0)
         self._save_position()
         return bodies, freed
 

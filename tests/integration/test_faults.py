@@ -24,7 +24,10 @@ POOL = f"backend.redis.pool1.server = 127.0.0.1:{PORT}\nbackend.redis.pool1.retr
 
 @pytest.fixture
 def down_redis() -> Iterator[None]:
-    """This module's Redis, stopped: the test starts it when it wants the database back."""
+    """This module's Redis, emptied and stopped: the test starts it when it wants the database back
+    (emptied first: once it is up the bridge writes at once, and a FLUSHALL then would race that)."""
+    start_redis(PORT)
+    redis_sync.Redis(port=PORT).flushall()
     stop_redis(PORT)
     yield
     pid = redis_pid()
@@ -43,9 +46,7 @@ def bridges() -> Iterator[list[BridgeProcess]]:
 
 def redis_up() -> redis_sync.Redis:
     start_redis(PORT)
-    client = redis_sync.Redis(port=PORT, protocol=2)
-    client.flushall()
-    return client
+    return redis_sync.Redis(port=PORT, protocol=2)
 
 
 def redis_pid() -> int | None:
@@ -145,7 +146,7 @@ MEMORY_BOUND = 128 << 20  # bytes of resident memory the bridge must stay under 
 
 
 def test_a_stalled_database_keeps_memory_bounded(tmp_path: Path, down_redis: None, bridges: list[BridgeProcess]) -> None:
-    client = redis_up()
+    client = redis_up()  # up and empty before the bridge starts
     bridge = BridgeProcess(tmp_path, POOL + "backend.redis.pool1.queue_size = 2000\n", RULES)
     bridges.append(bridge.start())
     pid = redis_pid()
