@@ -15,7 +15,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from actions.base import Job
-from bridge.spool import LaneSpool, RecordError, decode, encode
+from bridge.spool import LaneSpool, Record, RecordError, decode, encode
 
 if TYPE_CHECKING:
     from bridge.runner import Runner
@@ -130,10 +130,9 @@ class Lane:
                 continue
             rule = self.runner.rules.get(record.rule_id)
             if rule is None:
-                self.runner.dropped(record.rule_id, "its rule is no longer loaded")
+                self.runner.dropped(record.rule_id, "its rule is no longer loaded", self.seq_of(record))
                 continue
-            seq = record.seq if record.process == _PROCESS else 0
-            jobs.append(Job(rule, record.event, seq=seq, cursor=record.cursor))
+            jobs.append(Job(rule, record.event, seq=self.seq_of(record), cursor=record.cursor))
         return jobs, position, len(bodies)
 
     def spill(self) -> None:
@@ -155,6 +154,11 @@ class Lane:
         for job in jobs:
             self.runner.metrics.count(job.rule.id, "spooled")
         self.room.set()
+
+    @staticmethod
+    def seq_of(record: Record) -> int:
+        """The runner's number for a spooled action: only meaningful in the process that spooled it."""
+        return record.seq if record.process == _PROCESS else 0
 
     def unwritten(self) -> list[Job]:
         """What this lane holds in memory only (the batch being written, then the queue): for shutdown."""

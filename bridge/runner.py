@@ -212,10 +212,11 @@ class Runner:
         self.spool.budget.release(freed)
         for body in bodies:
             try:
-                rule_id = decode(body).rule_id
+                record = decode(body)
             except ValueError:
-                rule_id = "unknown"
-            self.dropped(rule_id, "spool full (overflow policy drop_oldest)", log_it=False)
+                self.dropped("unknown", "spool full (overflow policy drop_oldest)", log_it=False)
+                continue
+            self.dropped(record.rule_id, "spool full (overflow policy drop_oldest)", lane.seq_of(record), log_it=False)
         log.warning(
             "pool %s: spool full: dropped the %d oldest spooled actions (drop_oldest)", self.pool_id, len(bodies)
         )
@@ -232,10 +233,17 @@ class Runner:
         log.error("pool %s: %s", self.pool_id, message)
         self.metrics.spool_problems[self.pool_id] += 1
 
-    def dropped(self, rule_id: str, why: str, log_it: bool = True) -> None:
+    def dropped(self, rule_id: str, why: str, seq: int = 0, log_it: bool = True) -> None:
         self.metrics.count(rule_id, "dropped")
         if log_it:
             log.warning("pool %s: spooled action of rule %s dropped: %s", self.pool_id, rule_id, why)
+        if seq in self._pending_publishes:  # a fetch waiting for this publish must not wait forever
+            self._pending_publishes.discard(seq)
+            asyncio.get_running_loop().create_task(self._notify_publishes())
+
+    async def _notify_publishes(self) -> None:
+        async with self._publishes_changed:
+            self._publishes_changed.notify_all()
 
     # -- writing -------------------------------------------------------------
 
