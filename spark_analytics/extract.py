@@ -1,0 +1,164 @@
+"""Extract: a source's tables for a window, as DataFrames with one shape whatever the database.
+
+The window is pushed down to the database: a WHERE on `ts` / `arrived` in the JDBC query
+(partitioned on `id` for parallel reads), the day partitions plus a `ts` range for Cassandra's
+event_log, the hour buckets for Cassandra's msg (a direct join on the partition key), a `$match`
+stage for MongoDB. Payloads are never read: sizes come from the event log's `bytes`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import TYPE_CHECKING
+
+from spark_analytics.sources import Source, mongo_uri
+from spark_analytics.window import Window
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+EVENT_LOG_COLUMNS = "event string, clientid string, username string, node string, topic string, qos int, " \
+    "bytes long, reason string, peername string, msgid string, ts timestamp"
+MSG_COLUMNS = "msgid string, sender string, topic string, qos int, retain boolean, arrived timestamp"
+ACKED_COLUMNS = "clientid string, topic string, msgid string"
+
+SINGLE_PARTITION = "com.mongodb.spark.sql.connector.read.partitioner.SinglePartitionPartitioner"
+CASSANDRA = "org.apache.spark.sql.cassandra"
+
+
+def _names(schema: str) -> list[str]:
+    return [part.split()[0] for part in schema.split(",")]
+
+
+def event_log(spark: SparkSession, source: Source, window: Window, partitions: int = 1) -> DataFrame:
+    """Event-log rows with window.start <= ts < window.end (`event` is the hookpoint name)."""
+    if source.db == "pgsql":
+        where = f"ts >= {_sql_time(window.start)} AND ts < {_sql_time(window.end)}"
+        return _jdbc(spark, source, "mqtt_event_log", EVENT_LOG_COLUMNS, where, partitions)
+    if source.db == "cassa":
+        from pyspark.sql import functions as F
+
+        frame = _cassandra(spark, source, "event_log")
+        frame = frame.filter(F.col("day").isin(window.days()))
+        frame = frame.filter((F.col("ts") >= F.lit(window.start)) & (F.col("ts") < F.lit(window.end)))
+        return _shape(frame, EVENT_LOG_COLUMNS)
+    return _mongo(spark, source, "mqtt_event_log", EVENT_LOG_COLUMNS, "ts", window.start, window.end)
+
+
+def messages(spark: SparkSession, source: Source, start: dt.datetime | None, end: dt.datetime,
+             partitions: int = 1) -> DataFrame:
+    """Stored messages with start <= arrived < end (no lower bound when start is None)."""
+    if source.db == "pgsql":
+        where = f"arrived < {_sql_time(end)}" + (f" AND arrived >= {_sql_time(start)}" if start else "")
+        return _jdbc(spark, source, "mqtt_msg", MSG_COLUMNS, where, partitions)
+    if source.db == "cassa":
+        from pyspark.sql import functions as F
+
+        hour = lambda at: int(at.timestamp() // 3600)  # noqa: E731 - actions/cassa's bucket_at
+        buckets = _cassandra(spark, source, "msg_bucket").filter(F.col("bucket") <= hour(end))
+        if start is not None:
+            buckets = buckets.filter(F.col("bucket") >= hour(start))
+        frame = buckets.join(_cassandra(spark, source, "msg"), ["topic", "bucket"])
+        frame = frame.filter(F.col("arrived") < F.lit(end))
+        if start is not None:
+            frame = frame.filter(F.col("arrived") >= F.lit(start))
+        return _shape(frame, MSG_COLUMNS)
+    return _mongo(spark, source, "mqtt_msg", MSG_COLUMNS, "arrived", start, end)
+
+
+def offsets(spark: SparkSession, source: Source) -> DataFrame:
+    """Every pubsub offset: (clientid, topic filter, last acked msgid; '' = before everything)."""
+    if source.db == "pgsql":
+        return _jdbc(spark, source, "mqtt_acked", ACKED_COLUMNS, "true", 1)
+    if source.db == "cassa":
+        return _shape(_cassandra(spark, source, "acked"), ACKED_COLUMNS)
+    return _mongo(spark, source, "mqtt_acked", ACKED_COLUMNS, None, None, None)
+
+
+def _shape(frame: DataFrame, schema: str) -> DataFrame:
+    """The columns in the common order and types (Cassandra's tinyint qos, int bytes...)."""
+    from pyspark.sql import functions as F
+
+    pairs = [part.split() for part in schema.split(",")]
+    return frame.select(*(F.col(name).cast(kind).alias(name) for name, kind in pairs))
+
+
+def _sql_time(at: dt.datetime) -> str:
+    return f"'{at.astimezone(dt.UTC).isoformat()}'::timestamptz"
+
+
+def _jdbc(spark: SparkSession, source: Source, table: str, schema: str, where: str, partitions: int) -> DataFrame:
+    host, port = source.setting("server")
+    reader = (
+        spark.read.format("jdbc")
+        .option("url", f"jdbc:postgresql://{host}:{port}/{source.setting('database')}")
+        .option("driver", "org.postgresql.Driver")
+        .option("user", source.setting("username") or "")
+        .option("password", source.setting("password") or "")
+        .option("fetchsize", "20000")
+    )
+    if source.setting("ssl"):
+        reader = reader.option("ssl", "true").option("sslmode", "require" if not source.setting("ssl.verify")
+                                                      else "verify-full")
+    columns = ", ".join(_names(schema))
+    query = f"SELECT {columns}, id FROM {table} WHERE {where}"
+    if partitions <= 1:
+        return _shape(reader.option("query", query).load(), schema)
+    # Parallel reads: `partitions` range queries on id, the bounds taken from the window's rows.
+    bounds = reader.option("query", f"SELECT min(id) AS lo, max(id) AS hi FROM {table} WHERE {where}").load().first()
+    if bounds is None or bounds["lo"] is None:
+        return _shape(reader.option("query", query).load(), schema)
+    frame = (
+        reader.option("dbtable", f"({query}) AS window_rows")
+        .option("partitionColumn", "id")
+        .option("lowerBound", str(bounds["lo"]))
+        .option("upperBound", str(bounds["hi"] + 1))
+        .option("numPartitions", str(partitions))
+        .load()
+    )
+    return _shape(frame, schema)
+
+
+def _cassandra(spark: SparkSession, source: Source, table: str) -> DataFrame:
+    nodes = source.setting("nodes") or [("127.0.0.1", 9042)]
+    options = {
+        "keyspace": source.setting("keyspace"),
+        "table": table,
+        "spark.cassandra.connection.host": ",".join(host for host, _ in nodes),
+        "spark.cassandra.connection.port": str(nodes[0][1]),
+        "spark.cassandra.connection.localDC": source.setting("local_datacenter") or "datacenter1",
+    }
+    if source.setting("username"):
+        options["spark.cassandra.auth.username"] = source.setting("username")
+        options["spark.cassandra.auth.password"] = source.setting("password") or ""
+    if source.setting("ssl"):
+        options["spark.cassandra.connection.ssl.enabled"] = "true"
+    return spark.read.format(CASSANDRA).options(**options).load()
+
+
+def _mongo(spark: SparkSession, source: Source, collection: str, schema: str, field: str | None,
+           start: dt.datetime | None, end: dt.datetime | None) -> DataFrame:
+    match: dict[str, object] = {}
+    if field is not None:
+        bounds: dict[str, object] = {}
+        if start is not None:
+            bounds["$gte"] = {"$date": {"$numberLong": str(int(start.timestamp() * 1000))}}
+        if end is not None:
+            bounds["$lt"] = {"$date": {"$numberLong": str(int(end.timestamp() * 1000))}}
+        match = {field: bounds}
+    project = {name: 1 for name in _names(schema)} | {"_id": 0}
+    pipeline = [{"$match": match}, {"$project": project}]
+    frame = (
+        spark.read.format("mongodb")
+        .schema(schema)
+        .option("connection.uri", mongo_uri(source))
+        .option("database", source.setting("database"))
+        .option("collection", collection)
+        # FerretDB has no $sample/$bucketAuto, which the default partitioner needs; a real MongoDB
+        # replica set reads in parallel with `--conf spark.mongodb.read.partitioner=...SamplePartitioner`.
+        .option("partitioner", spark.conf.get("spark.mongodb.read.partitioner", SINGLE_PARTITION))
+        .option("aggregation.pipeline", json.dumps(pipeline))
+        .load()
+    )
+    return _shape(frame, schema)
