@@ -18,8 +18,10 @@ from spark_analytics.window import Window
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-EVENT_LOG_COLUMNS = "event string, clientid string, username string, node string, topic string, qos int, " \
+EVENT_LOG_COLUMNS = (
+    "event string, clientid string, username string, node string, topic string, qos int, "
     "bytes long, reason string, peername string, msgid string, ts timestamp"
+)
 MSG_COLUMNS = "msgid string, sender string, topic string, qos int, retain boolean, arrived timestamp"
 ACKED_COLUMNS = "clientid string, topic string, msgid string"
 
@@ -31,10 +33,13 @@ def _names(schema: str) -> list[str]:
     return [part.split()[0] for part in schema.split(",")]
 
 
-def event_log(spark: SparkSession, source: Source, window: Window, partitions: int = 1) -> DataFrame:
-    """Event-log rows with window.start <= ts < window.end (`event` is the hookpoint name)."""
+def event_log(
+    spark: SparkSession, source: Source, window: Window, events: tuple[str, ...], partitions: int = 1
+) -> DataFrame:
+    """Event-log rows of these `events` (hookpoint names) with window.start <= ts < window.end."""
     if source.db == "pgsql":
-        where = f"ts >= {_sql_time(window.start)} AND ts < {_sql_time(window.end)}"
+        names = ", ".join(f"'{name}'" for name in events)  # our own constants, never user text
+        where = f"ts >= {_sql_time(window.start)} AND ts < {_sql_time(window.end)} AND event IN ({names})"
         return _jdbc(spark, source, "mqtt_event_log", EVENT_LOG_COLUMNS, where, partitions)
     if source.db == "cassa":
         from pyspark.sql import functions as F
@@ -42,12 +47,14 @@ def event_log(spark: SparkSession, source: Source, window: Window, partitions: i
         frame = _cassandra(spark, source, "event_log")
         frame = frame.filter(F.col("day").isin(window.days()))
         frame = frame.filter((F.col("ts") >= F.lit(window.start)) & (F.col("ts") < F.lit(window.end)))
-        return _shape(frame, EVENT_LOG_COLUMNS)
-    return _mongo(spark, source, "mqtt_event_log", EVENT_LOG_COLUMNS, "ts", window.start, window.end)
+        return _shape(frame.filter(F.col("event").isin(*events)), EVENT_LOG_COLUMNS)
+    extra = {"event": {"$in": list(events)}}
+    return _mongo(spark, source, "mqtt_event_log", EVENT_LOG_COLUMNS, "ts", window.start, window.end, extra)
 
 
-def messages(spark: SparkSession, source: Source, start: dt.datetime | None, end: dt.datetime,
-             partitions: int = 1) -> DataFrame:
+def messages(
+    spark: SparkSession, source: Source, start: dt.datetime | None, end: dt.datetime, partitions: int = 1
+) -> DataFrame:
     """Stored messages with start <= arrived < end (no lower bound when start is None)."""
     if source.db == "pgsql":
         where = f"arrived < {_sql_time(end)}" + (f" AND arrived >= {_sql_time(start)}" if start else "")
@@ -99,8 +106,9 @@ def _jdbc(spark: SparkSession, source: Source, table: str, schema: str, where: s
         .option("fetchsize", "20000")
     )
     if source.setting("ssl"):
-        reader = reader.option("ssl", "true").option("sslmode", "require" if not source.setting("ssl.verify")
-                                                      else "verify-full")
+        reader = reader.option("ssl", "true").option(
+            "sslmode", "require" if not source.setting("ssl.verify") else "verify-full"
+        )
     columns = ", ".join(_names(schema))
     query = f"SELECT {columns}, id FROM {table} WHERE {where}"
     if partitions <= 1:
@@ -137,16 +145,24 @@ def _cassandra(spark: SparkSession, source: Source, table: str) -> DataFrame:
     return spark.read.format(CASSANDRA).options(**options).load()
 
 
-def _mongo(spark: SparkSession, source: Source, collection: str, schema: str, field: str | None,
-           start: dt.datetime | None, end: dt.datetime | None) -> DataFrame:
-    match: dict[str, object] = {}
+def _mongo(
+    spark: SparkSession,
+    source: Source,
+    collection: str,
+    schema: str,
+    field: str | None,
+    start: dt.datetime | None,
+    end: dt.datetime | None,
+    extra: dict[str, object] | None = None,
+) -> DataFrame:
+    match: dict[str, object] = dict(extra or {})
     if field is not None:
         bounds: dict[str, object] = {}
         if start is not None:
             bounds["$gte"] = {"$date": {"$numberLong": str(int(start.timestamp() * 1000))}}
         if end is not None:
             bounds["$lt"] = {"$date": {"$numberLong": str(int(end.timestamp() * 1000))}}
-        match = {field: bounds}
+        match[field] = bounds
     project = {name: 1 for name in _names(schema)} | {"_id": 0}
     pipeline = [{"$match": match}, {"$project": project}]
     frame = (

@@ -53,15 +53,17 @@ def load_source(config_path: str | Path, source: str) -> Source:
     try:
         config = load_config(config_path)
     except ConfErrors as exc:
-        raise ReportError("\n".join(str(error) for error in exc.errors)) from None
+        raise ReportError("\n".join(str(error) for error in exc.errors), code=2) from None
     except OSError as exc:
-        raise ReportError(f"cannot read the config {config_path}: {exc.strerror}") from None
+        raise ReportError(f"cannot read the config {config_path}: {exc.strerror}", code=2) from None
     pool = config.pools.get(source)
     if pool is None:
         known = ", ".join(sorted(p for p in config.pools if p.split(".")[0] in SUPPORTED)) or "none"
-        raise ReportError(f"{config_path}: no pool {source!r} to read (reportable pools: {known})")
+        raise ReportError(f"{config_path}: no pool {source!r} to read (reportable pools: {known})", code=2)
     if pool.db not in SUPPORTED:
-        raise ReportError(f"--source {source}: reports read PostgreSQL, Cassandra or MongoDB pools, not {pool.db}")
+        raise ReportError(
+            f"--source {source}: reports read PostgreSQL, Cassandra or MongoDB pools, not {pool.db}", code=2
+        )
     return Source(pool)
 
 

@@ -45,11 +45,12 @@ def parse_time(text: str, now: dt.datetime, option: str) -> dt.datetime:
     except ValueError:
         raise ReportError(
             f"{option} {text!r}: not a time; give ISO 8601 with an offset (2026-05-01T00:00:00Z), "
-            "or relative to now (-24h, -30m, -7d, now)"
+            "or relative to now (-24h, -30m, -7d, now)",
+            code=2,
         ) from None
     if parsed.tzinfo is None:
         # A time without an offset would mean the local zone of whichever machine runs the job.
-        raise ReportError(f"{option} {text!r}: add a UTC offset (Z or +02:00): a bare time is ambiguous")
+        raise ReportError(f"{option} {text!r}: add a UTC offset (Z or +02:00): a bare time is ambiguous", code=2)
     return parsed.astimezone(dt.UTC)
 
 
@@ -57,5 +58,5 @@ def parse_window(start: str, end: str, now: dt.datetime | None = None) -> Window
     current = now or dt.datetime.now(dt.UTC)
     window = Window(parse_time(start, current, "--from"), parse_time(end, current, "--to"))
     if window.end <= window.start:
-        raise ReportError(f"empty window: --from {start!r} is not before --to {end!r} ({window})")
+        raise ReportError(f"empty window: --from {start!r} is not before --to {end!r} ({window})", code=2)
     return window

@@ -87,7 +87,9 @@ def online(sessions_df: DataFrame, start: dt.datetime, end: dt.datetime, bucket_
     downs = sessions_df.filter(F.col("end").isNotNull()).select(
         bucket_of("end").alias("n"), F.lit(0).alias("up"), F.lit(1).alias("down")
     )
-    per_bucket = ups.unionByName(downs).groupBy("n").agg(F.sum("up").alias("connects"), F.sum("down").alias("disconnects"))
+    per_bucket = (
+        ups.unionByName(downs).groupBy("n").agg(F.sum("up").alias("connects"), F.sum("down").alias("disconnects"))
+    )
     buckets = spark.range(count).withColumnRenamed("id", "n")
     filled = buckets.join(per_bucket, "n", "left").fillna(0, ["connects", "disconnects"])
     running = Window.orderBy("n").rowsBetween(Window.unboundedPreceding, Window.currentRow)
@@ -135,8 +137,7 @@ def reasons(sessions_df: DataFrame) -> DataFrame:
 
 def durations(sessions_df: DataFrame) -> DataFrame:
     """Session length histogram on a log scale (bucket label, upper bound in seconds, sessions)."""
-    edges = [(10, "<10s"), (60, "10s-1m"), (600, "1-10m"), (3600, "10m-1h"), (6 * 3600, "1-6h"),
-             (86400, "6-24h")]
+    edges = [(10, "<10s"), (60, "10s-1m"), (600, "1-10m"), (3600, "10m-1h"), (6 * 3600, "1-6h"), (86400, "6-24h")]
     label = F.lit(">24h")
     upper = F.lit(None).cast("double")
     for bound, name in reversed(edges):

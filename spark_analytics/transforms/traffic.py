@@ -162,7 +162,9 @@ def backlog(offsets: DataFrame, messages: DataFrame) -> DataFrame:
     """
     topics = messages.select("topic").distinct()
     subscriptions = offsets.select(
-        "clientid", F.col("topic").alias("filter"), F.col("msgid").alias("offset"),
+        "clientid",
+        F.col("topic").alias("filter"),
+        F.col("msgid").alias("offset"),
         filter_regex(F.col("topic")).alias("pattern"),
     )
     # RLIKE in SQL takes its pattern from a column (Column.rlike only takes a literal).

@@ -62,8 +62,10 @@ def test_sessions_stitch_missing_disconnects_and_cut_at_the_window(spark: SparkS
 
 
 def sessions_frame(spark: SparkSession, rows: list[tuple[object, ...]]) -> DataFrame:
-    schema = "clientid string, node string, start timestamp, end timestamp, duration_s double, reason string, " \
+    schema = (
+        "clientid string, node string, start timestamp, end timestamp, duration_s double, reason string, "
         "open boolean, clipped boolean"
+    )
     return spark.createDataFrame(rows, schema)
 
 
@@ -79,8 +81,11 @@ def test_online_curve_counts_every_bucket(spark: SparkSession) -> None:
 
 def test_storms_nodes_reasons(spark: SparkSession) -> None:
     flapping = [("f", "n1", at(m), at(m + 1), 60.0, "closed", False, False) for m in range(0, 12, 2)]
-    rows = [*flapping, ("g", "n2", at(0), None, 7200.0, None, True, False),
-            ("h", "n2", T0, at(3), 180.0, None, False, True)]
+    rows = [
+        *flapping,
+        ("g", "n2", at(0), None, 7200.0, None, True, False),
+        ("h", "n2", T0, at(3), 180.0, None, False, True),
+    ]
     frame = sessions_frame(spark, rows)
     assert plain(S.storms(frame, 5)) == [("f", T0, 6)]
     assert plain(S.storms(frame, 6)) == []
@@ -122,18 +127,27 @@ def test_traffic_totals(spark: SparkSession) -> None:
 def test_latency_percentiles(spark: SparkSession) -> None:
     rows = T.latencies(traffic_log(spark))
     assert sorted(plain(rows.select("kind", "latency_ms"))) == [
-        ("acked", 30.0), ("acked", 50.0), ("delivered", 10.0), ("delivered", 20.0), ("delivered", 40.0)
+        ("acked", 30.0),
+        ("acked", 50.0),
+        ("delivered", 10.0),
+        ("delivered", 20.0),
+        ("delivered", 40.0),
     ]
     assert plain(T.latency_percentiles(rows)) == [
         ("delivered", 3, 20.0, 40.0, 40.0, 40.0, 40.0),
         ("acked", 2, 30.0, 50.0, 50.0, 50.0, 50.0),
     ]
     # 100 deliveries of 1..100 ms: nearest-rank percentiles
-    many = spark.createDataFrame([("delivered", f"M{n}", "s", "t", float(n)) for n in range(1, 101)],
-                                 "kind string, msgid string, clientid string, topic string, latency_ms double")
+    many = spark.createDataFrame(
+        [("delivered", f"M{n}", "s", "t", float(n)) for n in range(1, 101)],
+        "kind string, msgid string, clientid string, topic string, latency_ms double",
+    )
     assert plain(T.latency_percentiles(many)) == [("delivered", 100, 50.0, 90.0, 95.0, 99.0, 100.0)]
     assert plain(T.latency_histogram(rows)) == [
-        ("acked", 50.0, 1), ("acked", 100.0, 1), ("delivered", 20.0, 1), ("delivered", 50.0, 2)
+        ("acked", 50.0, 1),
+        ("acked", 100.0, 1),
+        ("delivered", 20.0, 1),
+        ("delivered", 50.0, 2),
     ]
 
 
