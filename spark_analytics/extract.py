@@ -97,33 +97,32 @@ def _sql_time(at: dt.datetime) -> str:
 
 def _jdbc(spark: SparkSession, source: Source, table: str, schema: str, where: str, partitions: int) -> DataFrame:
     host, port = source.setting("server")
-    reader = (
-        spark.read.format("jdbc")
-        .option("url", f"jdbc:postgresql://{host}:{port}/{source.setting('database')}")
-        .option("driver", "org.postgresql.Driver")
-        .option("user", source.setting("username") or "")
-        .option("password", source.setting("password") or "")
-        .option("fetchsize", "20000")
-    )
+    options = {
+        "url": f"jdbc:postgresql://{host}:{port}/{source.setting('database')}",
+        "driver": "org.postgresql.Driver",
+        "user": source.setting("username") or "",
+        "password": source.setting("password") or "",
+        "fetchsize": "20000",
+    }
     if source.setting("ssl"):
-        reader = reader.option("ssl", "true").option(
-            "sslmode", "require" if not source.setting("ssl.verify") else "verify-full"
-        )
-    columns = ", ".join(_names(schema))
-    query = f"SELECT {columns}, id FROM {table} WHERE {where}"
+        options |= {"ssl": "true", "sslmode": "verify-full" if source.setting("ssl.verify") else "require"}
+
+    def read(**extra: str) -> DataFrame:  # a new reader each time: a reader keeps its options
+        return spark.read.format("jdbc").options(**options, **extra).load()
+
+    query = f"SELECT {', '.join(_names(schema))}, id FROM {table} WHERE {where}"
     if partitions <= 1:
-        return _shape(reader.option("query", query).load(), schema)
+        return _shape(read(query=query), schema)
     # Parallel reads: `partitions` range queries on id, the bounds taken from the window's rows.
-    bounds = reader.option("query", f"SELECT min(id) AS lo, max(id) AS hi FROM {table} WHERE {where}").load().first()
+    bounds = read(query=f"SELECT min(id) AS lo, max(id) AS hi FROM {table} WHERE {where}").first()
     if bounds is None or bounds["lo"] is None:
-        return _shape(reader.option("query", query).load(), schema)
-    frame = (
-        reader.option("dbtable", f"({query}) AS window_rows")
-        .option("partitionColumn", "id")
-        .option("lowerBound", str(bounds["lo"]))
-        .option("upperBound", str(bounds["hi"] + 1))
-        .option("numPartitions", str(partitions))
-        .load()
+        return _shape(read(query=query), schema)
+    frame = read(
+        dbtable=f"({query}) AS window_rows",
+        partitionColumn="id",
+        lowerBound=str(bounds["lo"]),
+        upperBound=str(bounds["hi"] + 1),
+        numPartitions=str(partitions),
     )
     return _shape(frame, schema)
 

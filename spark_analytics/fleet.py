@@ -68,6 +68,7 @@ class Fleet:
     apps: int = 2  # subscriber apps, one per region (cycling)
     nodes: int = 3
     seed: int = 7
+    period_scale: float = 1.0  # multiplies every publish period (fewer messages per device)
 
     @property
     def begin(self) -> float:
@@ -94,7 +95,7 @@ def device(fleet: Fleet, n: int) -> Iterator[tuple[float, int, Event]]:
     node = f"node{n % fleet.nodes + 1}@10.0.0.{n % fleet.nodes + 1}"
     peer = f"10.1.{n // 250 % 250}.{n % 250}:{40000 + n % 20000}"
     flaps = rng.random() < fleet.flapping
-    period = float(_pick(rng, PERIODS))  # type: ignore[arg-type]
+    period = float(_pick(rng, PERIODS)) * fleet.period_scale  # type: ignore[arg-type]
     ident = node_bits(clientid, 0)
     seq = 0
     at = fleet.begin + rng.uniform(0, 600 if not flaps else 60)
@@ -110,8 +111,10 @@ def device(fleet: Fleet, n: int) -> Iterator[tuple[float, int, Event]]:
             msgid = _msgid(publish_at, ident, seq)
             seq += 1
             topic = f"fleet/{region}/{clientid}/{metric}"
-            yield publish_at, n, MessagePublish(
-                msgid, clientid, None, topic, qos, payload, metric == "status", node, peer, publish_at
+            yield (
+                publish_at,
+                n,
+                MessagePublish(msgid, clientid, None, topic, qos, payload, metric == "status", node, peer, publish_at),
             )
             if qos > 0 and REGIONS.index(region) < fleet.apps:
                 app = f"app-{region}"
@@ -161,23 +164,39 @@ async def fill(bridge: Bridge, fleet: Fleet, report_every: int = 0) -> int:
     return count
 
 
-def rules_text(pool_id: str) -> str:
-    """The rule lines binding BINDINGS on one pool (what a test's or the benchmark's bridge runs)."""
-    db, pool = pool_id.split(".", 1)
+def rules_text(pool_id: str, log_pool: str | None = None, ack_pool: str | None = None) -> str:
+    """The rule lines binding BINDINGS on one pool; on_event_log on `log_pool`, on_message_acked on
+    `ack_pool` if given (pools on the same database).
+
+    Separate pools are much faster at volume (measured: 1.4k events/s on one PostgreSQL pool, 38k/s
+    with the event log on its own pool and no acks): a runner merges consecutive jobs of one function
+    into one statement, and a publish bound to both on_event_log and on_message_publish gives jobs
+    that alternate in a batch, so neither merges; an ack is one UPDATE of its own.
+    """
+    db = pool_id.split(".", 1)[0]
     lines, seen = [], {}
+    chosen = {"on_event_log": log_pool, "on_message_acked": ack_pool}
     for hookpoint, function in BINDINGS:
+        target = (chosen.get(function) or pool_id).split(".", 1)[1]
         seen[hookpoint] = seen.get(hookpoint, 0) + 1
         topic = "" if hookpoint.startswith("client.") else '"topic": "#", '
-        action = f'{{{topic}"action": {{"function": "{function}"}}, "pool": "{pool}"}}'
+        action = f'{{{topic}"action": {{"function": "{function}"}}, "pool": "{target}"}}'
         lines.append(f"backend.{db}.hook.{hookpoint}.{seen[hookpoint]} = {action}")
     return "\n".join(lines) + "\n"
 
 
-async def fill_from_config(config: Path, pool_id: str, fleet: Fleet, report_every: int = 0) -> int:
+async def fill_from_config(
+    config: Path,
+    pool_id: str,
+    fleet: Fleet,
+    report_every: int = 0,
+    log_pool: str | None = None,
+    ack_pool: str | None = None,
+) -> int:
     with tempfile.TemporaryDirectory(prefix="fleet-") as tmp:
         rules = Path(tmp) / "rules"
         rules.mkdir()
-        (rules / "fleet.conf").write_text(rules_text(pool_id))
+        (rules / "fleet.conf").write_text(rules_text(pool_id, log_pool, ack_pool))
         (Path(tmp) / "templates").mkdir()
         bridge = Bridge.load(Paths(config, rules))
         await bridge.start()
@@ -191,15 +210,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="spark_analytics.fleet", description=__doc__.split("\n\n")[0])
     parser.add_argument("-c", "--config", required=True, help="bridge config with the pool (broker listener off)")
     parser.add_argument("--pool", required=True, help="<db>.<pool> to fill")
+    parser.add_argument("--log-pool", help="<db>.<pool> for on_event_log (same database; faster at volume)")
+    parser.add_argument("--ack-pool", help="<db>.<pool> for on_message_acked (same database; faster at volume)")
+    parser.add_argument("--apps", type=int, default=2, help="subscriber apps (one region each, 0-4)")
     parser.add_argument("--devices", type=int, default=1000)
     parser.add_argument("--hours", type=float, default=1.0)
     parser.add_argument("--flapping", type=float, default=0.05)
     parser.add_argument("--start", type=float, default=0.0, help="Unix seconds of the first event (default: hours ago)")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--period-scale", type=float, default=1.0, help="multiply publish periods (fewer messages)")
     args = parser.parse_args(argv)
-    fleet = Fleet(devices=args.devices, hours=args.hours, flapping=args.flapping, start=args.start, seed=args.seed)
+    fleet = Fleet(
+        devices=args.devices, hours=args.hours, flapping=args.flapping, start=args.start, seed=args.seed, apps=args.apps
+    )
     started = time.monotonic()
-    count = asyncio.run(fill_from_config(Path(args.config), args.pool, fleet, report_every=100_000))
+    count = asyncio.run(fill_from_config(Path(args.config), args.pool, fleet, 100_000, args.log_pool, args.ack_pool))
     elapsed = time.monotonic() - started
     print(f"{count:,} events written through {args.pool} in {elapsed:.1f}s ({count / elapsed:,.0f}/s)")
     return 0

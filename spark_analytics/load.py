@@ -22,7 +22,9 @@ if TYPE_CHECKING:
 def write_table(frame: DataFrame, out: Path, name: str) -> DataFrame:
     """Write one table; returns it as read back from its Parquet."""
     parquet = out / f"{name}.parquet"
-    frame.write.mode("overwrite").parquet(str(parquet))
+    # One file: the tables are ordered (busiest topic first...), and reading several part files back
+    # would not keep that order. coalesce(1) joins the sorted partitions in order, without a shuffle.
+    frame.coalesce(1).write.mode("overwrite").parquet(str(parquet))
     stored = frame.sparkSession.read.parquet(str(parquet))
     _write_csv(stored, out / f"{name}.csv")
     return stored
