@@ -162,7 +162,8 @@ def _mongo(
         if end is not None:
             bounds["$lt"] = {"$date": {"$numberLong": str(int(end.timestamp() * 1000))}}
         match[field] = bounds
-    project = {name: 1 for name in _names(schema)} | {"_id": 0}
+    # `_id` stays in: FerretDB v1 panics on some pipelines without it ("key not found: _id").
+    project = {name: 1 for name in _names(schema)}
     pipeline = [{"$match": match}, {"$project": project}]
     frame = (
         spark.read.format("mongodb")
