@@ -145,7 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    from spark_analytics.cli import glue_times
+
+    args = build_parser().parse_args(glue_times(sys.argv[1:] if argv is None else argv))
     code: int = args.func(args)
     return code
 

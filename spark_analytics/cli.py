@@ -20,6 +20,21 @@ INSTALL_HINT = (
 )
 
 
+def glue_times(argv: list[str]) -> list[str]:
+    """`--from -24h` as `--from=-24h`: argparse takes a value starting with `-` for an option otherwise."""
+    glued: list[str] = []
+    index = 0
+    while index < len(argv):
+        token = argv[index]
+        if token in ("--from", "--to") and index + 1 < len(argv) and argv[index + 1].startswith("-"):
+            glued.append(f"{token}={argv[index + 1]}")
+            index += 2
+            continue
+        glued.append(token)
+        index += 1
+    return glued
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("report", choices=("sessions", "traffic"), help="which report")
     parser.add_argument("-c", "--config", default="config/bridge.conf", help="config file (its pools)")
@@ -88,4 +103,4 @@ def _run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="spark_analytics", description="hookbridge's Spark reports (SPEC 8)")
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    return run(parser.parse_args(glue_times(sys.argv[1:] if argv is None else argv)))
