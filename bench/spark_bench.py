@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import subprocess
 import sys
 import tempfile
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import asyncpg
 
-from bench.machine import describe
+from bench.machine import describe, table
 
 ROOT = Path(__file__).resolve().parents[1]
 DATABASE = "spark_bench"
@@ -76,6 +77,59 @@ def fill(args: argparse.Namespace) -> int:
     return 0
 
 
+def run(args: argparse.Namespace) -> int:
+    from bench.spark_sql import run_all
+    from spark_analytics.jobs import sessions as sessions_job
+    from spark_analytics.jobs import traffic as traffic_job
+    from spark_analytics.options import Options
+    from spark_analytics.progress import Progress
+    from spark_analytics.run import run as run_report
+    from spark_analytics.sources import load_source
+    from spark_analytics.spark import build_session
+    from spark_analytics.window import Window
+
+    print(describe())
+    begin = dt.datetime.fromtimestamp(START, dt.UTC).replace(minute=0, second=0)
+    window = Window(begin, begin + dt.timedelta(hours=args.hours + 1))
+    rows: list[tuple[str, ...]] = []
+    with tempfile.TemporaryDirectory(prefix="spark-bench-") as tmp:
+        config = Path(tmp) / "bridge.conf"
+        config.write_text(config_text(args.port))
+        source = load_source(config, "pgsql.pool1")
+        options = Options(window=window, out=Path(args.out), partitions=args.partitions)
+        began = time.perf_counter()
+        conf = {"spark.driver.memory": args.driver_memory, "spark.sql.shuffle.partitions": "8"}
+        spark = build_session(args.master, app="hookbridge-bench", conf=conf)
+        startup = time.perf_counter() - began
+        rows.append(("Spark session start (JVM)", f"{startup:.1f}", ""))
+        spark_seconds: dict[str, float] = {}
+        for job in (sessions_job, traffic_job):
+            began = time.perf_counter()
+            run_report(job, source, options, spark=spark, progress=Progress(4))  # type: ignore[arg-type]
+            spark_seconds[job.NAME] = time.perf_counter() - began
+        spark.stop()
+        dsn = f"postgresql://hookbridge:hookbridge@127.0.0.1:{args.port}/{DATABASE}"
+        buckets = -(-int(window.seconds) // options.bucket)
+        sql_seconds, found = asyncio.run(
+            run_all(
+                dsn, window.start, window.end, options.bucket, buckets, options.prefix_depth, options.storm_threshold
+            )
+        )
+    session_sql = sum(
+        v
+        for k, v in sql_seconds.items()
+        if k in {"stitch sessions", "sessions (rows)", "online", "storms", "nodes", "reasons"}
+    )
+    traffic_sql = sum(sql_seconds.values()) - session_sql
+    rows.append(("sessions report", f"{spark_seconds['sessions']:.1f}", f"{session_sql:.1f}"))
+    rows.append(("traffic report", f"{spark_seconds['traffic']:.1f}", f"{traffic_sql:.1f}"))
+    print(f"window {window}; Spark master {args.master}, JDBC partitions {args.partitions or 'default'}")
+    print(table(rows, ("step", "Spark (s)", "plain SQL in PostgreSQL (s)")))
+    print("SQL per query: " + ", ".join(f"{k} {v:.1f}s" for k, v in sql_seconds.items()))
+    print(f"SQL found: {found}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.spark_bench", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -87,6 +141,14 @@ def main(argv: list[str] | None = None) -> int:
     filling.add_argument("--apps", type=int, default=1)
     filling.add_argument("--period-scale", type=float, default=3.5)
     filling.set_defaults(func=fill)
+    running = commands.add_parser("run")
+    running.add_argument("--port", type=int, default=5450)
+    running.add_argument("--hours", type=float, default=24.0, help="the fill's --hours (the window covers them)")
+    running.add_argument("--master", default="local[2]")
+    running.add_argument("--partitions", type=int, default=0)
+    running.add_argument("--driver-memory", default="8g")
+    running.add_argument("--out", default=str(ROOT / ".run" / "spark-bench"))
+    running.set_defaults(func=run)
     args = parser.parse_args(argv)
     code: int = args.func(args)
     return code

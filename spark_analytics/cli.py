@@ -96,7 +96,7 @@ def _run(args: argparse.Namespace) -> int:
         conf=conf,
     )
     source = load_source(args.config, args.source)
-    run_job(REPORTS[args.report], source, options, master=args.master)  # type: ignore[arg-type]
+    run_job(REPORTS[args.report], source, options, master=args.master)
     return 0
 
 

@@ -48,7 +48,7 @@ def event_log(
         frame = frame.filter(F.col("day").isin(window.days()))
         frame = frame.filter((F.col("ts") >= F.lit(window.start)) & (F.col("ts") < F.lit(window.end)))
         return _shape(frame.filter(F.col("event").isin(*events)), EVENT_LOG_COLUMNS)
-    extra = {"event": {"$in": list(events)}}
+    extra: dict[str, object] = {"event": {"$in": list(events)}}
     return _mongo(spark, source, "mqtt_event_log", EVENT_LOG_COLUMNS, "ts", window.start, window.end, extra)
 
 
@@ -62,10 +62,11 @@ def messages(
     if source.db == "cassa":
         from pyspark.sql import functions as F
 
-        hour = lambda at: int(at.timestamp() // 3600)  # noqa: E731 - actions/cassa's bucket_at
-        buckets = _cassandra(spark, source, "msg_bucket").filter(F.col("bucket") <= hour(end))
+        from actions.cassa.functions import bucket_at  # the hour bucket the writer used
+
+        buckets = _cassandra(spark, source, "msg_bucket").filter(F.col("bucket") <= bucket_at(end.timestamp()))
         if start is not None:
-            buckets = buckets.filter(F.col("bucket") >= hour(start))
+            buckets = buckets.filter(F.col("bucket") >= bucket_at(start.timestamp()))
         frame = buckets.join(_cassandra(spark, source, "msg"), ["topic", "bucket"])
         frame = frame.filter(F.col("arrived") < F.lit(end))
         if start is not None:

@@ -127,7 +127,7 @@ def device(fleet: Fleet, n: int) -> Iterator[tuple[float, int, Event]]:
         if ends >= fleet.end:
             return
         if rng.random() >= fleet.lost_disconnects:
-            reason = str(_pick(rng, REASONS))  # type: ignore[arg-type]
+            reason = str(_pick(rng, REASONS))
             yield ends, n, ClientDisconnected(clientid, None, node, peer, reason, ends)
         at = ends + (rng.uniform(5, 120) if flaps else rng.uniform(30, 1800))
 
@@ -174,7 +174,8 @@ def rules_text(pool_id: str, log_pool: str | None = None, ack_pool: str | None =
     that alternate in a batch, so neither merges; an ack is one UPDATE of its own.
     """
     db = pool_id.split(".", 1)[0]
-    lines, seen = [], {}
+    lines: list[str] = []
+    seen: dict[str, int] = {}
     chosen = {"on_event_log": log_pool, "on_message_acked": ack_pool}
     for hookpoint, function in BINDINGS:
         target = (chosen.get(function) or pool_id).split(".", 1)[1]

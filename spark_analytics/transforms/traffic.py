@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
 PUBLISH = "message.publish"
@@ -100,9 +100,8 @@ def retain_mix(messages: DataFrame) -> DataFrame:
     ).orderBy("retain")
 
 
-def _all() -> object:
-    from pyspark.sql import Window
-
+def _all() -> WindowSpec:
+    """One window over every row (the tables it serves have a handful of rows)."""
     return Window.partitionBy(F.lit(1))
 
 
