@@ -6,6 +6,7 @@ Each function returns one `<svg>` element with class `chart`; the headless-brows
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Sequence
 from html import escape
 
@@ -23,6 +24,14 @@ def _number(value: float) -> str:
     if abs(value) >= 1e4:
         return f"{value / 1e3:.0f}k"
     return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
+
+
+def nice_top(value: float) -> float:
+    """The axis top: the smallest 1, 2, 2.5 or 5 x 10^k at or above `value` (ticks at quarters read well)."""
+    if value <= 0:
+        return 1.0
+    power = 10.0 ** math.floor(math.log10(value))
+    return next(step * power for step in (1, 2, 2.5, 5, 10) if step * power >= value)
 
 
 def _frame(title: str, body: list[str], ymax: float) -> str:
@@ -60,7 +69,7 @@ def line(title: str, points: Sequence[tuple[dt.datetime, float]], area: bool = T
     """A time series (the online curve, messages per bucket)."""
     if not points:
         return _empty(title)
-    ymax = max(max(v for _, v in points), 1) * 1.1
+    ymax = nice_top(max(v for _, v in points))
     first, last = points[0][0], points[-1][0]
     span = max((last - first).total_seconds(), 1)
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
@@ -92,7 +101,7 @@ def bars(title: str, items: Sequence[tuple[str, float]], color: str = COLOR) -> 
     """Vertical bars with labels under them (traffic per topic, per node, a histogram)."""
     if not items:
         return _empty(title)
-    ymax = max(max(v for _, v in items), 1) * 1.1
+    ymax = nice_top(max(v for _, v in items))
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     slot = plot_w / len(items)
     body = []
@@ -103,7 +112,7 @@ def bars(title: str, items: Sequence[tuple[str, float]], color: str = COLOR) -> 
             f'<rect class="bar" x="{x:.1f}" y="{TOP + plot_h - height:.1f}" width="{slot * 0.8:.1f}" '
             f'height="{height:.1f}" fill="{color}"><title>{escape(label)}: {_number(value)}</title></rect>'
         )
-        short = label if len(label) <= 18 else label[:17] + "…"
+        short = label if len(label) <= 18 else "…" + label[-17:]  # a topic's end tells it apart
         body.append(
             f'<text x="{x + slot * 0.4:.1f}" y="{HEIGHT - BOTTOM + 14}" text-anchor="end" font-size="10" '
             f'transform="rotate(-25 {x + slot * 0.4:.1f} {HEIGHT - BOTTOM + 14})">{escape(short)}</text>'
