@@ -39,8 +39,9 @@ def run(
     progress = progress or Progress(total=4)
     with progress.step(f"check {source.id} ({', '.join(source.table(t) for t in job.NEEDED)})"):
         sources.check(source, job.NEEDED)
-    with progress.step(f"start Spark ({master or 'local[*]'})"):
+    with progress.step("start Spark"):
         session = spark or _session(master, options)
+        progress.say(f"    master {session.sparkContext.master}, Spark {session.version}")
     progress.context = session.sparkContext
     try:
         options.out.mkdir(parents=True, exist_ok=True)
