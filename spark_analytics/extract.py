@@ -67,7 +67,9 @@ def messages(
         buckets = _cassandra(spark, source, "msg_bucket").filter(F.col("bucket") <= bucket_at(end.timestamp()))
         if start is not None:
             buckets = buckets.filter(F.col("bucket") >= bucket_at(start.timestamp()))
-        frame = buckets.join(_cassandra(spark, source, "msg"), ["topic", "bucket"])
+        # Joined on msg's full partition key: the connector reads only those partitions (direct join).
+        stored = _cassandra(spark, source, "msg", directJoinSetting="on")
+        frame = buckets.join(stored, ["topic", "bucket"])
         frame = frame.filter(F.col("arrived") < F.lit(end))
         if start is not None:
             frame = frame.filter(F.col("arrived") >= F.lit(start))
@@ -128,9 +130,9 @@ def _jdbc(spark: SparkSession, source: Source, table: str, schema: str, where: s
     return _shape(frame, schema)
 
 
-def _cassandra(spark: SparkSession, source: Source, table: str) -> DataFrame:
+def _cassandra(spark: SparkSession, source: Source, table: str, **extra: str) -> DataFrame:
     nodes = source.setting("nodes") or [("127.0.0.1", 9042)]
-    options = {
+    options = extra | {
         "keyspace": source.setting("keyspace"),
         "table": table,
         "spark.cassandra.connection.host": ",".join(host for host, _ in nodes),
