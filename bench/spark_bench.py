@@ -107,6 +107,12 @@ def run(args: argparse.Namespace) -> int:
             began = time.perf_counter()
             run_report(job, source, options, spark=spark, progress=Progress(4))  # type: ignore[arg-type]
             spark_seconds[job.NAME] = time.perf_counter() - began
+        out = Path(args.out)
+        spark_found = {
+            "sessions": spark.read.parquet(str(out / "sessions.parquet")).count(),
+            "messages": spark.read.parquet(str(out / "traffic_by_topic.parquet")).groupBy().sum("messages").first()[0],
+            "delivered": spark.read.parquet(str(out / "latency.parquet")).filter("kind = 'delivered'").first()["count"],
+        }
         spark.stop()
         dsn = f"postgresql://hookbridge:hookbridge@127.0.0.1:{args.port}/{DATABASE}"
         buckets = -(-int(window.seconds) // options.bucket)
@@ -126,7 +132,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"window {window}; Spark master {args.master}, JDBC partitions {args.partitions or 'default'}")
     print(table(rows, ("step", "Spark (s)", "plain SQL in PostgreSQL (s)")))
     print("SQL per query: " + ", ".join(f"{k} {v:.1f}s" for k, v in sql_seconds.items()))
-    print(f"SQL found: {found}")
+    print(f"Spark found: {spark_found}")
+    print(f"SQL found:   {found}")
+    if spark_found != found:
+        print("MISMATCH between Spark and SQL")
+        return 1
     return 0
 
 

@@ -61,8 +61,9 @@ def run(
             stored[name] = load.write_table(frame, options.out, name)
     with progress.step("HTML page"):
         page = load.write_page(options.out, job.NAME, job.page(stored, source, options))
-    for frame in frames.values():
-        frame.unpersist()
+    # The extracted rows and what the job cached from them (stitched sessions, latency joins) go;
+    # a report owns the session while it runs.
+    session.catalog.clearCache()
     progress.finish(f"{job.NAME} report: {page}")
     return page
 

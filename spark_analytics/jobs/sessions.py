@@ -26,8 +26,11 @@ def extract(spark: SparkSession, source: Source, options: Options) -> dict[str, 
 
 
 def transform(frames: dict[str, DataFrame], options: Options) -> dict[str, DataFrame]:
+    from pyspark import StorageLevel
+
     window = options.window
-    stitched = T.sessions(frames["events"], window.start, window.end)
+    # Every table below starts from the stitched sessions: stitch once (a window function per client).
+    stitched = T.sessions(frames["events"], window.start, window.end).persist(StorageLevel.MEMORY_AND_DISK)
     return {
         "sessions": stitched.orderBy("start", "clientid"),
         "online": T.online(stitched, window.start, window.end, options.bucket),

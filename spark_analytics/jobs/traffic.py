@@ -37,7 +37,10 @@ def extract(spark: SparkSession, source: Source, options: Options) -> dict[str, 
 def transform(frames: dict[str, DataFrame], options: Options) -> dict[str, DataFrame]:
     window = options.window
     events = frames["events"]
-    latency_rows = T.latencies(events)
+    from pyspark import StorageLevel
+
+    # The publish-receipt join feeds two tables: joined once.
+    latency_rows = T.latencies(events).persist(StorageLevel.MEMORY_AND_DISK)
     return {
         "traffic_by_topic": T.by_topic(events),
         "traffic_by_prefix": T.by_prefix(events, options.prefix_depth),
