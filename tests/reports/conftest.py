@@ -5,12 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from pyspark.sql import SparkSession  # the `test` extra installs PySpark
 
-pyspark = pytest.importorskip("pyspark")
-
-from pyspark.sql import SparkSession  # noqa: E402
-
-from spark_analytics.spark import build_session, jar_paths  # noqa: E402
+from spark_analytics.spark import build_session, jar_paths
 
 
 @pytest.fixture(scope="session")
