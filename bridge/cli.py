@@ -1,4 +1,4 @@
-"""`hookbridge run | check | schema` (also `python -m bridge`)."""
+"""`hookbridge run | check | schema | report` (also `python -m bridge`)."""
 
 from __future__ import annotations
 
@@ -134,11 +134,20 @@ def build_parser() -> argparse.ArgumentParser:
     schema.add_argument("--pool", required=True, help="<db>.<pool>, e.g. redis.pool1")
     schema.add_argument("--apply", action="store_true", help="create it")
     schema.set_defaults(func=cmd_schema)
+    # The Spark reports (SPEC 8). Their module imports no PySpark until a report runs, so this
+    # parser works without the `spark` extra installed; running says how to install it.
+    from spark_analytics import cli as report_cli
+
+    report = commands.add_parser("report", help="Spark analytics: sessions or traffic report")
+    report_cli.add_arguments(report)
+    report.set_defaults(func=report_cli.run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    from spark_analytics.cli import glue_times
+
+    args = build_parser().parse_args(glue_times(sys.argv[1:] if argv is None else argv))
     code: int = args.func(args)
     return code
 
