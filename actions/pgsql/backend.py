@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import asyncpg
@@ -128,30 +128,36 @@ class PgsqlBackend(Backend):
         return outcomes
 
     def _units(self, batch: Sequence[Job], run: list[int], outcomes: list[BaseException | None]) -> list[Unit]:
+        """The run's writes in order, except that every job of a merged kind (message and event
+        log inserts) joins the one multi-row statement of its kind, at the kind's first place.
+
+        Moving those inserts earlier is safe: they only add rows keyed by msgid (or append to the
+        log), and a publish with both `on_message_publish` and `on_event_log` alternates the two
+        kinds, which merged only consecutive runs before (one statement per job).
+        """
         units: list[Unit] = []
-        index = 0
-        while index < len(run):
-            job = batch[run[index]]
+        merged: dict[Callable[[Sequence[Job]], Write], int] = {}  # kind -> its unit's index
+        members: list[list[int]] = []
+        for index in run:
+            job = batch[index]
             action = job.rule.action
             group = GROUPED.get(action.spec.impl_name) if isinstance(action, FunctionAction) else None
             if group is not None:
-                end = index + 1
-                while end < len(run):
-                    next_action = batch[run[end]].rule.action
-                    if not (
-                        isinstance(next_action, FunctionAction) and GROUPED.get(next_action.spec.impl_name) is group
-                    ):
-                        break
-                    end += 1
-                members = run[index:end]
-                units.append((members, [group([batch[i] for i in members])]))
-                index = end
+                if group not in merged:
+                    merged[group] = len(units)
+                    units.append(([], []))
+                    members.append([])
+                members[merged[group]].append(index)
                 continue
             try:
-                units.append(([run[index]], self._writes(job)))
+                units.append(([index], self._writes(job)))
             except PermanentError as exc:
-                outcomes[run[index]] = exc
-            index += 1
+                outcomes[index] = exc
+                continue
+            members.append([index])
+        for group, position in merged.items():
+            jobs = members[position]
+            units[position] = (jobs, [group([batch[i] for i in jobs])])
         return units
 
     def _writes(self, job: Job) -> list[Write]:
