@@ -153,6 +153,7 @@ class Lane:
         self._written_upto = (position, len(self.batch))
         for job in jobs:
             self.runner.metrics.count(job.rule.id, "spooled")
+        self.runner.handed_over(jobs)
         self.room.set()
 
     @staticmethod

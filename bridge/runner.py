@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Called once a job no longer needs memory to survive: written (outcome None), failed for good
+# (the exception), or written to the spool (None; it is written later, from disk, as a new job).
+# External broker modes acknowledge a message to the broker when all of its jobs got here.
 CommitHook = Callable[[Job, BaseException | None], None]
 
 
@@ -128,6 +131,7 @@ class Runner:
                 continue
             for job in jobs:
                 self.metrics.count(job.rule.id, "spooled")
+            self.handed_over(jobs)
             log.info("pool %s: %d unwritten actions spooled for the next start", self.pool_id, len(jobs))
 
     # -- intake --------------------------------------------------------------
@@ -200,7 +204,14 @@ class Runner:
             log.info("pool %s: the spool writes again", self.pool_id)
             self.spool_error = ""
         self.metrics.count(job.rule.id, "spooled")
+        self.handed_over([job])
         return True
+
+    def handed_over(self, jobs: Sequence[Job]) -> None:
+        """Jobs now safe on disk: for the commit hooks, they are done."""
+        for job in jobs:
+            for hook in self.commit_hooks:
+                hook(job, None)
 
     def _drop_oldest(self, lane: Lane) -> bool:
         """Drop the lane's oldest spooled segment (not records being written right now); False if none."""
