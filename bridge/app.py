@@ -42,6 +42,11 @@ BACKENDS: dict[str, type[Backend]] = {
 
 MODE_CAPABILITIES: dict[str, frozenset[Capability]] = {
     "embedded": frozenset({Capability.PROXY_SUBSCRIBE, Capability.DELIVER_TO_SESSION}),
+    # EMQX 5's REST API subscribes a client on its behalf; it has no call that delivers
+    # to one session, so fetch and retain lookup are refused in emqx mode.
+    "emqx": frozenset({Capability.PROXY_SUBSCRIBE}),
+    # A generic broker offers neither.
+    "mqtt": frozenset(),
 }
 
 
@@ -78,7 +83,7 @@ class Bridge:
         self.paths = paths
         self.metrics = Metrics()
         self.msgids = MsgIdGenerator(config["node.name"])
-        self.broker = broker or self._make_broker()
+        self.broker = broker or self._make_broker(rules)
         self.engine = Engine(rules)
         self.runners: dict[str, Runner] = {}
         self.dispatcher = Dispatcher(self.engine, self.runners, self.metrics)
@@ -94,7 +99,11 @@ class Bridge:
         config, rules = load_all(paths)
         return cls(config, rules, paths, broker)
 
-    def _make_broker(self) -> BrokerSource:
+    def _make_broker(self, rules: list[Rule]) -> BrokerSource:
+        if self.config["broker.mode"] != "embedded":
+            from bridge.brokers.external import make_external_source  # gmqtt only loads in these modes
+
+            return make_external_source(self.config, rules, self.msgids)
         from bridge.brokers.embedded import EmbeddedBroker
 
         host, port = self.config["broker.listener.tcp"]
@@ -114,6 +123,9 @@ class Bridge:
         for pool_id in sorted(unused):
             log.info("pool %s is configured but no rule uses it; not connecting", pool_id)
         self._gauges()
+        # External brokers ack a message once every job of it is done (SPEC 6): the
+        # dispatcher then returns a future per event, resolved through the runners' commit hooks.
+        self.dispatcher.track_commits = self.broker.acks_after_commit
         listener = self.config["metrics.listener"]
         if listener is not None:
             self.status = StatusServer(listener[0], listener[1], self.metrics.render, self.health)
@@ -136,6 +148,7 @@ class Bridge:
         backend.trim_enabled = any(r.expired_time for r in self.engine.rules if r.pool == pool_id)
         await backend.connect()
         runner = Runner(pool, backend, self.metrics)
+        runner.commit_hooks.append(self.dispatcher.job_done)  # "this job is done" (external broker acks)
         ctx.publishes_committed = runner.publishes_committed
         await runner.start()
         self.runners[pool_id] = runner
