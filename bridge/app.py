@@ -229,6 +229,11 @@ class Bridge:
             lambda: {self.broker.mode: float(self.broker.dropped_messages)},
         )
         self.metrics.gauge(
+            "hookbridge_broker_inflight",
+            "Messages received from an external broker and not yet acknowledged (bounded by receive maximum)",
+            lambda: {self.broker.mode: float(self.broker.inflight)},
+        )
+        self.metrics.gauge(
             "hookbridge_fetches_paging",
             "Offline fetches waiting for acks to send the next page",
             lambda: {"all": float(self.dispatcher.pager.paging)},

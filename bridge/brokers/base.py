@@ -94,6 +94,11 @@ class BrokerSource(abc.ABC):
         """Messages the source dropped because a bound was hit (counted, never silent)."""
         return 0
 
+    @property
+    def inflight(self) -> int:
+        """External modes: messages received and not yet acknowledged to the broker."""
+        return 0
+
     async def idle(self) -> None:  # noqa: B027 - optional: sources without an internal queue have nothing to wait for
         """Wait until every event the source has seen was handed to the sink."""
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 import redis as redis_sync
+from integration.conftest import PahoClient
+from integration.mqtt_support import MOSQUITTO_PORT, external_config
 
 from bridge.app import Bridge
 from bridge.brokers.mqtt import MqttSource
-from integration.conftest import PahoClient
-from integration.mqtt_support import MOSQUITTO_PORT, external_config
 from support.bridges import BridgeFactory, eventually
 from support.services import start_mosquitto
 
@@ -118,7 +118,9 @@ async def test_two_bridges_on_one_shared_subscription_store_every_message_once(
     tmp_path: Path,
     paho_clients: Callable[..., PahoClient],
 ) -> None:
-    rules = 'backend.redis.hook.message.publish.1 = {"topic": "shared/#", "action": {"function": "on_message_publish"}}\n'
+    rules = (
+        'backend.redis.hook.message.publish.1 = {"topic": "shared/#", "action": {"function": "on_message_publish"}}\n'
+    )
     group = f"g{uuid.uuid4().hex[:6]}"
     one = await _bridge(make_bridge, tmp_path / "one", rules, extra=f"broker.shared_group = {group}\n")
     two = await _bridge(make_bridge, tmp_path / "two", rules, extra=f"broker.shared_group = {group}\n")

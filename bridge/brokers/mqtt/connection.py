@@ -116,6 +116,20 @@ class Connection:
                 delay = min(BACKOFF_MAX, delay * 2)
                 log.debug("broker still unreachable (%s); next try in %.1f s", exc, delay)
 
+    def pause_reading(self, paused: bool) -> None:
+        """Stop (or resume) reading the socket: TCP flow control then holds the broker back.
+
+        Needed because a broker may send more unacknowledged messages than the receive
+        maximum allows (Mosquitto 2.0.11 does, when it flushes a session's queue)."""
+        connection = self.client._connection
+        transport = getattr(connection, "_transport", None)
+        if transport is None or transport.is_closing():
+            return
+        if paused:
+            transport.pause_reading()
+        else:
+            transport.resume_reading()
+
     async def close(self) -> None:
         self._closing = True
         if self._retry is not None:

@@ -97,7 +97,8 @@ class MqttSource(BrokerSource):
         self._worker: asyncio.Task[None] | None = None
         self._connection: Connection | None = None
         self._ledger: PacketLedger | None = None
-        self.inflight = 0  # messages received and not yet acknowledged
+        self._inflight = 0  # messages received and not yet acknowledged
+        self._paused = False  # socket reading paused: inflight reached the receive maximum
         self._log = MosquittoLog(node, upstream.clientid)
 
     # -- what to subscribe to, and what a message means (emqx mode overrides these) --
@@ -169,6 +170,10 @@ class MqttSource(BrokerSource):
         return self._tail is not None and not self._tail.done()
 
     @property
+    def inflight(self) -> int:
+        return self._inflight
+
+    @property
     def redeliveries_recognised(self) -> int:
         return self._ledger.reused if self._ledger is not None else 0
 
@@ -184,19 +189,34 @@ class MqttSource(BrokerSource):
             events = [self._publish(topic, payload, qos, dup, retain, packet_id)]
         prev, mine = self._tail, asyncio.get_running_loop().create_future()
         self._tail = mine
-        self.inflight += 1
+        self._inflight += 1
         self._intake.put_nowait((events, prev, mine))
+        if self._inflight >= self.upstream.receive_maximum and not self._paused and self._connection is not None:
+            self._paused = True
+            self._connection.pause_reading(True)
         try:
             await mine
         finally:
-            self.inflight -= 1
+            self._inflight -= 1
+            if self._paused and self._inflight <= self.upstream.receive_maximum // 2 and self._connection is not None:
+                self._paused = False
+                self._connection.pause_reading(False)
         if packet_id is not None and self._ledger is not None:
             self._ledger.acked(packet_id)
 
     def _publish(self, topic: str, payload: bytes, qos: int, dup: bool, retain: bool, packet_id: int | None) -> Event:
         msgid = self._msgids.next()
-        if packet_id is not None and self._ledger is not None:
-            msgid = self._ledger.assign(packet_id, digest(topic, payload, qos, retain), dup, msgid)
+        ledger = self._ledger
+        if packet_id is not None and ledger is not None:
+            fresh = msgid
+            msgid = ledger.assign(packet_id, digest(topic, payload, qos, retain), dup, fresh)
+            if msgid != fresh and ledger.reused in (1, 10, 100, 1000, 10000):
+                log.info(
+                    "redelivered message recognised (packet id %d keeps msgid %s); %d so far",
+                    packet_id,
+                    msgid,
+                    ledger.reused,
+                )
         # The publisher's client id is not carried by MQTT; the timestamp comes from the msgid
         # so that a redelivery writes exactly what the first delivery wrote.
         return MessagePublish(
