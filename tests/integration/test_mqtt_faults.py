@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pytest
 import redis as redis_sync
-from integration.conftest import PahoClient
-from integration.mqtt_support import MOSQUITTO_PORT, external_config
 
 from support.services import ROOT, start_mosquitto, start_redis, stop_redis
+from tests.integration.conftest import PahoClient
+from tests.integration.mqtt_support import MOSQUITTO_PORT, external_config
 
 pytestmark = pytest.mark.slow
 

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 import redis as redis_sync
-from integration.conftest import PahoClient
-from integration.mqtt_support import MOSQUITTO_PORT, external_config
 
 from bridge.app import Bridge
 from bridge.brokers.mqtt import MqttSource
 from support.bridges import BridgeFactory, eventually
 from support.services import start_mosquitto
+from tests.integration.conftest import PahoClient
+from tests.integration.mqtt_support import MOSQUITTO_PORT, external_config
 
 RULES = """\
 backend.redis.hook.client.connected.1 = {"action": {"function": "on_client_connected"}}

@@ -9,6 +9,7 @@ auth with an API key and secret (EMQX 5's API keys). Connection errors, 5xx and
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 from urllib.parse import quote
 
@@ -26,7 +27,9 @@ class EmqxApi:
         self, base_url: str, key: str, secret: str, *, attempts: int = 4, backoff: float = 0.2, timeout: float = 10.0
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self._auth = aiohttp.BasicAuth(key, secret)
+        # HTTP Basic with key:secret, built here (aiohttp.BasicAuth is deprecated in 3.14+)
+        token = base64.b64encode(f"{key}:{secret}".encode()).decode()
+        self._headers = {"Authorization": f"Basic {token}"}
         self._attempts = max(1, attempts)
         self._backoff = backoff
         self._timeout = aiohttp.ClientTimeout(total=timeout)
@@ -42,7 +45,7 @@ class EmqxApi:
         url = f"{self.base_url}/api/v5/clients/{quote(clientid, safe='')}/subscribe"
         body = {"topic": topic, "qos": qos}
         if self._session is None:
-            self._session = aiohttp.ClientSession(auth=self._auth, timeout=self._timeout)
+            self._session = aiohttp.ClientSession(headers=self._headers, timeout=self._timeout)
         delay = self._backoff
         for attempt in range(1, self._attempts + 1):
             try:
