@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gmqtt import Client, Subscription
@@ -25,19 +25,26 @@ from gmqtt.mqtt.handler import MqttPackageHandler
 
 log = logging.getLogger("bridge.brokers.mqtt")
 
-# (topic, payload, qos, dup, retain, packet id or None) -> awaited before the PUBACK
-MessageHandler = Callable[[str, bytes, int, bool, bool, int | None], Awaitable[None]]
+# (topic, payload, qos, dup, retain, packet id or None) -> a future done when the message may be acked
+MessageHandler = Callable[[str, bytes, int, bool, bool, int | None], "asyncio.Future[None]"]
 
 BACKOFF_MIN = 0.1
 BACKOFF_MAX = 10.0
 
 
 class _PacketIdHandler(MqttPackageHandler):  # type: ignore[misc]  # gmqtt is untyped
-    """gmqtt does not pass the packet id to on_message; the ledger needs it (ledger.py)."""
+    """Hands QoS 1 messages over with their packet id, and sends the PUBACK when the future is done.
+
+    gmqtt does not pass the packet id to on_message (the ledger needs it, ledger.py), and runs
+    each message as a task of its own; on the hot path (QoS 1) a future and a callback do the
+    same for a fraction of the cost. QoS 0 and 2 keep gmqtt's path.
+    """
+
+    deliver: MessageHandler  # set by Connection
 
     def _handle_qos_1_publish_packet(self, mid: int, packet: bytes, topic: str, properties: dict[str, Any]) -> None:
-        properties["packet_id"] = mid
-        super()._handle_qos_1_publish_packet(mid, packet, topic, properties)
+        done = self.deliver(topic, packet, 1, bool(properties.get("dup")), bool(properties.get("retain")), mid)
+        done.add_done_callback(lambda _: self._send_puback(mid))
 
     def _handle_qos_2_publish_packet(self, mid: int, packet: bytes, topic: str, properties: dict[str, Any]) -> None:
         properties["packet_id"] = mid
@@ -76,6 +83,8 @@ class Connection:
         self._subscriptions = list(subscriptions)
         self._tls: ssl.SSLContext | bool = tls or False
         self.connected = asyncio.Event()
+        self._gate = asyncio.Event()  # set: gmqtt may read the socket (pause_reading)
+        self._gate.set()
         self._backoff = BACKOFF_MIN
         self._closing = False
         self._retry: asyncio.Task[None] | None = None
@@ -87,6 +96,7 @@ class Connection:
             session_expiry_interval=session_expiry,
         )
         self.client._package_handler.__class__ = _PacketIdHandler
+        self.client._package_handler.deliver = on_message
         if username:
             self.client.set_auth_credentials(username, password or None)
         self.client.on_connect = self._connected
@@ -117,18 +127,33 @@ class Connection:
                 log.debug("broker still unreachable (%s); next try in %.1f s", exc, delay)
 
     def pause_reading(self, paused: bool) -> None:
-        """Stop (or resume) reading the socket: TCP flow control then holds the broker back.
+        """Stop (or resume) taking packets off the socket: TCP flow control then holds the broker back.
 
-        Needed because a broker may send more unacknowledged messages than the receive
-        maximum allows (Mosquitto 2.0.11 does, when it flushes a session's queue)."""
-        connection = self.client._connection
-        transport = getattr(connection, "_transport", None)
-        if transport is None or transport.is_closing():
-            return
+        Needed because a broker may send more unacknowledged messages than the receive maximum
+        allows (Mosquitto 2.0.11 does, when it flushes a session's queue). gmqtt reads through
+        an asyncio StreamReader, which resumes the transport on its own, so the gate is on
+        gmqtt's read loop (see `_install_gate`); the StreamReader's buffer then fills and
+        pauses the transport."""
         if paused:
-            transport.pause_reading()
+            self._gate.clear()
         else:
-            transport.resume_reading()
+            self._gate.set()
+
+    def _install_gate(self) -> None:
+        """Make this connection's gmqtt read loop wait for the gate before each read."""
+        protocol = getattr(self.client._connection, "_protocol", None)
+        if protocol is None or getattr(protocol, "_hookbridge_gate", None) is self._gate:
+            return
+        read = protocol.read
+        gate = self._gate
+
+        async def gated_read(n: int = -1) -> bytes:
+            await gate.wait()
+            data: bytes = await read(n)
+            return data
+
+        protocol.read = gated_read
+        protocol._hookbridge_gate = gate
 
     async def close(self) -> None:
         self._closing = True
@@ -143,6 +168,7 @@ class Connection:
     def _connected(self, client: Client, flags: int, rc: int, properties: dict[str, Any]) -> None:
         self._backoff = BACKOFF_MIN
         self.client.reconnect_delay = BACKOFF_MIN
+        self._install_gate()
         self.connected.set()
         log.info(
             "connected to the broker at %s:%d as %s (session present: %s)", self.host, self.port, self.clientid, flags

@@ -179,11 +179,10 @@ class MqttSource(BrokerSource):
 
     # -- the message path -------------------------------------------------------------
 
-    async def _arrived(
+    def _arrived(
         self, topic: str, payload: bytes, qos: int, dup: bool, retain: bool, packet_id: int | None
-    ) -> None:
-        # gmqtt runs one task per message, started in arrival order; nothing here awaits before
-        # the message has its place in the chain, so the chain is in arrival order.
+    ) -> asyncio.Future[None]:
+        """Take a message in arrival order; the future is done when it may be acknowledged."""
         events = self.control_events(topic, payload)
         if events is None:
             events = [self._publish(topic, payload, qos, dup, retain, packet_id)]
@@ -194,15 +193,18 @@ class MqttSource(BrokerSource):
         if self._inflight >= self.upstream.receive_maximum and not self._paused and self._connection is not None:
             self._paused = True
             self._connection.pause_reading(True)
-        try:
-            await mine
-        finally:
-            self._inflight -= 1
-            if self._paused and self._inflight <= self.upstream.receive_maximum // 2 and self._connection is not None:
-                self._paused = False
-                self._connection.pause_reading(False)
+        # Registered before the caller's PUBACK callback, so it runs first: the ledger marks the
+        # packet id acked before the PUBACK can reach the broker.
+        mine.add_done_callback(lambda _: self._acked(packet_id))
+        return mine
+
+    def _acked(self, packet_id: int | None) -> None:
+        self._inflight -= 1
         if packet_id is not None and self._ledger is not None:
             self._ledger.acked(packet_id)
+        if self._paused and self._inflight <= self.upstream.receive_maximum // 2 and self._connection is not None:
+            self._paused = False
+            self._connection.pause_reading(False)
 
     def _publish(self, topic: str, payload: bytes, qos: int, dup: bool, retain: bool, packet_id: int | None) -> Event:
         msgid = self._msgids.next()
