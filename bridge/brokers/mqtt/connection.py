@@ -41,10 +41,27 @@ class _PacketIdHandler(MqttPackageHandler):  # type: ignore[misc]  # gmqtt is un
     """
 
     deliver: MessageHandler  # set by Connection
+    _pubacks: list[int]  # packet ids whose PUBACK goes out at the end of this loop turn
 
     def _handle_qos_1_publish_packet(self, mid: int, packet: bytes, topic: str, properties: dict[str, Any]) -> None:
         done = self.deliver(topic, packet, 1, bool(properties.get("dup")), bool(properties.get("retain")), mid)
-        done.add_done_callback(lambda _: self._send_puback(mid))
+        done.add_done_callback(lambda _: self._queue_puback(mid))
+
+    # A committed batch acknowledges many messages in one loop turn: their PUBACKs go out in one
+    # write instead of one send() each. The minimal form (remaining length 2, reason code 0
+    # omitted) is valid in MQTT 3.1.1 and 5.
+    def _queue_puback(self, mid: int) -> None:
+        pending = self.__dict__.setdefault("_pubacks", [])
+        if not pending:
+            asyncio.get_running_loop().call_soon(self._flush_pubacks)
+        pending.append(mid)
+
+    def _flush_pubacks(self) -> None:
+        mids, self._pubacks = self._pubacks, []
+        connection = self._connection
+        if connection is None or connection.is_closing():
+            return  # the broker sends them again on the next connection; the ledger keeps their ids
+        connection._transport.write(b"".join(b"\x40\x02" + mid.to_bytes(2, "big") for mid in mids))
 
     def _handle_qos_2_publish_packet(self, mid: int, packet: bytes, topic: str, properties: dict[str, Any]) -> None:
         properties["packet_id"] = mid
