@@ -244,7 +244,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--latency-seconds", type=float, default=5.0)
     parser.add_argument("--mqtt-port", type=int, default=1886)
     parser.add_argument("--redis-port", type=int, default=6396)
-    parser.add_argument("--pg-port", type=int, default=5439)
+    parser.add_argument("--pg-port", type=int, default=5443)  # its own server: the bench drops tables
     return parser.parse_args()
 
 
