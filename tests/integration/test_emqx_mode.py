@@ -158,7 +158,7 @@ async def test_rest_subscribe_auth_retries_and_offline_client(
         assert await api.subscribe("we/ird id", "x", 0) is False
         assert calls[-1]["clientid"] == "we/ird id"  # percent-encoded in the path, decoded by the server
         behaviour["fail_first"] = 10
-        with pytest.raises(ConnectionError, match="failed 4 times: HTTP 503"):
+        with pytest.raises(EmqxApiError, match="failed 4 times: HTTP 503"):
             await api.subscribe("dev-online", "x", 0)
     finally:
         await api.close()

@@ -19,7 +19,8 @@ log = logging.getLogger("bridge.brokers.emqx")
 
 
 class EmqxApiError(Exception):
-    """The API refused the call for a reason retrying cannot fix (bad key, bad request)."""
+    """The call failed: refused for a reason retrying cannot fix (bad key, bad request), or still
+    failing after the retries."""
 
 
 class EmqxApi:
@@ -61,7 +62,9 @@ class EmqxApi:
             except (aiohttp.ClientError, TimeoutError) as exc:
                 problem = str(exc) or type(exc).__name__
             if attempt == self._attempts:
-                raise ConnectionError(f"EMQX API at {self.base_url} failed {attempt} times: {problem}")
+                # Not a ConnectionError: a backend could take that for its own database being down and
+                # retry the whole batch forever; this action has failed (counted, logged), others go on.
+                raise EmqxApiError(f"EMQX API at {self.base_url} failed {attempt} times: {problem}")
             log.warning("EMQX API: %s; retry %d in %.1f s", problem, attempt, delay)
             await asyncio.sleep(delay)
             delay = min(5.0, delay * 2)
