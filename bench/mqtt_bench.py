@@ -134,7 +134,7 @@ async def hookbridge(db: str, args: argparse.Namespace, workdir: Path) -> tuple[
     )
     (workdir / "bridge.conf").write_text(
         "metrics.listener = off\nbroker.mode = mqtt\n"
-        f"broker.server = 127.0.0.1:{args.mqtt_port}\nbroker.clientid = hb-{prefix}\n"
+        f"broker.server = 127.0.0.1:{args.mqtt_port}\nbroker.clientid = hb-{prefix}\nbroker.session_expiry = 2m\n"
         f"spool.dir = {workdir / 'state'}\n" + pool_lines(db, args)
     )
     bridge = Bridge.load(Paths(workdir / "bridge.conf", workdir / "rules"))

@@ -27,7 +27,8 @@ if [ "$ACTION" = stop ]; then
   if pid="$(own_pid)"; then
     say "stopping Mosquitto on 127.0.0.1:$PORT (pid $pid)"
     kill "$pid"
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || exit 0; sleep 0.1; done
+    # it writes its persistence file before it exits: allow for a large one
+    for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || exit 0; sleep 0.1; done
     echo "Mosquitto (pid $pid) did not stop" >&2
     exit 1
   fi

@@ -17,6 +17,9 @@ def external_config(
     caller's config sets spool.dir itself (make_bridge does, once the spool is merged)."""
     clientid = clientid or f"hb-{uuid.uuid4().hex[:10]}"
     lines = f"broker.mode = {mode}\nbroker.server = 127.0.0.1:{MOSQUITTO_PORT}\nbroker.clientid = {clientid}\n"
+    # Long enough for a restart within a test; short, so that the sessions of finished tests do not
+    # stay in the broker queueing every later test's messages.
+    lines += "broker.session_expiry = 2m\n"
     if state:
         lines += f"spool.dir = {tmp_path / 'state'}\n"
     return lines + extra

@@ -172,7 +172,9 @@ async def test_rest_subscribe_auth_retries_and_offline_client(
 
 @pytest.fixture
 async def emqx_source(mosquitto: int, tmp_path: Path) -> AsyncIterator[tuple[EmqxSource, RecordingSink]]:
-    upstream = Upstream("127.0.0.1", mosquitto, f"hb-{uuid.uuid4().hex[:8]}", state_dir=str(tmp_path))
+    upstream = Upstream(
+        "127.0.0.1", mosquitto, f"hb-{uuid.uuid4().hex[:8]}", state_dir=str(tmp_path), session_expiry=120
+    )
     api = EmqxApi("http://127.0.0.1:9", "k", "s")
     src = EmqxSource(
         upstream,

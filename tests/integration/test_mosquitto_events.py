@@ -28,7 +28,9 @@ def mosquitto() -> int:
 
 @pytest.fixture
 async def source(mosquitto: int, tmp_path: Path) -> AsyncIterator[tuple[MqttSource, RecordingSink]]:
-    upstream = Upstream("127.0.0.1", mosquitto, f"hb-{uuid.uuid4().hex[:8]}", state_dir=str(tmp_path))
+    upstream = Upstream(
+        "127.0.0.1", mosquitto, f"hb-{uuid.uuid4().hex[:8]}", state_dir=str(tmp_path), session_expiry=120
+    )
     src = MqttSource(upstream, node="n1", msgids=MsgIdGenerator(), message_filters=[], client_events=True)
     sink = RecordingSink()
     await src.start(sink)
