@@ -43,6 +43,11 @@ BACKENDS: dict[str, type[Backend]] = {
 
 MODE_CAPABILITIES: dict[str, frozenset[Capability]] = {
     "embedded": frozenset({Capability.PROXY_SUBSCRIBE, Capability.DELIVER_TO_SESSION}),
+    # EMQX 5's REST API subscribes a client on its behalf; it has no call that delivers
+    # to one session, so fetch and retain lookup are refused in emqx mode.
+    "emqx": frozenset({Capability.PROXY_SUBSCRIBE}),
+    # A generic broker offers neither.
+    "mqtt": frozenset(),
 }
 
 
@@ -79,7 +84,7 @@ class Bridge:
         self.paths = paths
         self.metrics = Metrics()
         self.msgids = MsgIdGenerator(config["node.name"])
-        self.broker = broker or self._make_broker()
+        self.broker = broker or self._make_broker(rules)
         self.engine = Engine(rules)
         self.runners: dict[str, Runner] = {}
         self.dispatcher = Dispatcher(self.engine, self.runners, self.metrics)
@@ -97,7 +102,11 @@ class Bridge:
         config, rules = load_all(paths)
         return cls(config, rules, paths, broker)
 
-    def _make_broker(self) -> BrokerSource:
+    def _make_broker(self, rules: list[Rule]) -> BrokerSource:
+        if self.config["broker.mode"] != "embedded":
+            from bridge.brokers.external import make_external_source  # gmqtt only loads in these modes
+
+            return make_external_source(self.config, rules, self.msgids)
         from bridge.brokers.embedded import EmbeddedBroker
 
         host, port = self.config["broker.listener.tcp"]
@@ -117,6 +126,9 @@ class Bridge:
         for pool_id in sorted(unused):
             log.info("pool %s is configured but no rule uses it; not connecting", pool_id)
         self._gauges()
+        # External brokers ack a message once every job of it is done (SPEC 6): the
+        # dispatcher then returns a future per event, resolved through the runners' commit hooks.
+        self.dispatcher.track_commits = self.broker.acks_after_commit
         listener = self.config["metrics.listener"]
         if listener is not None:
             self.status = StatusServer(listener[0], listener[1], self.metrics.render, self.health)
@@ -140,6 +152,7 @@ class Bridge:
         await backend.connect()
         runner = Runner(pool, backend, self.metrics, Path(self.config["spool.dir"]), self.spool_budget)
         runner.rules = {rule.id: rule for rule in self.engine.rules if rule.pool == pool_id}
+        runner.commit_hooks.append(self.dispatcher.job_done)  # "this job is done" (external broker acks)
         ctx.publishes_committed = runner.publishes_committed
         await runner.start()
         self.runners[pool_id] = runner
@@ -230,6 +243,11 @@ class Bridge:
             "hookbridge_spooled_actions",
             "Actions waiting in the spool, per pool",
             lambda: {p: float(r.spool.pending if r.spool else 0) for p, r in self.runners.items()},
+        )
+        self.metrics.gauge(
+            "hookbridge_broker_inflight",
+            "Messages received from an external broker and not yet acknowledged (bounded by receive maximum)",
+            lambda: {self.broker.mode: float(self.broker.inflight)},
         )
         self.metrics.gauge(
             "hookbridge_fetches_paging",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from actions.base import Job
 from bridge.engine import Engine
 from bridge.events import Event
@@ -16,12 +18,33 @@ class Dispatcher:
         self.runners = runners
         self.metrics = metrics
         self.pager = FetchPager(self.resubmit)
+        # External broker modes ack a message only once all its jobs are done (SPEC 6):
+        # with `track_commits`, each call returns a future for that. Off for the embedded
+        # broker, which needs no such future per event.
+        self.track_commits = False
+        self._receipts: dict[int, _Receipt] = {}  # id(job) -> the receipt of its event
 
-    async def __call__(self, event: Event) -> None:
+    async def __call__(self, event: Event) -> asyncio.Future[None] | None:
         self.metrics.events[event.hookpoint] += 1
         self.pager.observe(event)
-        for rule in self.engine.match(event):
-            await self.runners[rule.pool].submit(Job(rule, event))
+        rules = self.engine.match(event)
+        if not self.track_commits or not rules:
+            for rule in rules:
+                await self.runners[rule.pool].submit(Job(rule, event))
+            return None
+        receipt = _Receipt(len(rules))
+        for rule in rules:
+            job = Job(rule, event)
+            self._receipts[id(job)] = receipt
+            await self.runners[rule.pool].submit(job)
+        return receipt.done
+
+    def job_done(self, job: Job, outcome: BaseException | None) -> None:
+        """A runner commit hook: `job` is committed, or failed for good (counted there), or safely
+        spooled. Either way the event no longer waits for it. Calling it twice is harmless."""
+        receipt = self._receipts.pop(id(job), None)
+        if receipt is not None:
+            receipt.job_done()
 
     async def resubmit(self, job: Job) -> None:
         """A follow-up job (next fetch page), if its rule is still loaded."""
@@ -31,3 +54,18 @@ class Dispatcher:
     def swap(self, engine: Engine) -> None:
         """Use new rules from the next event on (SIGHUP reload)."""
         self.engine = engine
+
+
+class _Receipt:
+    """Counts the jobs of one event still to be done; `done` resolves when none are left."""
+
+    __slots__ = ("done", "left")
+
+    def __init__(self, jobs: int) -> None:
+        self.left = jobs
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def job_done(self) -> None:
+        self.left -= 1
+        if self.left == 0 and not self.done.done():
+            self.done.set_result(None)

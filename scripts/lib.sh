@@ -31,8 +31,23 @@ python_env() {
     say "installing Python dependencies${extras:+ ($extras)}"
     "$VENV/bin/pip" install -q --upgrade pip
     "$VENV/bin/pip" install -q -e "$ROOT${extras:+[$extras]}"
+    drop_stray_packages
     touch "$stamp"
   fi
+}
+
+# gmqtt's wheel installs top-level `tests` and `examples` packages into site-packages. A regular
+# package there wins over the project's own `tests/` folder (a namespace package), so
+# `from tests.integration.conftest import ...` would import gmqtt's tests. Remove them: nothing
+# of gmqtt's uses them.
+drop_stray_packages() {
+  local site record
+  site="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  record="$(ls "$site"/gmqtt-*.dist-info/RECORD 2>/dev/null | head -n 1 || true)"
+  [ -n "$record" ] || return 0
+  for pkg in tests examples; do
+    if grep -q "^$pkg/__init__.py," "$record" && [ -d "$site/$pkg" ]; then rm -rf "${site:?}/$pkg"; fi
+  done
 }
 
 # run_as USER CMD...: run a command as another OS user (directly if already that user;

@@ -10,6 +10,7 @@ to exactly one session.
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -18,7 +19,10 @@ from bridge.events import Event
 
 # The dispatcher. Awaiting it is the back-pressure point: a source must not
 # produce the next event of a client before the previous call returned.
-EventSink = Callable[[Event], Awaitable[None]]
+# For a source with `acks_after_commit`, the call returns a future that is done
+# once every rule for the event has committed (or failed for good); None means
+# there was nothing to wait for (no rule matched, or a sink that does not track).
+EventSink = Callable[[Event], Awaitable["asyncio.Future[None] | None"]]
 
 
 class Capability(StrEnum):
@@ -53,6 +57,9 @@ class BrokerSource(abc.ABC):
 
     mode: str = ""
     capabilities: frozenset[Capability] = frozenset()
+    # External brokers (mqtt, emqx) acknowledge a message only after its rules committed:
+    # the bridge then has the dispatcher return a "done" future per event (see EventSink).
+    acks_after_commit: bool = False
 
     @abc.abstractmethod
     async def start(self, sink: EventSink) -> None:
@@ -85,6 +92,11 @@ class BrokerSource(abc.ABC):
     @property
     def dropped_messages(self) -> int:
         """Messages the source dropped because a bound was hit (counted, never silent)."""
+        return 0
+
+    @property
+    def inflight(self) -> int:
+        """External modes: messages received and not yet acknowledged to the broker."""
         return 0
 
     async def idle(self) -> None:  # noqa: B027 - optional: sources without an internal queue have nothing to wait for

@@ -25,7 +25,9 @@ class Setting:
 GLOBAL: dict[str, Setting] = {
     "node.name": Setting(v.parse_str, "hookbridge@127.0.0.1", "name of this bridge node; stored as `node`"),
     "broker.mode": Setting(
-        v.enum_of("embedded", "emqx", "mqtt"), "embedded", "where events come from (this version: embedded only)"
+        v.enum_of("embedded", "emqx", "mqtt"),
+        "embedded",
+        "where events come from: embedded broker, EMQX 5, any MQTT broker",
     ),
     "broker.listener.tcp": Setting(
         v.parse_hostport, ("127.0.0.1", 1883), "embedded mode: MQTT listener address", example="127.0.0.1:1883"
@@ -44,6 +46,9 @@ GLOBAL: dict[str, Setting] = {
     "broker.ssl.verify": Setting(v.parse_bool, True, "verify the broker's certificate"),
     "broker.shared_group": Setting(v.parse_str, "", "subscribe through $share/<group>/<filter>; empty: plain"),
     "broker.receive_maximum": Setting(v.parse_int, 1024, "QoS 1 messages in flight to the bridge"),
+    "broker.session_expiry": Setting(
+        v.parse_duration, 7 * 86400.0, "external modes: how long the broker keeps the bridge's session", example="7d"
+    ),
     "broker.emqx.api": Setting(v.parse_str, "http://127.0.0.1:18083", "emqx mode: REST API base URL"),
     "broker.emqx.api_key": Setting(v.parse_str, "", "emqx mode: API key", secret=True),
     "broker.emqx.api_secret": Setting(v.parse_str, "", "emqx mode: API secret", secret=True),

@@ -324,7 +324,9 @@ async def test_shipped_rules_and_template_work_uncommented(make_bridge: BridgeFa
     await device.disconnect()
     await bridge.idle()
     alarms = [doc async for doc in mongo.alarms.find({}, {"_id": 0, "at": 0})]
-    assert alarms == [{"clientid": "sensor-1", "topic": "sensors/boiler", "level": 4, "detail": {"level": 4, "temp": 97}}]
+    assert alarms == [
+        {"clientid": "sensor-1", "topic": "sensors/boiler", "level": 4, "detail": {"level": 4, "temp": 97}}
+    ]
     assert await mongo.alarm_counts.find_one({}, {"_id": 0}) == {
         "clientid": "sensor-1",
         "alarms": 1,

@@ -47,3 +47,12 @@ def start_cassandra(port: int) -> None:
 def stop_cassandra(port: int) -> None:
     """Stop the node scripts/cassandra.sh started on port (it drains first; no-op if down)."""
     subprocess.run(["bash", str(ROOT / "scripts" / "cassandra.sh"), str(port), "stop"], check=True)
+
+
+def start_mosquitto(port: int) -> None:
+    """A Mosquitto on 127.0.0.1:port configured for the mqtt mode (log on topics; reused if up)."""
+    subprocess.run(["bash", str(ROOT / "scripts" / "mosquitto.sh"), str(port)], check=True)
+
+
+def stop_mosquitto(port: int) -> None:
+    subprocess.run(["bash", str(ROOT / "scripts" / "mosquitto.sh"), str(port), "stop"], check=True)

@@ -1,0 +1,69 @@
+"""Build the `mqtt` or `emqx` source from the config and the rules."""
+
+from __future__ import annotations
+
+from bridge.brokers.base import BrokerSource
+from bridge.brokers.emqx import EmqxSource
+from bridge.brokers.emqx.rest import EmqxApi
+from bridge.brokers.mqtt import MqttSource, Upstream
+from bridge.brokers.mqtt.connection import tls_context
+from bridge.brokers.mqtt.filters import subscription_filters
+from bridge.conf.config import Config
+from bridge.events import Hookpoint
+from bridge.msgid import MsgIdGenerator
+from bridge.rules import Rule
+
+_CLIENT_HOOKS = {
+    Hookpoint.CLIENT_CONNECTED,
+    Hookpoint.CLIENT_DISCONNECTED,
+    Hookpoint.SESSION_SUBSCRIBED,
+    Hookpoint.SESSION_UNSUBSCRIBED,
+}
+
+
+def message_filters(rules: list[Rule]) -> list[str]:
+    """What to subscribe to for the message.publish rules (nothing when there are none)."""
+    wanted: list[str | None] = []
+    for rule in rules:
+        if rule.hookpoint is Hookpoint.MESSAGE_PUBLISH:
+            wanted.extend(rule.topics if rule.topics is not None else [None])
+    return subscription_filters(wanted) if wanted else []
+
+
+def make_external_source(config: Config, rules: list[Rule], msgids: MsgIdGenerator) -> BrokerSource:
+    host, port = config["broker.server"]
+    tls = None
+    if config["broker.ssl"]:
+        tls = tls_context(
+            config["broker.ssl.cafile"],
+            config["broker.ssl.certfile"],
+            config["broker.ssl.keyfile"],
+            config["broker.ssl.verify"],
+        )
+    upstream = Upstream(
+        host=host,
+        port=port,
+        clientid=config["broker.clientid"],
+        username=config["broker.username"],
+        password=config["broker.password"],
+        tls=tls,
+        shared_group=config["broker.shared_group"],
+        receive_maximum=max(1, min(65535, config["broker.receive_maximum"])),
+        session_expiry=int(config["broker.session_expiry"]),
+        state_dir=config["spool.dir"],
+    )
+    filters = message_filters(rules)
+    node = config["node.name"]
+    if config["broker.mode"] == "emqx":
+        api = EmqxApi(config["broker.emqx.api"], config["broker.emqx.api_key"], config["broker.emqx.api_secret"])
+        return EmqxSource(
+            upstream,
+            node=node,
+            msgids=msgids,
+            message_filters=filters,
+            client_events=True,
+            api=api,
+            event_topic=config["broker.emqx.event_topic"],
+        )
+    client_events = any(rule.hookpoint in _CLIENT_HOOKS for rule in rules)
+    return MqttSource(upstream, node=node, msgids=msgids, message_filters=filters, client_events=client_events)

@@ -1,0 +1,220 @@
+"""The bridge's MQTT connection to an external broker, on gmqtt.
+
+- MQTT 5 (gmqtt falls back to 3.1.1 when the broker refuses 5), a fixed client
+  id with clean start off and a session expiry, so messages wait in the broker
+  while the bridge is down.
+- `optimistic_acknowledgement=False`: gmqtt sends the PUBACK when the message
+  handler returns, and the handler returns only once every rule for the
+  message has committed (source.py). `receive_maximum` bounds how many
+  unacknowledged messages the broker sends, so a slow database stops the
+  broker's sending instead of growing the bridge's memory.
+- Reconnects with a capped exponential backoff; every CONNACK resubscribes
+  (a lost session has no subscriptions; a kept one ignores the repeat).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gmqtt import Client, Subscription
+from gmqtt.mqtt.handler import MqttPackageHandler
+
+log = logging.getLogger("bridge.brokers.mqtt")
+
+# (topic, payload, qos, dup, retain, packet id or None) -> a future done when the message may be acked
+MessageHandler = Callable[[str, bytes, int, bool, bool, int | None], "asyncio.Future[None]"]
+
+BACKOFF_MIN = 0.1
+BACKOFF_MAX = 10.0
+
+
+class _PacketIdHandler(MqttPackageHandler):  # type: ignore[misc]  # gmqtt is untyped
+    """Hands QoS 1 messages over with their packet id, and sends the PUBACK when the future is done.
+
+    gmqtt does not pass the packet id to on_message (the ledger needs it, ledger.py), and runs
+    each message as a task of its own; on the hot path (QoS 1) a future and a callback do the
+    same for a fraction of the cost. QoS 0 and 2 keep gmqtt's path.
+    """
+
+    deliver: MessageHandler  # set by Connection
+    _pubacks: list[int]  # packet ids whose PUBACK goes out at the end of this loop turn
+
+    def _handle_qos_1_publish_packet(self, mid: int, packet: bytes, topic: str, properties: dict[str, Any]) -> None:
+        done = self.deliver(topic, packet, 1, bool(properties.get("dup")), bool(properties.get("retain")), mid)
+        done.add_done_callback(lambda _: self._queue_puback(mid))
+
+    # A committed batch acknowledges many messages in one loop turn: their PUBACKs go out in one
+    # write instead of one send() each. The minimal form (remaining length 2, reason code 0
+    # omitted) is valid in MQTT 3.1.1 and 5.
+    def _queue_puback(self, mid: int) -> None:
+        pending = self.__dict__.setdefault("_pubacks", [])
+        if not pending:
+            asyncio.get_running_loop().call_soon(self._flush_pubacks)
+        pending.append(mid)
+
+    def _flush_pubacks(self) -> None:
+        mids, self._pubacks = self._pubacks, []
+        connection = self._connection
+        if connection is None or connection.is_closing():
+            return  # the broker sends them again on the next connection; the ledger keeps their ids
+        connection._transport.write(b"".join(b"\x40\x02" + mid.to_bytes(2, "big") for mid in mids))
+
+    def _handle_qos_2_publish_packet(self, mid: int, packet: bytes, topic: str, properties: dict[str, Any]) -> None:
+        properties["packet_id"] = mid
+        super()._handle_qos_2_publish_packet(mid, packet, topic, properties)
+
+
+def tls_context(cafile: str, certfile: str, keyfile: str, verify: bool) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=cafile or None)
+    if certfile:
+        context.load_cert_chain(certfile, keyfile or None)
+    if not verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+class Connection:
+    """One persistent MQTT session to the broker, kept up until `close`."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        clientid: str,
+        on_message: MessageHandler,
+        subscriptions: Sequence[tuple[str, int]],
+        receive_maximum: int,
+        session_expiry: int,
+        username: str = "",
+        password: str = "",
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        self.host, self.port, self.clientid = host, port, clientid
+        self._on_message = on_message
+        self._subscriptions = list(subscriptions)
+        self._tls: ssl.SSLContext | bool = tls or False
+        self.connected = asyncio.Event()
+        self._gate = asyncio.Event()  # set: gmqtt may read the socket (pause_reading)
+        self._gate.set()
+        self._backoff = BACKOFF_MIN
+        self._closing = False
+        self._retry: asyncio.Task[None] | None = None
+        self.client = Client(
+            clientid,
+            clean_session=False,
+            optimistic_acknowledgement=False,
+            receive_maximum=receive_maximum,
+            session_expiry_interval=session_expiry,
+        )
+        self.client._package_handler.__class__ = _PacketIdHandler
+        self.client._package_handler.deliver = on_message
+        if username:
+            self.client.set_auth_credentials(username, password or None)
+        self.client.on_connect = self._connected
+        self.client.on_disconnect = self._disconnected
+        self.client.on_message = self._message
+        self.client.reconnect_delay = BACKOFF_MIN
+
+    async def start(self) -> None:
+        """Connect now; when the broker cannot be reached, keep trying in the background."""
+        try:
+            await self._connect_once()
+        except Exception as exc:
+            log.warning("cannot reach the broker at %s:%d (%s); retrying", self.host, self.port, exc)
+            self._retry = asyncio.create_task(self._connect_until_up(), name="mqtt-connect")
+
+    async def _connect_once(self) -> None:
+        await self.client.connect(self.host, self.port, ssl=self._tls, keepalive=30)
+
+    async def _connect_until_up(self) -> None:
+        delay = BACKOFF_MIN
+        while not self._closing:
+            await asyncio.sleep(delay)
+            try:
+                await self._connect_once()
+                return
+            except Exception as exc:
+                delay = min(BACKOFF_MAX, delay * 2)
+                log.debug("broker still unreachable (%s); next try in %.1f s", exc, delay)
+
+    def pause_reading(self, paused: bool) -> None:
+        """Stop (or resume) taking packets off the socket: TCP flow control then holds the broker back.
+
+        Needed because a broker may send more unacknowledged messages than the receive maximum
+        allows (Mosquitto 2.0.11 does, when it flushes a session's queue). gmqtt reads through
+        an asyncio StreamReader, which resumes the transport on its own, so the gate is on
+        gmqtt's read loop (see `_install_gate`); the StreamReader's buffer then fills and
+        pauses the transport."""
+        if paused:
+            self._gate.clear()
+        else:
+            self._gate.set()
+
+    def _install_gate(self) -> None:
+        """Make this connection's gmqtt read loop wait for the gate before each read."""
+        protocol = getattr(self.client._connection, "_protocol", None)
+        if protocol is None or getattr(protocol, "_hookbridge_gate", None) is self._gate:
+            return
+        read = protocol.read
+        gate = self._gate
+
+        async def gated_read(n: int = -1) -> bytes:
+            await gate.wait()
+            data: bytes = await read(n)
+            return data
+
+        protocol.read = gated_read
+        protocol._hookbridge_gate = gate
+
+    async def close(self) -> None:
+        self._closing = True
+        if self._retry is not None:
+            self._retry.cancel()
+        if self.client.is_connected:
+            await self.client.disconnect()
+        self.client.stop_reconnect()
+
+    # -- gmqtt callbacks ---------------------------------------------------------
+
+    def _connected(self, client: Client, flags: int, rc: int, properties: dict[str, Any]) -> None:
+        self._backoff = BACKOFF_MIN
+        self.client.reconnect_delay = BACKOFF_MIN
+        self._install_gate()
+        self.connected.set()
+        log.info(
+            "connected to the broker at %s:%d as %s (session present: %s)", self.host, self.port, self.clientid, flags
+        )
+        if self._subscriptions:
+            # retain_handling 1: retained messages only for a subscription the session did not have,
+            # so a reconnect does not replay every retained message as a new publish (MQTT 5).
+            client.subscribe(
+                [
+                    Subscription(topic, qos=qos, retain_handling_options=1, retain_as_published=True)
+                    for topic, qos in self._subscriptions
+                ]
+            )
+
+    def _disconnected(self, client: Client, packet: Any, exc: BaseException | None = None) -> None:
+        self.connected.clear()
+        if self._closing:
+            return
+        log.warning("lost the broker at %s:%d; reconnecting in %.1f s", self.host, self.port, self._backoff)
+        self.client.reconnect_delay = self._backoff
+        self._backoff = min(BACKOFF_MAX, self._backoff * 2)
+
+    async def _message(self, client: Client, topic: str, payload: bytes, qos: int, properties: dict[str, Any]) -> int:
+        await self._on_message(
+            topic,
+            payload,
+            qos,
+            bool(properties.get("dup")),
+            bool(properties.get("retain")),
+            properties.get("packet_id"),
+        )
+        return 0  # the PUBACK's reason code: success

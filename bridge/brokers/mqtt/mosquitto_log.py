@@ -1,0 +1,83 @@
+"""Client events from Mosquitto's log lines, published on `$SYS/broker/log/...`.
+
+Mosquitto has no event hooks an outside process can subscribe to, but with
+`log_dest topic` it publishes each log line as a message: `notice` lines on
+`$SYS/broker/log/N`, subscription lines on `$SYS/broker/log/M/subscribe` and
+`.../M/unsubscribe`. The formats below are Mosquitto 2.0.x's (verified on
+2.0.11, docs/brokers.md); a line that matches none of them is ignored.
+With `log_timestamp true` (the default) each line starts with `<unix seconds>: `.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+from bridge.events import ClientConnected, ClientDisconnected, Event, SessionSubscribed, SessionUnsubscribed
+
+LOG_TOPICS = ("$SYS/broker/log/N", "$SYS/broker/log/M/subscribe", "$SYS/broker/log/M/unsubscribe")
+
+_STAMP = re.compile(r"^(?:(\d+): )?(.*)$", re.S)
+# "New client connected from 127.0.0.1:55958 as subx (p5, c0, k60, u'alice')."
+_CONNECTED = re.compile(r"^New client connected from (\S+) as (.*) \(p(\d+), c([01]), k(\d+)(?:, u'(.*)')?\)\.$", re.S)
+# Every way a 2.0 session's connection ends, and the reason hookbridge reports for it.
+_DISCONNECTED = (
+    (re.compile(r"^Client (.*) disconnected\.$", re.S), "normal"),
+    (re.compile(r"^Client (.*) closed its connection\.$", re.S), "closed"),
+    (re.compile(r"^Client (.*) has exceeded timeout, disconnecting\.$", re.S), "keepalive_timeout"),
+    (re.compile(r"^Socket error on client (.*), disconnecting\.$", re.S), "socket_error"),
+    (re.compile(r"^Client (.*) disconnected due to protocol error\.$", re.S), "protocol_error"),
+    (re.compile(r"^Client (.*) disconnected, not authorised\.$", re.S), "not_authorized"),
+    (re.compile(r"^Client (.*) already connected, closing old connection\.$", re.S), "takenover"),
+)
+# "subx 1 a/#" (client id, requested QoS, filter) and "subx a/#": client ids without spaces.
+_SUBSCRIBE = re.compile(r"^(\S+) ([0-2]) (.+)$", re.S)
+_UNSUBSCRIBE = re.compile(r"^(\S+) (.+)$", re.S)
+
+
+class MosquittoLog:
+    """Turns log lines into events. Remembers each client's username and clean flag from its connect line."""
+
+    def __init__(self, node: str, ignore_clientid: str) -> None:
+        self.node = node
+        self.ignore = ignore_clientid  # the bridge's own session: not an application client
+        self._clients: dict[str, tuple[str | None, str, bool]] = {}  # clientid -> (username, peername, clean)
+
+    def parse(self, topic: str, payload: bytes) -> Event | None:
+        text = payload.decode("utf-8", "replace").rstrip("\n")
+        stamp, line = _STAMP.match(text).groups()  # type: ignore[union-attr]  # the pattern matches any text
+        ts = float(stamp) if stamp else time.time()
+        if topic.endswith("/M/subscribe"):
+            return self._subscribed(line, ts)
+        if topic.endswith("/M/unsubscribe"):
+            m = _UNSUBSCRIBE.match(line)
+            if m is None or m[1] == self.ignore:
+                return None
+            return SessionUnsubscribed(m[1], self._username(m[1]), self.node, m[2], ts)
+        return self._notice(line, ts)
+
+    def _notice(self, line: str, ts: float) -> Event | None:
+        m = _CONNECTED.match(line)
+        if m is not None:
+            peer, clientid, _proto, clean, _keepalive, username = m.groups()
+            if clientid == self.ignore:
+                return None
+            self._clients[clientid] = (username, peer, clean == "1")
+            return ClientConnected(clientid, username, self.node, peer, ts, clean_session=clean == "1")
+        for pattern, reason in _DISCONNECTED:
+            m = pattern.match(line)
+            if m is not None and m[1] != self.ignore:
+                username, peer, _clean = self._clients.pop(m[1], (None, "", True))
+                return ClientDisconnected(m[1], username, self.node, peer, reason, ts)
+        return None
+
+    def _subscribed(self, line: str, ts: float) -> Event | None:
+        m = _SUBSCRIBE.match(line)
+        if m is None or m[1] == self.ignore:
+            return None
+        _username, _peer, clean = self._clients.get(m[1], (None, "", True))
+        # Mosquitto's line does not say whether the subscription already existed: report it as new.
+        return SessionSubscribed(m[1], self._username(m[1]), self.node, m[3], int(m[2]), ts, persistent=not clean)
+
+    def _username(self, clientid: str) -> str | None:
+        return self._clients.get(clientid, (None, "", True))[0]

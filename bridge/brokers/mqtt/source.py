@@ -1,0 +1,251 @@
+"""`broker.mode = mqtt`: events from any MQTT 3.1.1/5 broker the bridge subscribes to.
+
+Messages arrive on the bridge's own persistent session (connection.py) and become
+message.publish events; with Mosquitto's `log_dest topic`, its log lines become
+client and session events (mosquitto_log.py). The broker is acknowledged only
+after every rule for a message has committed, in arrival order:
+
+    gmqtt task per message --(arrival order)--> intake queue --> one task calls the
+    dispatcher per event (order preserved) --> the dispatcher's "all jobs done"
+    future --> ack chain (previous message acked, and mine committed) --> PUBACK
+
+The broker itself bounds what is in flight (receive maximum), so the intake
+queue never holds more than that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bridge.brokers.base import BrokerSource, EventSink
+from bridge.brokers.mqtt.connection import Connection, MessageHandler
+from bridge.brokers.mqtt.filters import covers
+from bridge.brokers.mqtt.ledger import PacketLedger, digest, ledger_path
+from bridge.brokers.mqtt.mosquitto_log import LOG_TOPICS, MosquittoLog
+from bridge.events import Event, MessagePublish
+from bridge.msgid import MsgIdGenerator, timestamp_us
+
+log = logging.getLogger("bridge.brokers.mqtt")
+
+_STOP_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """How to reach the broker (the `broker.*` settings)."""
+
+    host: str
+    port: int
+    clientid: str
+    username: str = ""
+    password: str = ""
+    tls: object = None  # an ssl.SSLContext, or None
+    shared_group: str = ""
+    receive_maximum: int = 1024
+    session_expiry: int = 7 * 86400
+    state_dir: str = "data/spool"
+
+
+def _when_all(waits: Sequence[asyncio.Future[None]], then: asyncio.Future[None]) -> None:
+    """Resolve `then` once every future in `waits` is done."""
+    pending = [w for w in waits if not w.done()]
+    if not pending:
+        if not then.done():
+            then.set_result(None)
+        return
+    left = len(pending)
+
+    def one_done(_: asyncio.Future[None]) -> None:
+        nonlocal left
+        left -= 1
+        if left == 0 and not then.done():
+            then.set_result(None)
+
+    for w in pending:
+        w.add_done_callback(one_done)
+
+
+class MqttSource(BrokerSource):
+    """Subscribes to the rules' topics (and Mosquitto's log topics) on a persistent session."""
+
+    mode = "mqtt"
+    acks_after_commit = True
+
+    def __init__(
+        self,
+        upstream: Upstream,
+        *,
+        node: str,
+        msgids: MsgIdGenerator,
+        message_filters: Sequence[str],
+        client_events: bool,
+    ) -> None:
+        self.upstream = upstream
+        self.node = node
+        self._msgids = msgids
+        self._message_filters = list(message_filters)
+        self._client_events = client_events
+        self._sink: EventSink | None = None
+        self._intake: asyncio.Queue[tuple[list[Event], asyncio.Future[None] | None, asyncio.Future[None]]] = (
+            asyncio.Queue()
+        )
+        self._tail: asyncio.Future[None] | None = None  # the last message's ack
+        self._worker: asyncio.Task[None] | None = None
+        self._connection: Connection | None = None
+        self._ledger: PacketLedger | None = None
+        self._inflight = 0  # messages received and not yet acknowledged
+        self._paused = False  # socket reading paused: inflight reached the receive maximum
+        self._log = MosquittoLog(node, upstream.clientid)
+
+    # -- what to subscribe to, and what a message means (emqx mode overrides these) --
+
+    def control_subscriptions(self) -> list[tuple[str, int]]:
+        """Non-message topics: Mosquitto's log lines (QoS 0, as Mosquitto publishes them)."""
+        return [(topic, 0) for topic in LOG_TOPICS] if self._client_events else []
+
+    def control_events(self, topic: str, payload: bytes) -> list[Event] | None:
+        """Events from a control topic; None when `topic` carries application messages."""
+        if not topic.startswith("$SYS/broker/log/"):
+            return None
+        event = self._log.parse(topic, payload)
+        return [] if event is None else [event]
+
+    def subscriptions(self) -> list[tuple[str, int]]:
+        group = self.upstream.shared_group
+        # A control topic the message filters already cover (emqx's event topic under `#`) comes
+        # through them: a second, overlapping subscription would bring each message twice.
+        messages = self._message_filters
+        control = [(t, q) for t, q in self.control_subscriptions() if not any(covers(f, t) for f in messages)]
+        subs = [(f, 1) for f in self._message_filters] + control
+        return [(f"$share/{group}/{f}" if group else f, qos) for f, qos in subs]
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    async def start(self, sink: EventSink) -> None:
+        up = self.upstream
+        self._sink = sink
+        self._ledger = PacketLedger(ledger_path(up.state_dir, up.clientid))
+        self._worker = asyncio.create_task(self._dispatch_loop(), name=f"{self.mode}-intake")
+        handler: MessageHandler = self._arrived
+        self._connection = Connection(
+            up.host,
+            up.port,
+            clientid=up.clientid,
+            on_message=handler,
+            subscriptions=self.subscriptions(),
+            receive_maximum=up.receive_maximum,
+            session_expiry=up.session_expiry,
+            username=up.username,
+            password=up.password,
+            tls=up.tls,  # type: ignore[arg-type]
+        )
+        await self._connection.start()
+        log.info("%s mode: subscribed to %s", self.mode, ", ".join(t for t, _ in self.subscriptions()) or "nothing")
+
+    async def stop(self) -> None:
+        """Let messages in flight commit and be acknowledged (up to 5 s), then disconnect."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.idle(), _STOP_TIMEOUT)
+        if self._connection is not None:
+            await self._connection.close()
+        if self._worker is not None:
+            self._worker.cancel()
+            await asyncio.gather(self._worker, return_exceptions=True)
+        if self._ledger is not None:
+            self._ledger.close()
+
+    def is_connected(self) -> bool:
+        return self._connection is not None and self._connection.connected.is_set()
+
+    async def idle(self) -> None:
+        while self._tail is not None and not self._tail.done():
+            await asyncio.shield(self._tail)
+
+    @property
+    def busy(self) -> bool:
+        return self._tail is not None and not self._tail.done()
+
+    @property
+    def inflight(self) -> int:
+        return self._inflight
+
+    @property
+    def redeliveries_recognised(self) -> int:
+        return self._ledger.reused if self._ledger is not None else 0
+
+    # -- the message path -------------------------------------------------------------
+
+    def _arrived(
+        self, topic: str, payload: bytes, qos: int, dup: bool, retain: bool, packet_id: int | None
+    ) -> asyncio.Future[None]:
+        """Take a message in arrival order; the future is done when it may be acknowledged."""
+        events = self.control_events(topic, payload)
+        if events is None:
+            events = [self._publish(topic, payload, qos, dup, retain, packet_id)]
+        prev, mine = self._tail, asyncio.get_running_loop().create_future()
+        self._tail = mine
+        self._inflight += 1
+        self._intake.put_nowait((events, prev, mine))
+        if self._inflight >= self.upstream.receive_maximum and not self._paused and self._connection is not None:
+            self._paused = True
+            self._connection.pause_reading(True)
+        # Registered before the caller's PUBACK callback, so it runs first: the ledger marks the
+        # packet id acked before the PUBACK can reach the broker.
+        mine.add_done_callback(lambda _: self._acked(packet_id))
+        return mine
+
+    def _acked(self, packet_id: int | None) -> None:
+        self._inflight -= 1
+        if packet_id is not None and self._ledger is not None:
+            self._ledger.acked(packet_id)
+        if self._paused and self._inflight <= self.upstream.receive_maximum // 2 and self._connection is not None:
+            self._paused = False
+            self._connection.pause_reading(False)
+
+    def _publish(self, topic: str, payload: bytes, qos: int, dup: bool, retain: bool, packet_id: int | None) -> Event:
+        msgid = self._msgids.next()
+        ledger = self._ledger
+        if packet_id is not None and ledger is not None:
+            fresh = msgid
+            msgid = ledger.assign(packet_id, digest(topic, payload, qos, retain), dup, fresh)
+            if msgid != fresh and ledger.reused in (1, 10, 100, 1000, 10000):
+                log.info(
+                    "redelivered message recognised (packet id %d keeps msgid %s); %d so far",
+                    packet_id,
+                    msgid,
+                    ledger.reused,
+                )
+        # The publisher's client id is not carried by MQTT; the timestamp comes from the msgid
+        # so that a redelivery writes exactly what the first delivery wrote.
+        return MessagePublish(
+            msgid=msgid,
+            clientid="",
+            username=None,
+            topic=topic,
+            qos=qos,
+            payload=payload,
+            retain=retain,
+            node=self.node,
+            peername="",
+            timestamp=timestamp_us(msgid) / 1e6,
+        )
+
+    async def _dispatch_loop(self) -> None:
+        sink = self._sink
+        assert sink is not None
+        while True:
+            events, prev, mine = await self._intake.get()
+            waits: list[asyncio.Future[None]] = [prev] if prev is not None else []
+            for event in events:
+                try:
+                    done = await sink(event)
+                except Exception:  # a bug in a rule must not stop the stream: log it, ack the message
+                    log.exception("dispatching %s failed", event.hookpoint)
+                    continue
+                if isinstance(done, asyncio.Future):
+                    waits.append(done)
+            _when_all(waits, mine)
