@@ -66,10 +66,11 @@ max_queued_bytes 0
 max_inflight_messages 1000
 set_tcp_nodelay true
 EOF
+# Started as root, mosquitto would switch to the `mosquitto` user, which cannot reach a checkout
+# under a private directory (a CI clone in a mode-700 temp dir): stay the user that started it.
+if [ "$(id -u)" = 0 ]; then echo "user root" >>"$DIR/mosquitto.conf"; fi
 say "starting Mosquitto on 127.0.0.1:$PORT (config, log and data in ${DIR#$ROOT/})"
-# -d daemonizes after the listener is open; mosquitto drops root to the `mosquitto` user,
-# which must be able to write the persistence and log files.
-if [ "$(id -u)" = 0 ] && id mosquitto >/dev/null 2>&1; then chown -R mosquitto "$DIR"; fi
+# -d daemonizes after the listener is open.
 mosquitto -c "$DIR/mosquitto.conf" -d
 for _ in $(seq 1 50); do
   answers && exit 0
