@@ -19,9 +19,10 @@ import asyncpg
 
 from actions.base import Backend, Job, PermanentError
 from actions.pgsql import schema
-from actions.pgsql.coerce import Convert, converters
+from actions.pgsql.coerce import converters
 from actions.pgsql.functions import GROUPED, SINGLE, STAGE_COLUMNS, STAGE_TABLE, Write
 from actions.pgsql.reads import READERS
+from actions.values import Convert
 from bridge.rules import FunctionAction, SqlAction, TemplateAction
 from bridge.sql import render_sql
 
