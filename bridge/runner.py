@@ -203,7 +203,11 @@ class Runner:
             budget.used += lane.spool.append(body)
         except OSError as exc:
             if not self.spool_error:
-                log.error("pool %s: the spool cannot write (%s); actions wait in memory instead", self.pool_id, exc)
+                log.error(
+                    "pool %s: the spool cannot write (%s); actions wait for it, or in memory if none is spooled",
+                    self.pool_id,
+                    exc,
+                )
             self.spool_error = f"spool cannot write: {exc}"
             return False
         if self.spool_error:
