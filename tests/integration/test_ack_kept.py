@@ -9,6 +9,7 @@ by itself and everything acknowledged is stored, in order, once.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -32,14 +33,15 @@ POOL = f"backend.redis.pool1.server = 127.0.0.1:{PORT}\nbackend.redis.pool1.retr
 
 @pytest.fixture
 def empty_redis() -> Iterator[redis_sync.Redis]:
-    """This module's Redis, up and empty; resumed (if stopped) and shut down at the end."""
+    """This module's Redis, up and empty; resumed (if a test stopped it) and shut down at the end."""
     start_redis(PORT)
     client = redis_sync.Redis(port=PORT, protocol=2)
     client.flushall()
+    pid = redis_pid()  # asked now: a stopped Redis cannot tell its pid
     yield client
-    pid = redis_pid()
     if pid:
-        os.kill(pid, signal.SIGCONT)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
     stop_redis(PORT)
 
 
