@@ -37,7 +37,7 @@ from bridge.events import (
     SessionUnsubscribed,
 )
 from bridge.msgid import MsgIdGenerator
-from tests.integration.conftest import PahoClient, RawClient, RecordingSink, Will
+from tests.integration.conftest import TIMEOUT, PahoClient, RawClient, RecordingSink, Will
 
 NODE = "test@127.0.0.1"
 
@@ -480,6 +480,10 @@ class KeepingSink(RecordingSink):
         await self.published.put(kept)
         return kept
 
+    async def next_kept(self) -> asyncio.Future[None]:
+        """The kept future of the next message.publish the broker hands over."""
+        return await asyncio.wait_for(self.published.get(), TIMEOUT)
+
 
 @pytest.fixture
 async def keeping_env(
@@ -508,7 +512,7 @@ async def test_acks_wait_until_kept_and_go_out_in_arrival_order(keeping_env: Env
     await raw.send(PublishPacket.build("k/1", b"one", 1, False, QOS_1, False))
     await raw.send(PublishPacket.build("k/2", b"two", 2, False, 2, False))
     await raw.send(PublishPacket.build("k/3", b"three", 3, False, QOS_1, False))
-    one, two, three = [await sink.published.get() for _ in range(3)]
+    one, two, three = [await sink.next_kept() for _ in range(3)]
     three.set_result(None)  # kept, but the two before it are not: no ack may overtake them
     await nothing_sent_yet(raw)
     one.set_result(None)
@@ -530,7 +534,7 @@ async def test_a_message_that_was_not_kept_is_never_acknowledged(keeping_env: En
     assert isinstance(sink, KeepingSink)
     raw = await keeping_env.raw("unkept")
     await raw.send(PublishPacket.build("k/lost", b"lost", 9, False, QOS_1, False))
-    (await sink.published.get()).cancel()  # what the event lane hands over when the sink failed
+    (await sink.next_kept()).cancel()  # what the event lane hands over when the sink failed
     assert await raw.recv() is None  # closed without a PUBACK: the client sends it again
 
 
