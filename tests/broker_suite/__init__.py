@@ -1,0 +1,1 @@
+"""Broker behaviour suite (placeholder docstring, filled in below)."""
