@@ -18,7 +18,7 @@ Clients = Callable[..., Client]
 
 NO_MATCHING_SUBSCRIBERS = 0x10
 PAYLOAD_FORMAT_INVALID = 0x99
-RECEIVE_MAXIMUM_EXCEEDED = 0x93
+RECEIVE_MAXIMUM_EXCEEDED = 0x93  # DISCONNECT
 TOPIC_ALIAS_INVALID = 0x94
 PACKET_TOO_LARGE = 0x95
 
@@ -31,11 +31,14 @@ async def test_puback_reason_codes(clients: Clients) -> None:
     assert await pub.publish(topic, b"matched", 1) == 0
     # "no matching subscribers" is optional (5.0 section 3.4.2.1): success or 0x10
     assert await pub.publish(unique("nobody"), b"unmatched", 1) in (0, NO_MATCHING_SUBSCRIBERS)
-    # payload format 1 promises UTF-8: a broker that checks answers 0x99 and routes nothing
+    # payload format 1 promises UTF-8; checking is optional (5.0 section 3.3.2.3.2): a broker
+    # that checks answers 0x99 and routes nothing, one that does not passes the bytes on unchanged
     utf8 = props(PacketTypes.PUBLISH, PayloadFormatIndicator=1)
-    assert await pub.publish(topic, b"\xff\xfe not UTF-8", 1, properties=utf8) == PAYLOAD_FORMAT_INVALID
+    checked = await pub.publish(topic, b"\xff\xfe not UTF-8", 1, properties=utf8)
+    assert checked in (0, PAYLOAD_FORMAT_INVALID)
     assert await pub.publish(topic, b"marker", 1) == 0
-    assert [m.payload for m in await sub.until(topic, b"marker")] == [b"matched"]
+    routed = [b"matched"] + ([b"\xff\xfe not UTF-8"] if checked == 0 else [])
+    assert [m.payload for m in await sub.until(topic, b"marker")] == routed
 
 
 async def test_client_receive_maximum_bounds_what_the_broker_has_in_flight(clients: Clients) -> None:
@@ -58,25 +61,39 @@ async def test_client_receive_maximum_bounds_what_the_broker_has_in_flight(clien
     assert [m.payload for m in rest] == [b"m3", b"m4"]
 
 
-async def test_server_receive_maximum_exceeded_disconnects_0x93(broker: Broker, clients: Clients) -> None:
+async def test_server_receive_maximum_exceeded_is_refused(broker: Broker, clients: Clients) -> None:
     """QoS 2 publishes whose PUBREL is withheld stay in flight at the broker; one more than its
-    Receive Maximum must end the connection with 0x93. paho always sends PUBREL, so raw bytes."""
+    Receive Maximum is refused, by DISCONNECT 0x93 or by a PUBREC with a failure reason code
+    (5.0 sections 3.3.4 and 4.13), and never routed. paho always sends PUBREL, so raw bytes."""
+    topic = unique("srm")
+    sub, _ = await connect_v5(clients, unique("sub"))
+    await sub.subscribe(topic, 2)
     _probe, connack = await connect_v5(clients, unique("probe"))
     receive_maximum = connack.properties.get("ReceiveMaximum", 65535)
-    assert receive_maximum < 65535, "the broker announces no Receive Maximum"
+    assert receive_maximum < 100, "the broker announces no (small) Receive Maximum"
     client = await raw.RawClient.open(broker.port)
     try:
         await client.send(raw.connect(unique("greedy"), version=5))
         assert (await client.recv()).reason == 0  # type: ignore[union-attr]
-        for packet_id in range(1, receive_maximum + 1):
-            await client.send(raw.publish("rm/over", b"x", qos=2, packet_id=packet_id, version=5))
-            pubrec = await client.recv()
-            assert pubrec is not None and pubrec.kind == raw.PUBREC
-        await client.send(raw.publish("rm/over", b"x", qos=2, packet_id=receive_maximum + 1, version=5))
-        packets = await client.until_closed()
-        assert [(p.kind, p.reason) for p in packets] == [(raw.DISCONNECT, RECEIVE_MAXIMUM_EXCEEDED)]
+        for packet_id in range(1, receive_maximum + 2):
+            await client.send(raw.publish(topic, b"m%d" % packet_id, qos=2, packet_id=packet_id, version=5))
+            answer = await client.recv()
+            assert answer is not None
+            if packet_id <= receive_maximum:
+                assert (answer.kind, answer.body) == (raw.PUBREC, answer.body[:2])  # accepted, no reason code
+        if answer.kind == raw.DISCONNECT:
+            assert answer.reason == RECEIVE_MAXIMUM_EXCEEDED
+        else:
+            assert answer.kind == raw.PUBREC and answer.body[2] >= 0x80
+            for packet_id in range(1, receive_maximum + 1):  # release the accepted ones
+                await client.send(raw.ack(raw.PUBREL, packet_id))
+                assert (await client.recv()).kind == raw.PUBCOMP  # type: ignore[union-attr]
     finally:
         client.close()
+    pub, _ = await connect_v5(clients, unique("pub"))
+    await pub.publish(topic, b"marker", 2)
+    routed = {m.payload for m in await sub.until(topic, b"marker")}
+    assert b"m%d" % (receive_maximum + 1) not in routed
 
 
 async def test_client_maximum_packet_size_drops_larger_messages_for_that_client(clients: Clients) -> None:
