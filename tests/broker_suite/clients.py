@@ -18,15 +18,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import paho.mqtt.client as paho
-from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
 TIMEOUT = 5.0
-V311 = paho.MQTTv311
-V5 = paho.MQTTv5
+V311 = MQTTProtocolVersion.MQTTv311
+V5 = MQTTProtocolVersion.MQTTv5
 
 
 def unique(prefix: str) -> str:
@@ -36,7 +36,7 @@ def unique(prefix: str) -> str:
 
 def props(packet_type: int, **values: Any) -> Properties:
     """paho properties for one packet type, e.g. `props(PacketTypes.CONNECT, SessionExpiryInterval=5)`."""
-    properties = Properties(packet_type)
+    properties = Properties(packet_type)  # type: ignore[no-untyped-call]
     for name, value in values.items():
         setattr(properties, name, value)
     return properties
@@ -104,9 +104,13 @@ class _Pending:
         return self.futures.setdefault(mid, self.loop.create_future())
 
     def resolve(self, mid: int, value: Any) -> None:
-        future = self.get(mid)
-        if not future.done():
-            future.set_result(value)
+        _settle(self.get(mid), value)
+
+
+def _settle(future: asyncio.Future[Any], value: Any) -> None:
+    """Set a result once: paho may report the same event twice (a DISCONNECT, then the socket closing)."""
+    if not future.done():
+        future.set_result(value)
 
 
 class Client:
@@ -117,7 +121,7 @@ class Client:
         port: int,
         clientid: str = "",
         *,
-        version: int = V5,
+        version: MQTTProtocolVersion = V5,
         clean: bool = True,
         manual_ack: bool = False,
         max_inflight: int = 20,
@@ -155,7 +159,7 @@ class Client:
 
     def _on_connect(self, _c: Any, _u: Any, flags: Any, reason: ReasonCode, properties: Any) -> None:
         connack = ConnAck(int(reason.value), bool(flags.session_present), as_dict(properties))
-        self._soon(lambda: self._connack.done() or self._connack.set_result(connack))
+        self._soon(_settle, self._connack, connack)
 
     def _on_subscribe(self, _c: Any, _u: Any, mid: int, reasons: list[ReasonCode], _p: Any) -> None:
         self._soon(self._pending.resolve, mid, [int(r.value) for r in reasons])
@@ -169,7 +173,7 @@ class Client:
     def _on_message(self, _c: Any, _u: Any, msg: paho.MQTTMessage) -> None:
         message = Message(
             msg.topic,
-            msg.payload,
+            bytes(msg.payload),
             msg.qos,
             bool(msg.retain),
             bool(msg.dup),
@@ -180,7 +184,7 @@ class Client:
 
     def _on_disconnect(self, _c: Any, _u: Any, _flags: Any, reason: ReasonCode, properties: Any) -> None:
         result = (int(reason.value), as_dict(properties))
-        self._soon(lambda: self.disconnected.done() or self.disconnected.set_result(result))
+        self._soon(_settle, self.disconnected, result)
 
     async def connect(
         self, *, keepalive: int = 60, will: Will | None = None, properties: Properties | None = None
@@ -213,12 +217,14 @@ class Client:
             _, mid = self.paho.subscribe(topic_filter, options=options, properties=properties)
         else:
             _, mid = self.paho.subscribe(topic_filter, qos)
+        assert mid is not None, "not connected"
         async with asyncio.timeout(TIMEOUT):
             result: list[int] = await self._pending.get(mid)
             return result
 
     async def unsubscribe(self, topic_filter: str) -> list[int]:
         _, mid = self.paho.unsubscribe(topic_filter)
+        assert mid is not None, "not connected"
         async with asyncio.timeout(TIMEOUT):
             result: list[int] = await self._pending.get(mid)
             return result
@@ -273,7 +279,7 @@ class Client:
         """Close the socket without DISCONNECT (an abnormal end: the will is due)."""
         sock = self.paho.socket()
         if sock is not None:
-            sock.close()  # type: ignore[union-attr]
+            sock.close()
         await asyncio.to_thread(self.paho.loop_stop)
 
     async def freeze(self) -> None:

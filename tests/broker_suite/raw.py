@@ -133,6 +133,12 @@ class RawClient:
                 return None
         return Packet(first[0] >> 4, first[0] & 0x0F, body)
 
+    async def next(self, timeout: float = TIMEOUT) -> Packet:
+        """The next packet; the connection closing instead fails the test."""
+        received = await self.recv(timeout)
+        assert received is not None, "the broker closed the connection"
+        return received
+
     async def until_closed(self, timeout: float = TIMEOUT) -> list[Packet]:
         """Every packet the broker sends until it closes the connection."""
         received = []

@@ -172,7 +172,7 @@ async def test_session_takeover_closes_the_old_connection_with_0x8e(broker: Brok
     first = await raw.RawClient.open(broker.port)
     try:
         await first.send(raw.connect(cid, version=5))
-        assert (await first.recv()).reason == 0  # type: ignore[union-attr]
+        assert (await first.next()).reason == 0
         await connect_v5(clients, cid)
         packets = await first.until_closed()
         assert [(p.kind, p.reason) for p in packets] in ([], [(raw.DISCONNECT, SESSION_TAKEN_OVER)])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import gmqtt
@@ -137,30 +138,43 @@ FORWARDED = {
 }
 
 
+@dataclass
+class GmqttSubscriber:
+    client: Any
+    messages: asyncio.Queue[tuple[str, bytes, dict[str, Any]]]
+    subscribed: asyncio.Future[None]
+
+    async def subscribe(self, topic: str) -> None:
+        self.client.subscribe(topic, qos=1)
+        await asyncio.wait_for(self.subscribed, 5)
+
+
 @pytest.fixture
-async def gmqtt_subscriber(broker: Broker) -> AsyncIterator[Any]:
-    client = gmqtt.Client(unique("gmqtt"))
-    client.messages = asyncio.Queue()  # type: ignore[attr-defined]
-    subscribed = asyncio.get_running_loop().create_future()
+async def gmqtt_subscriber(broker: Broker) -> AsyncIterator[GmqttSubscriber]:
+    """A gmqtt 0.8 client (MQTT 5.0): a second implementation reads the same properties."""
+    loop = asyncio.get_running_loop()
+    subscriber = GmqttSubscriber(gmqtt.Client(unique("gmqtt")), asyncio.Queue(), loop.create_future())
 
-    def on_message(_client: Any, topic: str, payload: bytes, qos: int, properties: dict[str, Any]) -> int:
-        client.messages.put_nowait((topic, payload, properties))  # type: ignore[attr-defined]
-        return 0
+    def on_message(_client: Any, topic: str, payload: bytes, _qos: int, properties: dict[str, Any]) -> int:
+        subscriber.messages.put_nowait((topic, payload, properties))
+        return 0  # PUBACK reason code
 
-    client.on_message = on_message
-    client.on_subscribe = lambda *_args: subscribed.done() or subscribed.set_result(None)
-    await client.connect("127.0.0.1", broker.port)
-    client.subscribed = subscribed  # type: ignore[attr-defined]
-    yield client
-    await client.disconnect()
+    def on_subscribe(*_args: Any) -> None:
+        if not subscriber.subscribed.done():
+            subscriber.subscribed.set_result(None)
+
+    subscriber.client.on_message = on_message
+    subscriber.client.on_subscribe = on_subscribe
+    await subscriber.client.connect("127.0.0.1", broker.port)
+    yield subscriber
+    await subscriber.client.disconnect()
 
 
-async def test_message_properties_forwarded_unchanged(clients: Clients, gmqtt_subscriber: Any) -> None:
+async def test_message_properties_forwarded_unchanged(clients: Clients, gmqtt_subscriber: GmqttSubscriber) -> None:
     topic = unique("props")
     paho_sub, _ = await connect_v5(clients, unique("sub"))
     await paho_sub.subscribe(topic, 1)
-    gmqtt_subscriber.subscribe(topic, qos=1)
-    await asyncio.wait_for(gmqtt_subscriber.subscribed, 5)
+    await gmqtt_subscriber.subscribe(topic)
     pub, _ = await connect_v5(clients, unique("pub"))
     await pub.publish(topic, b'{"ok": true}', 1, properties=props(PacketTypes.PUBLISH, **FORWARDED))
 
