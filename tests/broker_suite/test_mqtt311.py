@@ -199,8 +199,7 @@ async def test_overlapping_subscriptions_deliver_at_the_highest_granted_qos(clie
 
 @pytest.mark.embedded
 async def test_dollar_topics_not_matched_by_leading_wildcards(clients: Clients) -> None:
-    """Mosquitto accepts PUBLISH to `$` topics other than `$SYS` from clients; the embedded broker
-    today drops them (and also never matches them), see the module list in __init__.py."""
+    """A `$` topic reaches a filter that names its first level, never `#` or `+/...` (4.7.2)."""
     name = unique("dollar")
     wild = await connected(clients, unique("wild"))
     for topic_filter in ("#", f"+/{name}", "+/+"):
