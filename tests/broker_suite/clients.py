@@ -124,7 +124,6 @@ class Client:
         version: MQTTProtocolVersion = V5,
         clean: bool = True,
         manual_ack: bool = False,
-        max_inflight: int = 20,
     ) -> None:
         self.port = port
         self.version = version
@@ -139,8 +138,6 @@ class Client:
             reconnect_on_failure=False,
             **kwargs,
         )
-        # 0 = no limit: a test may want to exceed what the broker allows in flight.
-        self.paho.max_inflight_messages_set(max_inflight)
         self.messages: asyncio.Queue[Message] = asyncio.Queue()
         self.disconnected: asyncio.Future[tuple[int, dict[str, Any]]] = self._loop.create_future()
         self._connack: asyncio.Future[ConnAck] = self._loop.create_future()
@@ -301,13 +298,12 @@ async def connect_v5(
     keepalive: int = 60,
     will: Will | None = None,
     manual_ack: bool = False,
-    max_inflight: int = 20,
     **connect_properties: Any,
 ) -> tuple[Client, ConnAck]:
     """A 5.0 client (from the `clients` fixture) whose CONNECT was accepted, and its CONNACK.
 
     Keyword arguments beyond the named ones are CONNECT properties (SessionExpiryInterval=...)."""
-    client = make(clientid, version=V5, clean=clean, manual_ack=manual_ack, max_inflight=max_inflight)
+    client = make(clientid, version=V5, clean=clean, manual_ack=manual_ack)
     properties = props(PacketTypes.CONNECT, **connect_properties) if connect_properties else None
     connack = await client.connect(keepalive=keepalive, will=will, properties=properties)
     assert connack.reason == 0, connack
