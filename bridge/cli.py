@@ -46,7 +46,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         bridge = Bridge.load(_paths(args))
     except ConfErrors as exc:
         return _print_errors(exc)
-    logs.setup(bridge.config["log.level"], bridge.config["log.format"], bridge.config.secrets)
+    logs.setup(bridge.config["log.level"], bridge.config["log.format"], redactor=bridge.redactor)
     try:
         asyncio.run(_serve(bridge))
     except KeyboardInterrupt:
@@ -62,10 +62,15 @@ async def _serve(bridge: Bridge) -> None:
     stop = asyncio.Event()
     reloads: set[asyncio.Task[bool]] = set()
 
+    def reloaded(task: asyncio.Task[bool]) -> None:
+        reloads.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # a bug: say it, with where
+            log.error("reload failed, the rules loaded before stay: %s", task.exception(), exc_info=task.exception())
+
     def reload() -> None:
         task = loop.create_task(bridge.reload())
         reloads.add(task)
-        task.add_done_callback(reloads.discard)
+        task.add_done_callback(reloaded)
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
