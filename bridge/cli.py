@@ -14,6 +14,7 @@ from bridge import logs
 from bridge.app import BACKENDS, Bridge, Paths, load_all
 from bridge.conf.config import load_config
 from bridge.conf.errors import ConfErrors
+from bridge.redact import Redactor
 
 log = logging.getLogger("hookbridge")
 
@@ -115,7 +116,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
     try:
         print(asyncio.run(describe()), end="")
     except Exception as exc:  # unreachable server, refused login: one line, no traceback
-        print(f"schema for {args.pool}: {exc}", file=sys.stderr)
+        print(f"schema for {args.pool}: {Redactor(config.secrets).text(str(exc))}", file=sys.stderr)
         return 1
     return 0
 
