@@ -105,6 +105,8 @@ def connack(buf: bytes, pos: int, end: int, level: int) -> tuple[Packet, int]:
 
 def _ack(cls: type[Puback | Pubrec | Pubrel | Pubcomp], allowed: frozenset[int]) -> Parser:
     def parse(buf: bytes, pos: int, end: int, level: int) -> tuple[Packet, int]:
+        if end - pos == 2 and (buf[pos] or buf[pos + 1]):  # the common short form, read inline
+            return cls(buf[pos] << 8 | buf[pos + 1]), end
         ident, pos = packet_id(buf, pos, end, cls.TYPE)
         if level < MQTT_5 or pos == end:
             return cls(ident), pos

@@ -19,11 +19,13 @@ second one is a protocol error), or given up front (client side, or a test).
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from typing import Literal
 
 from bridge.mqtt import properties, wire
-from bridge.mqtt.bodies import PARSERS
+from bridge.mqtt.bodies import PARSERS, Parser
 from bridge.mqtt.errors import CodecError, MalformedPacket, PacketTooLarge, ProtocolError
 from bridge.mqtt.kinds import PacketType
 from bridge.mqtt.packets import MQTT_5, Connect, Packet, Publish
@@ -36,6 +38,7 @@ _RECEIVED_BY = {
     "client": frozenset(P) - {P.CONNECT, P.SUBSCRIBE, P.UNSUBSCRIBE, P.PINGREQ},
 }
 _BAD_ASCII_TOPIC = re.compile(rb"[\x00-\x1f\x7f+#]")
+Handler = Callable[[bytes, int, int, int], Packet]
 DEFAULT_MAX_PACKET_SIZE = 268_435_460
 """The largest packet MQTT can frame: 1 + 4 length bytes + 268,435,455."""
 
@@ -45,7 +48,7 @@ class Decoder:
     refuses packets only a server sends (CONNACK, SUBACK, ...) and a client's PUBLISH carrying a
     subscription identifier; a client refuses the reverse."""
 
-    __slots__ = ("_failed", "_partial", "_received", "_server", "_wanted", "level", "max_packet_size")
+    __slots__ = ("_failed", "_handlers", "_partial", "_received", "_server", "_wanted", "level", "max_packet_size")
 
     def __init__(
         self,
@@ -61,6 +64,7 @@ class Decoder:
         self._partial = bytearray()
         self._wanted = 0
         self._failed = False
+        self._handlers = self._dispatch()
 
     @property
     def buffered(self) -> int:
@@ -99,7 +103,11 @@ class Decoder:
                 if end > size:
                     break
                 wanted = 0
-                packets.append(self._packet(buf[pos], buf, body, end))
+                packet = self._handlers[buf[pos]](buf, body, end, self.level)
+                packets.append(packet)
+                if type(packet) is Connect:
+                    self.level = packet.protocol_level
+                    self._handlers = self._dispatch()
                 pos = end
         except CodecError as error:
             self._failed = True
@@ -125,30 +133,34 @@ class Decoder:
                 return value, pos + index + 1
         raise MalformedPacket("remaining length is longer than 4 bytes")
 
-    def _packet(self, first: int, buf: bytes, pos: int, end: int) -> Packet:
-        kind = first >> 4
-        if kind == P.PUBLISH and self.level:
-            return self._publish(first & 0x0F, buf, pos, end)
-        if kind == 0 or (kind == P.AUTH and self.level and self.level < MQTT_5):
-            raise MalformedPacket(f"packet type {kind} is reserved")
-        if not self.level and self._server and kind != P.CONNECT:
-            raise ProtocolError(f"first packet is {P(kind).name}, not CONNECT")
-        if kind not in self._received:
-            raise ProtocolError(f"{P(kind).name} is never sent to a {'server' if self._server else 'client'}")
-        if kind == P.CONNECT and self.level:
-            raise ProtocolError("second CONNECT on one connection")
-        if kind == P.PUBLISH:
-            raise ProtocolError("PUBLISH before the protocol level is known")
-        if first & 0x0F != _FLAGS[kind]:
-            raise MalformedPacket(f"{P(kind).name} with reserved header flags 0x{first & 0x0F:X}")
-        packet, stop = PARSERS[kind](buf, pos, end, self.level)
-        if stop != end:
-            raise MalformedPacket(f"{P(kind).name} has {end - stop} bytes past its content")
-        if isinstance(packet, Connect):
-            self.level = packet.protocol_level
-        return packet
+    def _dispatch(self) -> list[Handler]:
+        """A handler for each possible first byte at the current protocol level: the type and the
+        header flags are checked by one list index per packet."""
+        handlers: list[Handler] = []
+        for first in range(256):
+            kind, flags = first >> 4, first & 0x0F
+            handlers.append(self._handler(kind, flags))
+        return handlers
 
-    def _publish(self, flags: int, buf: bytes, pos: int, end: int) -> Publish:
+    def _handler(self, kind: int, flags: int) -> Handler:
+        if kind == 0 or (kind == P.AUTH and self.level and self.level < MQTT_5):
+            return _refuse(MalformedPacket(f"packet type {kind} is reserved"))
+        name = P(kind).name
+        if not self.level and self._server and kind != P.CONNECT:
+            return _refuse(ProtocolError(f"first packet is {name}, not CONNECT"))
+        if kind not in self._received:
+            return _refuse(ProtocolError(f"{name} is never sent to a {'server' if self._server else 'client'}"))
+        if kind == P.CONNECT and self.level:
+            return _refuse(ProtocolError("second CONNECT on one connection"))
+        if kind == P.PUBLISH:
+            if not self.level:
+                return _refuse(ProtocolError("PUBLISH before the protocol level is known"))
+            return functools.partial(self._publish, flags)
+        if flags != _FLAGS[kind]:
+            return _refuse(MalformedPacket(f"{name} with reserved header flags 0x{flags:X}"))
+        return functools.partial(_checked, PARSERS[kind], name)
+
+    def _publish(self, flags: int, buf: bytes, pos: int, end: int, level: int) -> Publish:
         qos = flags >> 1 & 3
         if qos == 3:
             raise MalformedPacket("PUBLISH with QoS 3")
@@ -176,7 +188,7 @@ class Decoder:
                 raise ProtocolError("PUBLISH at QoS > 0 with packet identifier 0")
             pos += 2
         props = EMPTY
-        if self.level == MQTT_5:
+        if level == MQTT_5:
             if pos < end and buf[pos] == 0:
                 pos += 1
             else:
@@ -188,3 +200,17 @@ class Decoder:
         elif not topic:
             raise MalformedPacket("PUBLISH with an empty topic")
         return Publish(topic, buf[pos:end], qos, bool(flags & 0x01), bool(flags & 0x08), packet_id, props)
+
+
+def _refuse(error: CodecError) -> Handler:
+    def refuse(buf: bytes, pos: int, end: int, level: int) -> Packet:
+        raise type(error)(error.message)
+
+    return refuse
+
+
+def _checked(parse: Parser, name: str, buf: bytes, pos: int, end: int, level: int) -> Packet:
+    packet, stop = parse(buf, pos, end, level)
+    if stop != end:
+        raise MalformedPacket(f"{name} has {end - stop} bytes past its content")
+    return packet
