@@ -53,6 +53,8 @@ def frame(first: int, body: bytes) -> bytes:
 
 def encode_publish(packet: Publish, level: int) -> bytes:
     topic = packet.topic.encode()
+    if len(topic) > 0xFFFF:
+        raise ValueError(f"a topic of {len(topic)} bytes is longer than 65535")
     first = 0x30 | packet.qos << 1 | packet.retain | packet.dup << 3
     head = _U16.pack(len(topic)) + topic
     if packet.qos:

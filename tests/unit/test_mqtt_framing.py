@@ -106,7 +106,6 @@ CASES: list[tuple[str, int, bytes, ReasonCode, str]] = [
         ReasonCode.UNSUPPORTED_PROTOCOL_VERSION,
         "",
     ),
-    ("connect, then connect again", 0, packet(0x10, connect_body()) * 2, PROTOCOL, "second CONNECT"),
     ("first packet not connect", 0, packet(0xC0, b""), PROTOCOL, "not CONNECT"),
     ("publish before connect", 0, packet(0x30, s(b"a") + b"x"), PROTOCOL, "not CONNECT"),
     # -- remaining length --
@@ -230,7 +229,7 @@ CASES: list[tuple[str, int, bytes, ReasonCode, str]] = [
     (
         "user property with U+0000",
         5,
-        packet(0x30, s(b"a") + b"\x07\x26" + s(b"k\x00") + s(b"v") + b"x"),
+        packet(0x30, s(b"a") + b"\x08\x26" + s(b"k\x00") + s(b"v") + b"x"),
         MALFORMED,
         "U+0000",
     ),
@@ -260,7 +259,7 @@ CASES: list[tuple[str, int, bytes, ReasonCode, str]] = [
     (
         "authentication data without method",
         0,
-        packet(0x10, s(b"MQTT") + b"\x05\x02\x00\x3c\x04\x16" + s(b"") + s(b"c")),
+        packet(0x10, s(b"MQTT") + b"\x05\x02\x00\x3c\x03\x16" + s(b"") + s(b"c")),
         PROTOCOL,
         "no authentication method",
     ),
@@ -292,6 +291,13 @@ def test_malformed_input_is_refused_with_its_reason_code(
 )
 def test_a_client_side_decoder_checks_what_servers_send(data: bytes, message: str) -> None:
     assert message in refused(data, MQTT_3_1_1, role="client").message
+
+
+def test_a_second_connect_is_refused_after_the_first_is_returned() -> None:
+    error = refused(packet(0x10, connect_body()) * 2, 0)
+    assert error.reason == PROTOCOL
+    assert error.message == "second CONNECT on one connection"
+    assert error.packets == [Connect("c", MQTT_3_1_1, True, 60)]
 
 
 def test_connack_session_present_with_a_refusal_is_a_protocol_error() -> None:
