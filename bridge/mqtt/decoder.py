@@ -34,7 +34,7 @@ class Decoder:
     refuses packets only a server sends (CONNACK, SUBACK, ...) and a client's PUBLISH carrying a
     subscription identifier; a client refuses the reverse."""
 
-    __slots__ = ("_failed", "_handlers", "_partial", "_server", "_wanted", "level", "max_packet_size")
+    __slots__ = ("_failed", "_handlers", "_level", "_partial", "_server", "_wanted", "max_packet_size")
 
     def __init__(
         self,
@@ -43,12 +43,20 @@ class Decoder:
         role: Literal["server", "client"] = "server",
     ) -> None:
         self.max_packet_size = max_packet_size
-        self.level = level
-        """The protocol level (3, 4 or 5); 0 until CONNECT is decoded."""
         self._server = role == "server"
         self._partial = bytearray()
         self._wanted = 0
         self._failed = False
+        self.level = level
+
+    @property
+    def level(self) -> int:
+        """The protocol level (3, 4 or 5); 0 until CONNECT is decoded."""
+        return self._level
+
+    @level.setter
+    def level(self, level: int) -> None:
+        self._level = level
         self._handlers = handlers(level, self._server)
 
     @property
@@ -88,11 +96,10 @@ class Decoder:
                 if end > size:
                     break
                 wanted = 0
-                packet = self._handlers[buf[pos]](buf, body, end, self.level)
+                packet = self._handlers[buf[pos]](buf, body, end, self._level)
                 packets.append(packet)
                 if type(packet) is Connect:
                     self.level = packet.protocol_level
-                    self._handlers = handlers(self.level, self._server)
                 pos = end
         except CodecError as error:
             self._failed = True

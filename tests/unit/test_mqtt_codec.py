@@ -329,3 +329,11 @@ def test_shared_subscription_filters_split_into_group_and_filter() -> None:
     assert split_shared("$share/g1/a/+/c") == ("g1", "a/+/c")
     assert split_shared("a/b") == (None, "a/b")
     assert split_shared("$shared/x") == (None, "$shared/x")
+
+
+def test_a_decoder_told_its_level_later_decodes_at_that_level() -> None:
+    # a client knows the level from the CONNECT it sent; the broker core may also set it itself
+    decoder = Decoder(role="client")
+    decoder.level = MQTT_5
+    publish = Publish("t", b"v", 0, properties=Properties(content_type="c"))
+    assert decoder.feed(encode(publish, MQTT_5)) == [publish]

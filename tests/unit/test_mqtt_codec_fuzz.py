@@ -116,7 +116,7 @@ def topic_filter(draw: st.DrawFn) -> str:
     levels = draw(st.lists(st.one_of(_LEVEL, st.just("+")), min_size=1, max_size=4))
     if draw(st.booleans()):
         levels.append("#")
-    result = "/".join(levels)
+    result = "/".join(levels) or "+"  # a filter is at least one character
     if draw(st.booleans()):
         group = draw(
             st.text(
