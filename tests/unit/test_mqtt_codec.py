@@ -95,6 +95,7 @@ CLIENT_TO_SERVER_311: list[Packet] = [
     Pubcomp(4),
     Subscribe(5, [Subscription("a/+/c", 1), Subscription("#", 2), Subscription("$share/g/x/#", 0)]),
     Unsubscribe(6, ["a/+/c", "$share/g/x/#"]),
+    Subscribe(7, [Subscription("x/" * 70 + "#", 1)]),  # a body over 127 bytes: two-byte remaining length
     Pingreq(),
     Disconnect(),
 ]

@@ -108,6 +108,15 @@ CASES: list[tuple[str, int, bytes, ReasonCode, str]] = [
     ),
     ("first packet not connect", 0, packet(0xC0, b""), PROTOCOL, "not CONNECT"),
     ("publish before connect", 0, packet(0x30, s(b"a") + b"x"), PROTOCOL, "not CONNECT"),
+    ("publish ends before its topic", 4, b"\x30\x01\x00", MALFORMED, "before its topic"),
+    ("connect ends before its flags", 0, packet(0x10, s(b"MQTT") + b"\x04"), MALFORMED, "one-byte field"),
+    (
+        "connect ends inside a length prefix",
+        0,
+        packet(0x10, s(b"MQTT") + b"\x04\x02\x00\x3c\x00"),
+        MALFORMED,
+        "length prefix",
+    ),
     # -- remaining length --
     ("remaining length of 5 bytes", 4, b"\x30\xff\xff\xff\xff\x01", MALFORMED, "longer than 4 bytes"),
     ("remaining length not minimal", 4, b"\xc0\x80\x00", MALFORMED, "shortest form"),
@@ -262,6 +271,20 @@ CASES: list[tuple[str, int, bytes, ReasonCode, str]] = [
         packet(0x10, s(b"MQTT") + b"\x05\x02\x00\x3c\x03\x16" + s(b"") + s(b"c")),
         PROTOCOL,
         "no authentication method",
+    ),
+    (
+        "property varint not minimal",
+        5,
+        packet(0x82, b"\x00\x01\x03\x0b\x81\x00" + s(b"a") + b"\x00"),
+        MALFORMED,
+        "shortest form",
+    ),
+    (
+        "property varint over 4 bytes",
+        5,
+        packet(0x82, b"\x00\x01\x06\x0b\xff\xff\xff\xff\x01" + s(b"a") + b"\x00"),
+        MALFORMED,
+        "longer than 4 bytes",
     ),
     # -- direction --
     ("server receives CONNACK", 4, packet(0x20, b"\x00\x00"), PROTOCOL, "never sent to a server"),
