@@ -5,9 +5,6 @@ boundary come out whole, and the decoder learns the protocol level from CONNECT.
 from __future__ import annotations
 
 import pytest
-from amqtt.mqtt.publish import PublishPacket as AmqttPublish
-from amqtt.mqtt.subscribe import SubscribePacket as AmqttSubscribe
-from amqtt.mqtt.unsubscribe import UnsubscribePacket as AmqttUnsubscribe
 
 from bridge.mqtt import (
     EMPTY,
@@ -266,10 +263,12 @@ def test_known_bytes_decode_to_their_fields_and_encode_back(level: int, data: by
 
 
 def test_packets_amqtt_encodes_decode_to_the_same_fields() -> None:
+    # an encoder written by others; skipped once amqtt leaves the dependencies (issue 14)
+    amqtt = pytest.importorskip("amqtt.mqtt")
     data = (
-        AmqttPublish.build("a/b", b"x" * 5, 7, False, 1, True).to_bytes()
-        + AmqttSubscribe.build([("a/#", 1), ("b", 0)], 8).to_bytes()
-        + AmqttUnsubscribe.build(["a/#"], 9).to_bytes()
+        amqtt.publish.PublishPacket.build("a/b", b"x" * 5, 7, False, 1, True).to_bytes()
+        + amqtt.subscribe.SubscribePacket.build([("a/#", 1), ("b", 0)], 8).to_bytes()
+        + amqtt.unsubscribe.UnsubscribePacket.build(["a/#"], 9).to_bytes()
     )
     assert Decoder(level=MQTT_3_1_1).feed(data) == [
         Publish("a/b", b"xxxxx", 1, retain=True, packet_id=7),
