@@ -45,6 +45,18 @@ def acked(clientid: str, topic_filter: str) -> bytes:
     return b"mqtt:acked:" + enc(clientid) + b":" + enc(topic_filter)
 
 
+# Who owns an offset key that two (clientid, filter) pairs could share: field = the
+# `mqtt:acked:...` key, value = the client id. `mqtt:acked:<clientid>:<filter>` is ambiguous only
+# when a `:` stands in the client id or the filter (`a:b` + `c` and `a` + `b:c` give one key),
+# and two pairs can share a key only if both are ambiguous; so plain pairs, nearly all of them,
+# never get an entry, and their keys and values stay exactly seed 003's.
+ACKED_OWNER = b"mqtt:acked_owner"
+
+
+def acked_ambiguous(clientid: str, topic_filter: str) -> bool:
+    return ":" in clientid or ":" in topic_filter
+
+
 def score(msgid: str) -> int:
     """Publish time in ms, taken from the id so score order is id order."""
     return timestamp_us(msgid) // 1000
