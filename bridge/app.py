@@ -20,6 +20,7 @@ from actions.mongo.backend import MongoBackend
 from actions.pgsql.backend import PgsqlBackend
 from actions.redis.backend import RedisBackend
 from bridge.brokers.base import BrokerSource, Capability
+from bridge.conf.addresses import format_hostport
 from bridge.conf.config import Config, load_config
 from bridge.conf.errors import ConfError, ConfErrors, Position
 from bridge.delivery import DeliveryLog
@@ -109,9 +110,8 @@ class Bridge:
             return make_external_source(self.config, rules, self.msgids)
         from bridge.brokers.embedded import EmbeddedBroker
 
-        host, port = self.config["broker.listener.tcp"]
         return EmbeddedBroker(
-            f"{host}:{port}",
+            format_hostport(*self.config["broker.listener.tcp"]),
             node=self.config["node.name"],
             msgids=self.msgids,
             max_offline_messages=self.config["broker.max_offline_messages"],

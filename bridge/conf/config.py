@@ -60,6 +60,8 @@ def _parse_value(entry: Entry, setting: Setting, errors: list[ConfError], secret
     text, missing = substitute_env(entry.value)
     for name in missing:
         errors.append(ConfError(entry.value_at, f"environment variable {name} is not set (use ${{{name}:-default}})"))
+    if missing:  # the value is not known: judging what is left would report a second, wrong problem
+        return None
     if setting.secret and text:
         secrets.append(text)
     try:

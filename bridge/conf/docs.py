@@ -17,9 +17,10 @@ space outside a quoted string). Values are strings, integers, `on`/`off`, durati
 `5s`, `2m`, `2h`, `1d`; a bare number is seconds), sizes (`512B`, `64KB`, `64MB`, `1GB`) or JSON.
 `${VAR}` is replaced by the environment variable `VAR`, `${VAR:-default}` by `default` when it
 is unset; an unset `${VAR}` without default is an error. Every key is validated: an unknown key,
-a bad value or a duplicate is reported as `path:line:col: message`, all of them at once, and
-`hookbridge run` does not start. Values of secret keys (passwords, API secrets) never appear in
-logs or error messages.
+a bad value (out of the range the "takes" column gives, a string with a control character, a
+`spool.dir` that is not a writable directory) or a duplicate is reported as
+`path:line:col: message`, all of them at once, and `hookbridge run` does not start. Values of
+secret keys (passwords, API secrets) never appear in logs or error messages.
 
 Hook lines (`backend.<db>.hook....`) do not go here: they live in `rules/*.conf` (docs/rules.md).
 """
@@ -39,10 +40,11 @@ def _default(setting: Setting) -> str:
 
 
 def _table(settings: dict[str, Setting], prefix: str = "") -> list[str]:
-    rows = ["| key | default | meaning |", "|---|---|---|"]
+    rows = ["| key | default | takes | meaning |", "|---|---|---|---|"]
     for key, setting in settings.items():
         secret = " (secret)" if setting.secret else ""
-        rows.append(f"| `{prefix}{key}` | `{_default(setting)}` | {setting.doc}{secret} |")
+        takes = setting.parse.__doc__ or ""
+        rows.append(f"| `{prefix}{key}` | `{_default(setting)}` | {takes} | {setting.doc}{secret} |")
     return rows
 
 

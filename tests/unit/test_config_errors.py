@@ -44,7 +44,7 @@ def test_every_error_at_once_with_positions() -> None:
     assert errors_of(text) == [
         f"{P}:1:1: unknown key node.nmae (did you mean node.name?)",
         f"{P}:2:15: broker.mode: expected one of embedded, emqx, mqtt, got 'embeded'",
-        f"{P}:3:33: pool_size: expected an integer, got 'many'".replace("pool_size:", "backend.redis.pool1.pool_size:"),
+        f"{P}:3:33: backend.redis.pool1.pool_size: expected an integer from 1 to 1024, got 'many'",
         f"{P}:4:1: unknown redis pool setting 'sever' (did you mean server?)",
         f"{P}:5:1: unknown backend 'mysql' (did you mean pgsql?) in backend.mysql.pool1.server",
         f"{P}:6:20: metrics.listener: expected host:port, got '127.0.0.1'",

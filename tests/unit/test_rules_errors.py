@@ -66,7 +66,7 @@ CASES = [
     (
         'backend.redis.hook.session.subscribed.1 = {"action": {"function": "on_message_fetch_for_queue"}, '
         '"offline_opts": {"max_returned_count": 0}}',
-        f"{P}:1:115: max_returned_count must be a positive integer",
+        f"{P}:1:115: max_returned_count must be an integer from 1 to 100000",
     ),
     ("backend.redis.hook.client.connected.1", f"{P}:1:1: expected 'key = value'"),
 ]
