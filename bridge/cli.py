@@ -62,10 +62,17 @@ async def _serve(bridge: Bridge) -> None:
     stop = asyncio.Event()
     reloads: set[asyncio.Task[bool]] = set()
 
+    def reloaded(task: asyncio.Task[bool]) -> None:
+        reloads.discard(task)
+        # Bridge.reload reports rule errors itself; anything else it raises (a new pool that
+        # cannot connect, a bug) must not end as "Task exception was never retrieved".
+        if not task.cancelled() and task.exception() is not None:
+            log.error("reload refused: %s; keeping the rules loaded before", task.exception())
+
     def reload() -> None:
         task = loop.create_task(bridge.reload())
         reloads.add(task)
-        task.add_done_callback(reloads.discard)
+        task.add_done_callback(reloaded)
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)

@@ -108,8 +108,9 @@ def load_json(text: str) -> Any:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise JsonProblem(f"bad JSON: {exc.msg}", exc.pos) from None
-    except ValueError:  # an integer of more than 4300 digits
-        raise JsonProblem("bad JSON: a number is too long", 0) from None
+    except ValueError:  # an integer of more than 4300 digits (Python's limit on int parsing)
+        long_number = re.search(r"\d{4000,}", text)
+        raise JsonProblem("bad JSON: a number is too long", long_number.start() if long_number else 0) from None
     problem = _bad_string(value)
     if problem:
         escape = re.search(r"\\u(0000|[dD][89a-fA-F])", text)
