@@ -20,7 +20,6 @@ from actions.mongo.backend import MongoBackend
 from actions.pgsql.backend import PgsqlBackend
 from actions.redis.backend import RedisBackend
 from bridge.brokers.base import BrokerSource, Capability
-from bridge.conf.addresses import format_hostport
 from bridge.conf.config import Config, load_config
 from bridge.conf.errors import ConfError, ConfErrors, Position
 from bridge.delivery import DeliveryLog
@@ -110,8 +109,9 @@ class Bridge:
             return make_external_source(self.config, rules, self.msgids)
         from bridge.brokers.embedded import EmbeddedBroker
 
+        host, port = self.config["broker.listener.tcp"]
         return EmbeddedBroker(
-            format_hostport(*self.config["broker.listener.tcp"]),
+            f"{host}:{port}",
             node=self.config["node.name"],
             msgids=self.msgids,
             max_offline_messages=self.config["broker.max_offline_messages"],

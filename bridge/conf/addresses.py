@@ -21,11 +21,6 @@ _HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)", re.ASCII)
 _PORT = re.compile(r"\d{1,5}", re.ASCII)
 
 
-def format_hostport(host: str, port: int) -> str:
-    """`host:port`, with an IPv6 address in brackets (`[::1]:1883`)."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 def host_problem(host: str) -> str | None:
     """Why `host` is not a host name, IPv4 or IPv6 address, or None."""
     if ":" in host:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from bridge.conf.schema import GLOBAL, POOL_BY_DB, POOL_COMMON, Setting
@@ -24,6 +25,18 @@ secret keys (passwords, API secrets) never appear in logs or error messages.
 
 Hook lines (`backend.<db>.hook....`) do not go here: they live in `rules/*.conf` (docs/rules.md).
 """
+
+
+def default_text(setting: Setting) -> str:
+    """The default as it is written in a file ("" when there is none to write)."""
+    value: Any = setting.default
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, tuple):
+        return f"{value[0]}:{value[1]}"
+    if isinstance(value, dict):
+        return json.dumps(value)
+    return "" if value is None else str(value)
 
 
 def _default(setting: Setting) -> str:
