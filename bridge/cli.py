@@ -65,8 +65,10 @@ async def _serve(bridge: Bridge) -> None:
 
     def reloaded(task: asyncio.Task[bool]) -> None:
         reloads.discard(task)
-        if not task.cancelled() and task.exception() is not None:  # a bug: say it, with where
-            log.error("reload failed, the rules loaded before stay: %s", task.exception(), exc_info=task.exception())
+        # Bridge.reload reports rule errors itself; anything else it raises (a new pool that
+        # cannot connect, a bug) must not end as "Task exception was never retrieved".
+        if not task.cancelled() and task.exception() is not None:
+            log.error("reload refused: %s; keeping the rules loaded before", task.exception())
 
     def reload() -> None:
         task = loop.create_task(bridge.reload())

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from actions.redis.commands import command_problem
 from actions.registry import FETCH_FUNCTIONS, FUNCTIONS, FunctionSpec
 from bridge.brokers.base import Capability
 from bridge.conf.config import Config
 from bridge.conf.errors import ConfError, ConfErrors, Position
 from bridge.conf.lexer import Entry, read_entries
-from bridge.conf.values import parse_duration
+from bridge.conf.values import JsonProblem, duration_in, load_json
 from bridge.events import Hookpoint
 from bridge.render import CommandTemplate, RenderError, StatementTemplate
 from bridge.sql import SqlStatement, cql_marker, pg_marker
@@ -30,6 +31,10 @@ _HOOK_KEY = re.compile(r"^backend\.([a-z]+)\.hook\.([a-z]+\.[a-z]+)\.(\d+)$")
 _RULE_KEYS = ("pool", "action", "topic", "offline_opts", "expired_time", "payload_format")
 _STATEMENT_KIND = {"redis": "commands", "pgsql": "sql", "cassa": "cql"}
 _ACTION_KINDS = ("function", "commands", "sql", "cql", "template")
+_ACTION_OPTIONS = {"commands": ("pipeline",)}  # keys an action object may hold beside its kind
+_MAX_RETURNED = 100_000  # one fetch page; the rest follows as the subscriber acks
+_MAX_EXPIRED_TIME = 630_720_000  # Cassandra's largest TTL; the same bound for every backend
+_TIME_RANGE = duration_in(1, 100 * 365 * 86400)  # a timestamp this far back still exists in every database
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,9 +149,9 @@ class _RuleBuilder:
             self.errors.append(ConfError(at, f"unknown hookpoint {hook_text!r}{_suggest(hook_text, names)}"))
             return None
         try:
-            body = json.loads(entry.value)
-        except json.JSONDecodeError as exc:
-            self.errors.append(ConfError(entry.at(exc.pos), f"bad JSON: {exc.msg}"))
+            body = load_json(entry.value)
+        except JsonProblem as exc:
+            self.errors.append(ConfError(entry.at(exc.offset), str(exc)))
             return None
         if not isinstance(body, dict):
             self.error("a hook line's value must be a JSON object")
@@ -222,11 +227,13 @@ class _RuleBuilder:
                 '"action"',
             )
             return None
-        if "function" in action:
-            return self._function(hookpoint, action["function"])
-        if "template" in action:
-            return self._template(hookpoint, action["template"])
         kind = next(k for k in action if k in _ACTION_KINDS)
+        for key in action.keys() - {kind, *_ACTION_OPTIONS.get(kind, ())}:
+            self.error(f"unknown key {key!r} in a {kind} action", '"action"', f'"{key}"')
+        if kind == "function":
+            return self._function(hookpoint, action["function"])
+        if kind == "template":
+            return self._template(hookpoint, action["template"])
         if kind != _STATEMENT_KIND.get(db):
             allowed = _STATEMENT_KIND.get(db)
             self.error(
@@ -282,16 +289,14 @@ class _RuleBuilder:
             self.error(f'"{kind}" must be a statement or a non-empty list of them', f'"{kind}"')
             return None
         pipeline = action.get("pipeline", True)
-        if kind != "commands" and "pipeline" in action:
-            self.error('"pipeline" applies to Redis commands only', '"pipeline"')
-        elif not isinstance(pipeline, bool):
+        if not isinstance(pipeline, bool):
             self.error('"pipeline" must be true or false', '"pipeline"')
         compiled: list[Any] = []
         for text in texts:
             start = _locate(self.entry.value, f'"{kind}"', json.dumps(text)[:-1]) + 1
             try:
                 if kind == "commands":
-                    compiled.append(CommandTemplate.compile(text, hookpoint))
+                    compiled.append(self._command(text, hookpoint))
                 else:
                     marker = cql_marker if kind == "cql" else pg_marker
                     compiled.append(SqlStatement.compile(text, hookpoint, marker))
@@ -301,6 +306,13 @@ class _RuleBuilder:
         if kind == "commands":
             return CommandsAction(tuple(compiled), pipeline is not False)
         return SqlAction(tuple(compiled))
+
+    def _command(self, text: str, hookpoint: Hookpoint) -> CommandTemplate:
+        template = CommandTemplate.compile(text, hookpoint)
+        problem = command_problem(text.split())
+        if problem:
+            raise RenderError(problem, len(text) - len(text.lstrip()))
+        return template
 
     def _offline_opts(self, action: Action | None, value: Any) -> OfflineOpts:
         if value is None:
@@ -312,14 +324,16 @@ class _RuleBuilder:
             self.error('"offline_opts" takes max_returned_count and time_range', '"offline_opts"')
             return OfflineOpts()
         count = value.get("max_returned_count", 500)
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            self.error("max_returned_count must be a positive integer", '"max_returned_count"')
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= _MAX_RETURNED:
+            self.error(f"max_returned_count must be an integer from 1 to {_MAX_RETURNED}", '"max_returned_count"')
             count = 500
         time_range = value.get("time_range")
         seconds = None
         if time_range is not None:
             try:
-                seconds = parse_duration(str(time_range))
+                if isinstance(time_range, bool) or not isinstance(time_range, str | int | float):
+                    raise ValueError(f"expected a duration such as 2h, got {time_range!r}")
+                seconds = _TIME_RANGE(str(time_range))
             except ValueError as exc:
                 self.error(f"time_range: {exc}", '"time_range"')
         return OfflineOpts(count, seconds)
@@ -327,8 +341,11 @@ class _RuleBuilder:
     def _expired_time(self, value: Any) -> int | None:
         if value is None:
             return None
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            self.error("expired_time must be a positive number of seconds", '"expired_time"')
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= _MAX_EXPIRED_TIME:
+            self.error(
+                f"expired_time must be a whole number of seconds from 1 to {_MAX_EXPIRED_TIME} (20 years)",
+                '"expired_time"',
+            )
             return None
         return value
 

@@ -11,6 +11,7 @@ from typing import Any
 from bridge.conf.errors import ConfError, ConfErrors, Position
 from bridge.conf.lexer import Entry, read_entries
 from bridge.conf.schema import DEFAULT_PORTS, GLOBAL, POOL_BY_DB, Setting, pool_settings
+from bridge.conf.tls import tls_problems
 from bridge.conf.values import substitute_env
 
 _POOL_KEY = re.compile(r"^backend\.([a-z]+)\.([A-Za-z0-9_\-]+)\.(.+)$")
@@ -60,6 +61,8 @@ def _parse_value(entry: Entry, setting: Setting, errors: list[ConfError], secret
     text, missing = substitute_env(entry.value)
     for name in missing:
         errors.append(ConfError(entry.value_at, f"environment variable {name} is not set (use ${{{name}:-default}})"))
+    if missing:  # the value is not known: judging what is left would report a second, wrong problem
+        return None
     if setting.secret and text:
         secrets.append(text)
     try:
@@ -79,6 +82,7 @@ def parse_config(path: str, text: str) -> Config:
     pools: dict[str, PoolConfig] = {}
     secrets: list[str] = []
     seen: dict[str, Position] = {}
+    values_at: dict[str, Position] = {}
     for entry in entries:
         if entry.key in seen:
             errors.append(
@@ -86,6 +90,7 @@ def parse_config(path: str, text: str) -> Config:
             )
             continue
         seen[entry.key] = entry.key_at
+        values_at[entry.key] = entry.value_at
         if entry.key in GLOBAL:
             settings[entry.key] = _parse_value(entry, GLOBAL[entry.key], errors, secrets)
             continue
@@ -120,9 +125,28 @@ def parse_config(path: str, text: str) -> Config:
                 pool.settings["server"] = [("127.0.0.1", DEFAULT_PORTS["mongo"])]
         elif pool.settings["server"] is None:
             pool.settings["server"] = ("127.0.0.1", DEFAULT_PORTS[pool.db])
+    if not errors:  # TLS files are loaded only once every value parsed
+        errors.extend(_tls_errors(path, settings, pools, values_at))
     if errors:
         raise ConfErrors(errors)
     return Config(path=path, settings=settings, pools=pools, secrets=secrets)
+
+
+def _tls_errors(
+    path: str, settings: dict[str, Any], pools: dict[str, PoolConfig], values_at: dict[str, Position]
+) -> list[ConfError]:
+    """TLS files that cannot be loaded, where TLS is on (run would stop on them)."""
+    scopes = [(pool.settings, f"backend.{pool.db}.{pool.name}.", "") for pool in pools.values()]
+    if settings["broker.mode"] != "embedded":
+        scopes.append((settings, "", "broker."))
+    errors: list[ConfError] = []
+    for scope, key_prefix, prefix in scopes:
+        if not scope[f"{prefix}ssl"]:
+            continue
+        for key, message in tls_problems(scope, prefix):
+            where = values_at.get(key_prefix + key) or values_at.get(f"{key_prefix}{prefix}ssl") or Position(path, 1, 1)
+            errors.append(ConfError(where, f"{key_prefix}{key}: {message}"))
+    return errors
 
 
 def load_config(path: str | Path) -> Config:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from bridge.conf.schema import GLOBAL, POOL_BY_DB, POOL_COMMON, Setting
@@ -17,9 +18,10 @@ space outside a quoted string). Values are strings, integers, `on`/`off`, durati
 `5s`, `2m`, `2h`, `1d`; a bare number is seconds), sizes (`512B`, `64KB`, `64MB`, `1GB`) or JSON.
 `${VAR}` is replaced by the environment variable `VAR`, `${VAR:-default}` by `default` when it
 is unset; an unset `${VAR}` without default is an error. Every key is validated: an unknown key,
-a bad value or a duplicate is reported as `path:line:col: message`, all of them at once, and
-`hookbridge run` does not start. Values of secret keys (passwords, API secrets) never appear in
-logs, error messages, `/metrics` or `/healthz`.
+a bad value (out of the range the "takes" column gives, a string with a control character, a
+`spool.dir` that is not a writable directory) or a duplicate is reported as
+`path:line:col: message`, all of them at once, and `hookbridge run` does not start. Values of
+secret keys (passwords, API secrets) never appear in logs, error messages, `/metrics` or `/healthz`.
 
 Addresses (`server`, `nodes`, `broker.server`, the listeners) are `host:port` only. A URL or a
 `user:password@host` there is refused by `check` and `run` with its `path:line:col`, and the
@@ -33,6 +35,18 @@ password in its user info shows as `***`. A secret is masked where it stands as 
 
 Hook lines (`backend.<db>.hook....`) do not go here: they live in `rules/*.conf` (docs/rules.md).
 """
+
+
+def default_text(setting: Setting) -> str:
+    """The default as it is written in a file ("" when there is none to write)."""
+    value: Any = setting.default
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, tuple):
+        return f"{value[0]}:{value[1]}"
+    if isinstance(value, dict):
+        return json.dumps(value)
+    return "" if value is None else str(value)
 
 
 def _default(setting: Setting) -> str:
@@ -49,10 +63,11 @@ def _default(setting: Setting) -> str:
 
 
 def _table(settings: dict[str, Setting], prefix: str = "") -> list[str]:
-    rows = ["| key | default | meaning |", "|---|---|---|"]
+    rows = ["| key | default | takes | meaning |", "|---|---|---|---|"]
     for key, setting in settings.items():
         secret = " (secret)" if setting.secret else ""
-        rows.append(f"| `{prefix}{key}` | `{_default(setting)}` | {setting.doc}{secret} |")
+        takes = setting.parse.__doc__ or ""
+        rows.append(f"| `{prefix}{key}` | `{_default(setting)}` | {takes} | {setting.doc}{secret} |")
     return rows
 
 

@@ -10,7 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bridge.conf import addresses as a
 from bridge.conf import values as v
+from bridge.topics import filter_error
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,21 +24,43 @@ class Setting:
     example: str | None = None  # how it looks in a file, for the docs
 
 
+def topic_filter(text: str) -> str:
+    value = v.string(required=True)(text)
+    problem = filter_error(value)
+    if problem:
+        raise ValueError(problem if problem.startswith("bad") else f"bad topic filter: {problem}")
+    return value
+
+
+topic_filter.__doc__ = "MQTT topic filter"
+
+# MongoDB database names: no path or shell characters, under 64 bytes.
+MONGO_NAME = v.described(
+    'text, not empty, at most 63 bytes, without space or any of `/\\."$*<>:?` and `\\|`',
+    v.string(required=True, max_bytes=63, forbidden='/\\. "$*<>:|?'),
+)
+
 GLOBAL: dict[str, Setting] = {
-    "node.name": Setting(v.parse_str, "hookbridge@127.0.0.1", "name of this bridge node; stored as `node`"),
+    "node.name": Setting(
+        v.string(required=True, max_bytes=255), "hookbridge@127.0.0.1", "name of this bridge node; stored as `node`"
+    ),
     "broker.mode": Setting(
         v.enum_of("embedded", "emqx", "mqtt"),
         "embedded",
         "where events come from: embedded broker, EMQX 5, any MQTT broker",
     ),
     "broker.listener.tcp": Setting(
-        v.parse_hostport, ("127.0.0.1", 1883), "embedded mode: MQTT listener address", example="127.0.0.1:1883"
+        a.parse_listener, ("127.0.0.1", 1883), "embedded mode: MQTT listener address", example="127.0.0.1:1883"
     ),
     "broker.max_offline_messages": Setting(
-        v.parse_int, 100_000, "embedded mode: QoS 1/2 messages kept per offline persistent session"
+        v.int_in(0, 100_000_000),
+        100_000,
+        "embedded mode: QoS 1/2 messages kept per offline persistent session; 0: no limit",
     ),
-    "broker.server": Setting(v.parse_hostport, ("127.0.0.1", 1883), "external modes: broker to connect to"),
-    "broker.clientid": Setting(v.parse_str, "hookbridge-1", "external modes: fixed client id (session persists)"),
+    "broker.server": Setting(a.parse_hostport, ("127.0.0.1", 1883), "external modes: broker to connect to"),
+    "broker.clientid": Setting(
+        v.string(required=True), "hookbridge-1", "external modes: fixed client id (session persists)"
+    ),
     "broker.username": Setting(v.parse_str, "", "external modes: username"),
     "broker.password": Setting(v.parse_str, "", "external modes: password", secret=True),
     "broker.ssl": Setting(v.parse_bool, False, "external modes: TLS to the broker"),
@@ -44,27 +68,34 @@ GLOBAL: dict[str, Setting] = {
     "broker.ssl.certfile": Setting(v.parse_str, "", "client certificate"),
     "broker.ssl.keyfile": Setting(v.parse_str, "", "client key"),
     "broker.ssl.verify": Setting(v.parse_bool, True, "verify the broker's certificate"),
-    "broker.shared_group": Setting(v.parse_str, "", "subscribe through $share/<group>/<filter>; empty: plain"),
-    "broker.receive_maximum": Setting(v.parse_int, 1024, "QoS 1 messages in flight to the bridge"),
-    "broker.session_expiry": Setting(
-        v.parse_duration, 7 * 86400.0, "external modes: how long the broker keeps the bridge's session", example="7d"
+    "broker.shared_group": Setting(
+        v.string(forbidden="/+#"), "", "subscribe through $share/<group>/<filter>; empty: plain"
     ),
-    "broker.emqx.api": Setting(v.parse_str, "http://127.0.0.1:18083", "emqx mode: REST API base URL"),
+    "broker.receive_maximum": Setting(v.int_in(1, 65535), 1024, "QoS 1 messages in flight to the bridge"),
+    "broker.session_expiry": Setting(
+        v.duration_in(0, 0xFFFFFFFF),
+        7 * 86400.0,
+        "external modes: how long the broker keeps the bridge's session",
+        example="7d",
+    ),
+    "broker.emqx.api": Setting(a.http_url, "http://127.0.0.1:18083", "emqx mode: REST API base URL"),
     "broker.emqx.api_key": Setting(v.parse_str, "", "emqx mode: API key", secret=True),
     "broker.emqx.api_secret": Setting(v.parse_str, "", "emqx mode: API secret", secret=True),
     "broker.emqx.event_topic": Setting(
-        v.parse_str, "hookbridge/events/#", "emqx mode: where EMQX rules republish $events/*"
+        topic_filter, "hookbridge/events/#", "emqx mode: where EMQX rules republish $events/*"
     ),
     "metrics.listener": Setting(
-        v.optional_hostport, ("127.0.0.1", 9100), "GET /metrics and /healthz; `off` disables", example="127.0.0.1:9100"
+        a.optional_listener, ("127.0.0.1", 9100), "GET /metrics and /healthz; `off` disables", example="127.0.0.1:9100"
     ),
     "spool.dir": Setting(
-        v.parse_str,
+        v.writable_dir,
         "data/spool",
         "on-disk spool for actions a pool cannot write now (database down, queue full); relative to the "
         "working directory",
     ),
-    "spool.max_bytes": Setting(v.parse_size, 1 << 30, "bound of the spool, all pools together", example="1GB"),
+    "spool.max_bytes": Setting(
+        v.size_in(64 << 10, 16 << 40), 1 << 30, "bound of the spool, all pools together", example="1GB"
+    ),
     "spool.overflow": Setting(
         v.enum_of("block", "drop_oldest"),
         "block",
@@ -76,8 +107,8 @@ GLOBAL: dict[str, Setting] = {
 }
 
 POOL_COMMON: dict[str, Setting] = {
-    "server": Setting(v.parse_hostport, None, "database address", example="127.0.0.1:6379"),
-    "pool_size": Setting(v.parse_int, 8, "connections in the pool"),
+    "server": Setting(a.parse_hostport, None, "database address", example="127.0.0.1:6379"),
+    "pool_size": Setting(v.int_in(1, 1024), 8, "connections in the pool"),
     "username": Setting(v.parse_str, "", "login name"),
     "password": Setting(v.parse_str, "", "password", secret=True),
     "auto_schema": Setting(v.parse_bool, True, "create missing tables / keyspace / indexes at start"),
@@ -86,43 +117,46 @@ POOL_COMMON: dict[str, Setting] = {
     "ssl.certfile": Setting(v.parse_str, "", "client certificate"),
     "ssl.keyfile": Setting(v.parse_str, "", "client key"),
     "ssl.verify": Setting(v.parse_bool, True, "verify the server certificate and host name"),
-    "batch_size": Setting(v.parse_int, 2000, "most actions written in one batch"),
-    "batch_time": Setting(v.parse_duration, 0.005, "longest wait to fill a batch", example="5ms"),
-    "max_inflight": Setting(v.parse_int, 4, "batches written concurrently (ordering lanes)"),
-    "queue_size": Setting(v.parse_int, 100_000, "actions waiting in memory before back-pressure"),
-    "retry_backoff_max": Setting(v.parse_duration, 5.0, "longest pause between retries", example="5s"),
+    "batch_size": Setting(v.int_in(1, 100_000), 2000, "most actions written in one batch"),
+    "batch_time": Setting(v.duration_in(0, 60), 0.005, "longest wait to fill a batch", example="5ms"),
+    "max_inflight": Setting(v.int_in(1, 256), 4, "batches written concurrently (ordering lanes)"),
+    "queue_size": Setting(v.int_in(1, 100_000_000), 100_000, "actions waiting in memory before back-pressure"),
+    "retry_backoff_max": Setting(v.duration_in(0.01, 3600), 5.0, "longest pause between retries", example="5s"),
     "request_timeout": Setting(
-        v.parse_duration,
+        v.duration_in(0.1, 3600),
         5.0,
         "a request the database has not answered within this time means the pool is down (a stalled "
         "server, a dead network path): /healthz reports it and its actions go to the spool",
         example="5s",
     ),
     "trim_interval": Setting(
-        v.parse_duration, 60.0, "how often expired messages are removed (rules with expired_time)", example="60s"
+        v.duration_in(0.1, 86400),
+        60.0,
+        "how often expired messages are removed (rules with expired_time)",
+        example="60s",
     ),
 }
 
 POOL_BY_DB: dict[str, dict[str, Setting]] = {
     "redis": {
         "type": Setting(v.enum_of("single"), "single", "deployment type (single node)"),
-        "database": Setting(v.parse_int, 0, "Redis logical database number"),
+        "database": Setting(v.int_in(0, 2**31 - 1), 0, "Redis logical database number"),
     },
-    "pgsql": {"database": Setting(v.parse_str, "mqtt", "database name")},
+    "pgsql": {"database": Setting(v.string(required=True, max_bytes=63), "mqtt", "database name")},
     "mongo": {
         "server": Setting(
-            v.parse_hostports, None, "server address, or several, comma-separated", example="127.0.0.1:27017"
+            a.parse_hostports, None, "server address, or several, comma-separated", example="127.0.0.1:27017"
         ),
         "type": Setting(v.enum_of("single", "rs"), "single", "single server or replica set"),
-        "database": Setting(v.parse_str, "mqtt", "database name"),
+        "database": Setting(MONGO_NAME, "mqtt", "database name"),
         "login": Setting(v.parse_str, "", "login name (EMQX's name for `username`; either works)"),
-        "auth_source": Setting(v.parse_str, "admin", "authentication database"),
+        "auth_source": Setting(MONGO_NAME, "admin", "authentication database"),
         "replica_set": Setting(v.parse_str, "", "replica set name"),
     },
     "cassa": {
-        "nodes": Setting(v.parse_hostports, None, "contact points", example="127.0.0.1:9042"),
+        "nodes": Setting(a.parse_hostports, None, "contact points", example="127.0.0.1:9042"),
         "keyspace": Setting(v.parse_identifier, "mqtt", "keyspace"),
-        "local_datacenter": Setting(v.parse_str, "datacenter1", "local data center for routing"),
+        "local_datacenter": Setting(v.string(required=True), "datacenter1", "local data center for routing"),
         "consistency": Setting(
             v.enum_of("ONE", "LOCAL_ONE", "QUORUM", "LOCAL_QUORUM", "EACH_QUORUM", "ALL"),
             "LOCAL_QUORUM",
@@ -133,7 +167,7 @@ POOL_BY_DB: dict[str, dict[str, Setting]] = {
             {"class": "SimpleStrategy", "replication_factor": 1},
             "keyspace replication (JSON), e.g. NetworkTopologyStrategy with a factor per data center",
         ),
-        "concurrency": Setting(v.parse_int, 256, "requests in flight at once (all lanes of the pool together)"),
+        "concurrency": Setting(v.int_in(1, 32768), 256, "requests in flight at once (all lanes of the pool together)"),
     },
 }
 

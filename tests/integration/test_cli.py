@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import IO
 
 import pytest
 import redis as redis_sync
@@ -176,3 +179,96 @@ def test_run_serves_metrics_health_reloads_and_stops(home: Path, redis_db: redis
     assert "reload refused: rules/r.conf:1:65: unknown function 'on_client_conect'" in stderr
     assert "rules reloaded: 2 rules" in stderr
     assert "hookbridge stopped" in stderr
+
+
+# Issue 13 item 4: what `run` would refuse, `check` refuses first, with the same lines from both.
+ITEM4_CONFIG = (
+    "broker.listener.tcp = [::1\n"
+    "broker.max_offline_messages = 0\n"
+    "backend.redis.pool1.server = 127.0.0.1:{redis_port}\n"
+    "backend.redis.pool1.database = -1\n"
+    "spool.dir = /etc/passwd\n"
+    "backend.redis.pool1.queue_size = -5\n"
+    "backend.redis.pool1.batch_size = 0\n"
+    "backend.redis.pool1.pool_size = 1e29\n"
+    'node.name = "a\\u0000b"\n'
+)
+ITEM4_RULES = (
+    'backend.redis.hook.message.publish.1 = {"action": {"commands": ["FOOBAR k:${clientid} ${payload}"]}}\n'
+    "backend.redis.hook.message.publish.2 = " + "[" * 5000 + "]" * 5000 + "\n"
+)
+
+
+def test_check_and_run_refuse_item_4_values_with_the_same_lines(home: Path, redis_port: int) -> None:
+    (home / "config" / "bridge.conf").write_text(ITEM4_CONFIG.format(redis_port=redis_port))
+    (home / "rules" / "r.conf").write_text(ITEM4_RULES)
+    config_lines = [
+        "config/bridge.conf:1:23: broker.listener.tcp: expected [IPv6 address]:port, got '[::1'",
+        "config/bridge.conf:4:32: backend.redis.pool1.database: expected an integer from 0 to 2147483647, got '-1'",
+        "config/bridge.conf:5:13: spool.dir: /etc/passwd exists and is not a directory",
+        "config/bridge.conf:6:34: backend.redis.pool1.queue_size: expected an integer from 1 to 100000000, got '-5'",
+        "config/bridge.conf:7:34: backend.redis.pool1.batch_size: expected an integer from 1 to 100000, got '0'",
+        "config/bridge.conf:8:33: backend.redis.pool1.pool_size: expected an integer from 1 to 1024, got '1e29'",
+        "config/bridge.conf:9:13: node.name: contains the control character U+0000",
+        "7 problems found",
+    ]
+    for command in ("check", "run"):
+        result = hookbridge(command, cwd=home)
+        assert (result.returncode, result.stderr.splitlines()) == (2, config_lines), command
+    (home / "config" / "bridge.conf").write_text(f"backend.redis.pool1.server = 127.0.0.1:{redis_port}\n")
+    rule_lines = [
+        "rules/r.conf:1:66: unknown Redis command 'FOOBAR'",
+        "rules/r.conf:2:72: bad JSON: nested deeper than 32 levels",
+        "2 problems found",
+    ]
+    for command in ("check", "run"):
+        result = hookbridge(command, cwd=home)
+        assert (result.returncode, result.stderr.splitlines()) == (2, rule_lines), command
+
+
+def read_lines(stream: IO[str]) -> tuple[queue.Queue[str], threading.Thread]:
+    """The lines of a child's stderr as they come (a thread reads until the child closes it)."""
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in stream], daemon=True)
+    reader.start()
+    return lines, reader
+
+
+def wait_for_line(lines: queue.Queue[str], text: str, seen: list[str]) -> None:
+    deadline = time.monotonic() + 20
+    while not any(text in line for line in seen):
+        seen.append(lines.get(timeout=max(0.1, deadline - time.monotonic())))
+
+
+def test_run_on_ipv6_with_no_offline_limit_and_a_deeply_nested_reload(home: Path, redis_port: int) -> None:
+    mqtt, _ = ports(home)
+    (home / "config" / "bridge.conf").write_text(
+        f"broker.listener.tcp = [::1]:{mqtt}\nbroker.max_offline_messages = 0\nmetrics.listener = off\n"
+        f"backend.redis.pool1.server = 127.0.0.1:{redis_port}\n"
+    )
+    (home / "rules" / "r.conf").write_text(GOOD_RULES)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bridge", "run"],
+        cwd=home,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert process.stderr is not None
+    (lines, reader), seen = read_lines(process.stderr), []
+    try:
+        wait_for_line(lines, "running: 1 rules", seen)
+        with socket.socket(socket.AF_INET6) as sock:  # the listener is on IPv6 loopback
+            assert sock.connect_ex(("::1", mqtt)) == 0
+        (home / "rules" / "r.conf").write_text(ITEM4_RULES)
+        process.send_signal(signal.SIGHUP)
+        wait_for_line(lines, "reload refused: keeping the 1 rules loaded before", seen)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+    reader.join(timeout=10)
+    log = "".join(seen) + "".join(lines.get() for _ in range(lines.qsize()))
+    assert "reload refused: rules/r.conf:2:72: bad JSON: nested deeper than 32 levels" in log
+    assert "reload refused: rules/r.conf:1:66: unknown Redis command 'FOOBAR'" in log
+    assert "Traceback" not in log and "never retrieved" not in log
+    assert process.returncode == 0

@@ -295,6 +295,28 @@ async def test_offline_queue_is_bounded_oldest_dropped(
     await publish_marker(env, "ob/t", sub)
 
 
+async def test_max_offline_messages_0_keeps_every_message(
+    start_broker: Callable[..., Awaitable[tuple[EmbeddedBroker, RecordingSink]]],
+    paho_clients: Callable[..., PahoClient],
+    raw_connect: Callable[..., Awaitable[tuple[RawClient, Any]]],
+) -> None:
+    """0 means no count limit (as Mosquitto's max_queued_messages 0 and SPEC 6.1), not "keep none"."""
+    broker, sink = await start_broker(max_offline_messages=0)
+    env = Env(broker, sink, paho_clients, raw_connect)
+    sub = await env.client("ol", clean_session=False)
+    await sub.subscribe(("ol/t", 1))
+    await sub.disconnect()
+    watcher = await env.client("ol-watch")
+    await watcher.subscribe(("ol/t", 1))
+    pub = await env.client("ol-pub")
+    for i in range(50):
+        await pub.publish("ol/t", str(i).encode(), 1)
+    assert [(await watcher.message()).payload for _ in range(50)][-1] == b"49"
+    assert broker.dropped_messages == 0
+    sub = await env.client("ol", clean_session=False, expect_present=True)
+    assert [(await sub.message()).payload for _ in range(50)] == [str(i).encode() for i in range(50)]
+
+
 async def test_message_published_before_a_subscription_is_not_routed_to_it(env: Env) -> None:
     """live_from: a fetch stops before it, live routing starts at it; nothing twice, nothing lost."""
     plain, retaining = await env.client("lf-pub1"), await env.client("lf-pub2")

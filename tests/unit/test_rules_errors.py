@@ -66,7 +66,7 @@ CASES = [
     (
         'backend.redis.hook.session.subscribed.1 = {"action": {"function": "on_message_fetch_for_queue"}, '
         '"offline_opts": {"max_returned_count": 0}}',
-        f"{P}:1:115: max_returned_count must be a positive integer",
+        f"{P}:1:115: max_returned_count must be an integer from 1 to 100000",
     ),
     ("backend.redis.hook.client.connected.1", f"{P}:1:1: expected 'key = value'"),
 ]
@@ -78,6 +78,81 @@ def test_broken_line_is_pinned(line: str, expected: str) -> None:
     rules, errors = parse_rules(P, line + "\n", ctx)
     assert [str(e) for e in errors] == [expected]
     assert rules == []
+
+
+PUBLISH = "backend.redis.hook.message.publish.1 = "
+FETCH = 'backend.redis.hook.session.subscribed.1 = {"action": {"function": "on_message_fetch_for_pubsub"}, '
+
+# Issue 13 item 4: values `run` would refuse (at start or on every event) are refused when the rules load.
+VALUE_CASES = [
+    (
+        PUBLISH + '{"action": {"commands": ["FOOBAR k:${clientid} v"]}}',
+        f"{P}:1:66: unknown Redis command 'FOOBAR'",
+    ),
+    (
+        PUBLISH + '{"action": {"commands": ["HSET a b c", "  HSETT a:${clientid} b c"]}}',
+        f"{P}:1:82: unknown Redis command 'HSETT' (did you mean HSET?)",
+    ),
+    (
+        PUBLISH + '{"action": {"commands": ["SET k:${clientid}"]}}',
+        f"{P}:1:66: Redis SET takes at least 2 arguments, got 1",
+    ),
+    (PUBLISH + '{"action": {"commands": ["GET a b"]}}', f"{P}:1:66: Redis GET takes 1 argument, got 2"),
+    (
+        PUBLISH + '{"action": {"commands": ["SELECT 2"]}}',
+        f"{P}:1:66: Redis SELECT cannot run in a rule: it changes the state of a pooled connection "
+        "(the pool's settings choose database and login)",
+    ),
+    (
+        PUBLISH + '{"action": {"commands": ["BLPOP q 0"]}}',
+        f"{P}:1:66: Redis BLPOP cannot run in a rule: it blocks a pooled connection",
+    ),
+    (PUBLISH + '{"a": ' * 40 + "1" + "}" * 40, f"{P}:1:232: bad JSON: nested deeper than 32 levels"),
+    (PUBLISH + "[" * 100_000 + "]" * 100_000, f"{P}:1:72: bad JSON: nested deeper than 32 levels"),
+    (
+        PUBLISH + '{"action": {"function": "on_message_publish"}, "expired_time": 1' + "0" * 5000 + "}",
+        f"{P}:1:103: bad JSON: a number is too long",
+    ),
+    (
+        PUBLISH + '{"action": {"commands": ["SET k\\u0000 v"]}}',
+        f"{P}:1:71: bad JSON: a string contains the control character U+0000",
+    ),
+    (
+        PUBLISH + '{"action": {"commands": ["SET k v"], "pipline": false}}',
+        f"{P}:1:77: unknown key 'pipline' in a commands action",
+    ),
+    (
+        PUBLISH + '{"action": {"function": "on_message_publish"}, "expired_time": 630720001}',
+        f"{P}:1:87: expired_time must be a whole number of seconds from 1 to 630720000 (20 years)",
+    ),
+    (
+        FETCH + '"offline_opts": {"time_range": "0s"}}',
+        f"{P}:1:116: time_range: expected a duration from 1s to 36500d, got '0s'",
+    ),
+    (
+        FETCH + '"offline_opts": {"max_returned_count": 100001}}',
+        f"{P}:1:116: max_returned_count must be an integer from 1 to 100000",
+    ),
+    (
+        'backend.pgsql.hook.message.publish.1 = {"action": {"sql": ["delete from t"], "pipeline": false}}',
+        f"{P}:1:78: unknown key 'pipeline' in a sql action",
+    ),
+]
+
+
+@pytest.mark.parametrize(("line", "expected"), VALUE_CASES)
+def test_value_run_would_refuse_is_pinned(line: str, expected: str) -> None:
+    ctx = rule_context(make_config(extra="backend.pgsql.pool1.server = 127.0.0.1:5432\n"), Path("templates"))
+    rules, errors = parse_rules(P, line + "\n", ctx)
+    assert [str(e) for e in errors] == [expected]
+    assert rules == []
+
+
+def test_redis_commands_that_are_checked_only_per_event_load() -> None:
+    """Module commands (a dot) and a placeholder as the name cannot be known when the rules load."""
+    line = PUBLISH + '{"action": {"commands": ["set k v", "JSON.SET k $ ${payload}", "${topic} k"]}}'
+    rules, errors = parse_rules(P, line + "\n", rule_context(make_config(), Path("templates")))
+    assert errors == [] and len(rules) == 1
 
 
 def test_duplicate_key_names_the_first() -> None:

@@ -87,8 +87,8 @@ class SessionState:
         return self.conn is not None
 
     def enqueue(self, message: Outgoing) -> None:
-        """Queue a message for this session; when the queue is full drop its oldest."""
-        if len(self.outbox) >= self.max_queue:
+        """Queue a message for this session; when the queue is full drop its oldest (max_queue 0: never full)."""
+        if self.max_queue and len(self.outbox) >= self.max_queue:
             self.outbox.popleft()
             self.dropped += 1
             now = time.monotonic()

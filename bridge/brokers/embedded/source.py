@@ -44,10 +44,10 @@ class EmbeddedBroker(BrokerSource):
         *,
         node: str,
         msgids: MsgIdGenerator,
-        max_offline_messages: int = 100_000,
+        max_offline_messages: int = 100_000,  # per offline session; 0: no count limit (as Mosquitto)
     ) -> None:
-        if max_offline_messages < 1:
-            raise ValueError("max_offline_messages must be at least 1")
+        if max_offline_messages < 0:
+            raise ValueError("max_offline_messages must be 0 (no limit) or more")
         self._listen = listen
         self._node = node
         self._msgids = msgids

@@ -1,0 +1,43 @@
+"""TLS files, loaded the way `run` loads them, so `check` refuses what would stop the start.
+
+Only where TLS is on: the broker connection in the external modes, and every pool with
+`ssl = on`. A key protected by a passphrase is refused (nothing could type it in).
+"""
+
+from __future__ import annotations
+
+import ssl
+from typing import Any
+
+
+def _no_passphrase() -> str:
+    raise ValueError("the key is protected by a passphrase; give an unencrypted key")
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, ssl.SSLError):
+        return f"not a PEM file this needs ({exc.reason or exc})"
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    return str(exc)
+
+
+def tls_problems(settings: dict[str, Any], prefix: str) -> list[tuple[str, str]]:
+    """(key, message) for each TLS file under `prefix` ("broker." or "") that cannot be loaded."""
+    cafile, certfile, keyfile = (settings[f"{prefix}ssl.{name}"] for name in ("cafile", "certfile", "keyfile"))
+    try:
+        context = ssl.create_default_context(cafile=cafile or None)
+    except (OSError, ssl.SSLError) as exc:
+        return [(f"{prefix}ssl.cafile", f"cannot load {cafile}: {_reason(exc)}")]
+    if keyfile and not certfile:
+        return [
+            (f"{prefix}ssl.keyfile", f"{prefix}ssl.keyfile needs {prefix}ssl.certfile (the certificate it goes with)")
+        ]
+    if certfile:
+        try:
+            context.load_cert_chain(certfile, keyfile or None, password=_no_passphrase)
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            key = f"{prefix}ssl.keyfile" if keyfile and isinstance(exc, ValueError) else f"{prefix}ssl.certfile"
+            shown = f"{certfile} and {keyfile}" if keyfile else certfile
+            return [(key, f"cannot load {shown}: {_reason(exc)}")]
+    return []
