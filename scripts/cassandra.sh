@@ -225,6 +225,7 @@ else
   write_conf
   mkdir -p "$BASE/data" "$BASE/commitlog" "$BASE/saved_caches" "$BASE/hints" "$BASE/cdc_raw"
   start_node
+  started_here
 fi
 started=$SECONDS
 while ! ready --setup; do

@@ -162,6 +162,7 @@ fi
 (cd "$BASE" && exec setsid nohup "$BIN" -listen-addr "127.0.0.1:$PORT" -data-dir "$BASE/data" "${TLS_ARGS[@]}" \
   </dev/null >>"$LOG" 2>&1 8>&- 9>&-) &
 echo $! >"$PIDFILE"
+started_here
 for _ in $(seq 1 150); do
   ready && exit 0
   our_pid >/dev/null || fail_start "it exited"

@@ -9,14 +9,35 @@ say() { printf '\033[1m==>\033[0m %s\n' "$*" >&2; }
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
+# apt_get ARGS...: apt-get as root, waiting up to 10 minutes for dpkg's lock when another apt-get
+# (a second script, unattended-upgrades) holds it, instead of failing at once.
+apt_get() { as_root env DEBIAN_FRONTEND=noninteractive LC_ALL=C apt-get -o DPkg::Lock::Timeout=600 "$@"; }
+
+# apt_update: `apt-get update`, which takes the package lists' lock, and DPkg::Lock::Timeout does
+# not cover that one (apt 2.6 fails at once): retry while another apt holds it, up to 10 minutes.
+apt_update() {
+  local err waited=0
+  while ! err="$(apt_get update -qq 2>&1 >/dev/null)"; do
+    case "$err" in
+      *"Could not get lock"*) ;;
+      *) printf '%s\n' "$err" >&2; return 1 ;;
+    esac
+    if [ "$waited" -ge 600 ]; then printf '%s\n' "$err" >&2; return 1; fi
+    [ "$waited" -eq 0 ] && say "waiting for another apt-get to release the package lists (up to 10 minutes)"
+    sleep 1
+    waited=$((waited + 1))
+  done
+  [ -z "$err" ] || printf '%s\n' "$err" >&2
+}
+
 # apt_install PKG... : install Debian packages that are missing (one apt-get update per run).
 apt_install() {
   local missing=()
   for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
   [ ${#missing[@]} -eq 0 ] && return 0
   say "installing Debian packages: ${missing[*]}"
-  if [ ! -f "$RUN_DIR/.apt-updated" ]; then as_root apt-get update -qq && touch "$RUN_DIR/.apt-updated"; fi
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if [ ! -f "$RUN_DIR/.apt-updated" ]; then apt_update && touch "$RUN_DIR/.apt-updated"; fi
+  apt_get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
 # python_env [extras]: the project's virtualenv, reinstalled only when pyproject.toml changes.
@@ -65,6 +86,15 @@ run_as() {
     fi
   else
     sudo -u "$user" -- "$@"
+  fi
+}
+
+# started_here: a service script has just started its server on PORT. When the caller asked for a
+# record (HOOKBRIDGE_SERVICES_STARTED names a file; scripts/test.sh does), note "SCRIPT PORT" there,
+# so that it can stop what it started and leave alone what was already running.
+started_here() {
+  if [ -n "${HOOKBRIDGE_SERVICES_STARTED:-}" ]; then
+    printf '%s %s\n' "$(basename "$0")" "$PORT" >>"$HOOKBRIDGE_SERVICES_STARTED"
   fi
 }
 

@@ -72,6 +72,7 @@ if [ "$(id -u)" = 0 ]; then echo "user root" >>"$DIR/mosquitto.conf"; fi
 say "starting Mosquitto on 127.0.0.1:$PORT (config, log and data in ${DIR#$ROOT/})"
 # -d daemonizes after the listener is open.
 mosquitto -c "$DIR/mosquitto.conf" -d
+started_here
 for _ in $(seq 1 50); do
   answers && exit 0
   sleep 0.1

@@ -129,6 +129,7 @@ EOF
     say "starting PostgreSQL on 127.0.0.1:$PORT (log in ${LOG#$ROOT/})"
     out="$(as_owner "$BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 30 start 2>&1 9>&-)" \
       || fail_start "pg_ctl start failed: $(printf '%s' "$out" | tail -n 1)"
+    started_here
     for _ in $(seq 1 100); do
       ready && break
       sleep 0.1

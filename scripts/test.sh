@@ -1,9 +1,46 @@
 #!/usr/bin/env bash
 # One command: install what the tests need, then run lint, types and the whole test suite.
+#   scripts/test.sh [--keep-services] [pytest arguments...]
 # The test fixtures start the servers they use (Redis, Mosquitto, PostgreSQL, FerretDB, Cassandra)
 # through the scripts here. FerretDB is started up front too: its first build (Go, about a minute)
 # then happens here, with its own progress line, rather than inside the first test that needs it.
+# At the end (also on failure or Ctrl-C) it stops the servers this run started; servers that were
+# already running and were reused keep running. --keep-services (or KEEP_SERVICES=1) keeps them
+# all, for fast re-runs, and prints the commands that stop them. The exit status is pytest's
+# (or that of the first step that failed).
 . "$(dirname "$0")/lib.sh"
+
+keep="${KEEP_SERVICES:-0}"
+if [ "${1:-}" = --keep-services ]; then
+  keep=1
+  shift
+fi
+# Each service script notes here what it started (lib.sh's started_here): the fixtures' starts too.
+export HOOKBRIDGE_SERVICES_STARTED="$RUN_DIR/test-$$.started"
+: >"$HOOKBRIDGE_SERVICES_STARTED"
+
+# Stop (or with --keep-services, list) what this run started, newest first. The exit status stays
+# the one the run ended with: pytest's, or that of the step that failed.
+finish() {
+  local status=$? script port
+  trap - EXIT INT TERM
+  if [ -n "$(jobs -p)" ]; then
+    say "waiting for the background Cassandra start to finish"
+    wait || true
+  fi
+  while read -r script port; do
+    if [ "$keep" = 1 ]; then
+      say "kept running: scripts/$script $port (stop it with: scripts/$script $port stop)"
+    else
+      bash "$ROOT/scripts/$script" "$port" stop || say "could not stop scripts/$script $port"
+    fi
+  done < <(tac "$HOOKBRIDGE_SERVICES_STARTED" | awk '!seen[$0]++')
+  rm -f "$HOOKBRIDGE_SERVICES_STARTED"
+  exit "$status"
+}
+trap finish EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 apt_install redis-server mosquitto postgresql libpostgresql-jdbc-java openjdk-17-jre-headless maven chromium
 python_env test
 # The Spark reports' connector jars (Maven Central) and JDBC driver (Debian), once into .spark-jars/.
@@ -19,4 +56,4 @@ say "ruff"
 say "mypy"
 "$VENV/bin/mypy"
 say "pytest"
-exec "$VENV/bin/pytest" -q "$@"
+"$VENV/bin/pytest" -q "$@"

@@ -7,6 +7,7 @@ paho clients. Client events come from Mosquitto's log lines on `$SYS/broker/log/
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import uuid
 from collections.abc import Callable
@@ -18,7 +19,7 @@ import redis as redis_sync
 from bridge.app import Bridge
 from bridge.brokers.mqtt import MqttSource
 from support.bridges import BridgeFactory, eventually
-from support.services import start_mosquitto
+from support.services import ROOT, start_mosquitto
 from tests.integration.conftest import PahoClient
 from tests.integration.mqtt_support import MOSQUITTO_PORT, external_config
 
@@ -149,6 +150,46 @@ async def test_two_bridges_on_one_shared_subscription_store_every_message_once(
     # both processes took part of the stream
     assert one.metrics.events["message.publish"] > 0 and two.metrics.events["message.publish"] > 0
     assert one.metrics.events["message.publish"] + two.metrics.events["message.publish"] == total
+
+
+async def test_the_shipped_mqtt_rules_store_client_events_beside_their_hash_rule(
+    mosquitto: int,
+    make_bridge: BridgeFactory,
+    redis_db: redis_sync.Redis,
+    tmp_path: Path,
+    paho_clients: Callable[..., PahoClient],
+) -> None:
+    """deploy/rules-mqtt has `message.publish` rules on `#`: `#` never matches `$SYS/...`, so the
+    bridge must still subscribe to Mosquitto's log topics for the client events."""
+    rules = (ROOT / "deploy" / "rules-mqtt" / "redis.conf").read_text()
+    bridge = await _bridge(make_bridge, tmp_path, rules)
+    subscribed = [t for t, _ in bridge.broker.subscriptions()]  # type: ignore[attr-defined]
+    assert "#" in subscribed and "$SYS/broker/log/N" in subscribed
+
+    async def online(cid: str) -> bytes | None:
+        return redis_db.hget(f"mqtt:client:{cid}", "state")  # type: ignore[return-value]
+
+    # The log subscriptions are active once a probe's connect reaches Redis.
+    for _ in range(50):
+        probe = f"probe-{uuid.uuid4().hex[:6]}"
+        await paho_clients(mosquitto, probe).connect()
+        try:
+            await eventually(functools.partial(online, probe), lambda s: s == b"1", timeout=0.5)
+            break
+        except AssertionError:
+            continue
+    else:
+        raise AssertionError("no client event reached Redis with the shipped mqtt rules")
+
+    cid = f"dev-{uuid.uuid4().hex[:6]}"
+    dev = paho_clients(mosquitto, cid)
+    await dev.connect()
+    await eventually(lambda: online(cid), lambda s: s == b"1")
+    await dev.publish("any/where", b"hello", qos=1)
+    ids = await eventually(lambda: _read(redis_db.zrange, "mqtt:msg:any/where", 0, -1), lambda z: len(z) == 1)
+    assert redis_db.hget(b"mqtt:msg:" + ids[0], "payload") == b"hello"
+    await dev.disconnect()
+    await eventually(lambda: online(cid), lambda s: s == b"0")
 
 
 async def test_rules_needing_what_the_mode_lacks_are_refused(tmp_path: Path, make_bridge: BridgeFactory) -> None:
