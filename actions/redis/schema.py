@@ -12,6 +12,9 @@ mqtt:msg:<msgid>               hash    id, from, qos, topic, payload, ts (Unix s
 mqtt:retain:<topic>            zset    the msgid of the topic's retained message (one member)
 mqtt:acked:<clientid>:<topic>  string  last acked msgid of a pubsub subscription (`0`: before everything)
 mqtt:event_log                 stream  on_event_log entries: event, ts (ms), clientid, username, node, topic, ...
+mqtt:index:msg                 zset    topic index: topics that have a mqtt:msg:<topic> set (score 0, member topic)
+mqtt:index:retain              zset    topic index: topics that have a mqtt:retain:<topic> set
+mqtt:index:built               string  1 once the index also holds the topics written before it (delete it and restart: rebuilt)
 """
 
 
