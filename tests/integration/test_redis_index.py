@@ -139,11 +139,12 @@ async def test_wildcard_subscribe_costs_the_matching_topics_not_the_keyspace(
 
 
 IN_STEP_RULES = """
-backend.redis.hook.message.publish.1 = {"topic": "queue/#", "action": {"function": "on_message_publish"}, "expired_time": 3600}
-backend.redis.hook.message.publish.4 = {"topic": "other/#", "action": {"function": "on_message_publish"}, "expired_time": 3600}
+backend.redis.hook.message.publish.1 = {"topic": "queue/#", "action": {"function": "on_message_publish"}}
+backend.redis.hook.message.publish.4 = {"topic": "other/#", "action": {"function": "on_message_publish"}}
 backend.redis.hook.message.publish.2 = {"topic": "#", "action": {"function": "on_message_retain"}}
 backend.redis.hook.message.publish.3 = {"topic": "#", "action": {"function": "on_retain_delete"}}
 backend.redis.hook.session.subscribed.1 = {"topic": "queue/#", "action": {"function": "on_message_fetch_for_queue"}}
+backend.redis.hook.session.subscribed.2 = {"topic": "ghost/#", "action": {"function": "on_retain_lookup"}}
 backend.redis.hook.message.acked.1 = {"topic": "queue/#", "action": {"function": "on_message_acked_for_queue"}}
 """
 
@@ -151,13 +152,13 @@ backend.redis.hook.message.acked.1 = {"topic": "queue/#", "action": {"function":
 async def test_index_follows_store_ack_retain_and_expiry(
     make_bridge: BridgeFactory, redis_db: redis_sync.Redis
 ) -> None:
-    bridge = await make_bridge(IN_STEP_RULES, extra_config="backend.redis.pool1.trim_interval = 200ms\n")
+    bridge = await make_bridge(IN_STEP_RULES)  # no `expired_time`: no periodic trim here
     publisher = await Client("pub", mqtt_port(bridge)).connect()
-    for topic in ("queue/1", "queue/2", "queue/lazy", "other/trimmed"):
+    for topic in ("queue/1", "queue/2", "queue/lazy", "other/1"):
         await publisher.publish(topic, b"m", qos=1)
     await publisher.publish("lamp/1", b"on", qos=1, retain=True)
     await bridge.idle()
-    assert index_of(redis_db, keys.MSG_INDEX) == {"queue/1", "queue/2", "queue/lazy", "other/trimmed"}
+    assert index_of(redis_db, keys.MSG_INDEX) == {"queue/1", "queue/2", "queue/lazy", "other/1"}
     assert index_of(redis_db, keys.RETAIN_INDEX) == {"lamp/1"}
 
     # a queue ack deletes the topic's last message: the topic leaves the index
@@ -172,19 +173,45 @@ async def test_index_follows_store_ack_retain_and_expiry(
     await bridge.idle()
     assert index_of(redis_db, keys.RETAIN_INDEX) == set()
 
-    # expiry: the message hashes go (as EXPIRE does it); a fetch drops the topic lazily...
-    for topic in ("queue/lazy", "other/trimmed"):
-        (msgid,) = redis_db.zrange(keys.topic_list(topic), 0, -1)
-        redis_db.delete(b"mqtt:msg:" + msgid)
+    # expiry: the message hash goes (as EXPIRE does it); a fetch that meets it drops the topic
+    (msgid,) = redis_db.zrange(keys.topic_list("queue/lazy"), 0, -1)
+    redis_db.delete(b"mqtt:msg:" + msgid)
     await subscriber.subscribe("queue/+", qos=1)
     got = await subscriber.expect(1)
     assert [m.topic for m in got] == ["queue/2"]
     await bridge.idle()
-    # ... and the periodic trim drops the rest (every 200 ms)
-    await wait_until(lambda: index_of(redis_db, keys.MSG_INDEX) <= {"queue/2"}, what="expired topics unindexed")
-    assert redis_db.exists("mqtt:msg:queue/lazy", "mqtt:msg:other/trimmed") == 0
+    assert index_of(redis_db, keys.MSG_INDEX) - {"queue/2"} == {"other/1"}  # queue/2 goes with its ack
+    assert redis_db.exists("mqtt:msg:queue/lazy") == 0
+
+    # a retained-index entry whose set was deleted by hand leaves when a lookup meets it
+    redis_db.zadd(keys.RETAIN_INDEX, {"ghost/r": 0})
+    await subscriber.subscribe("ghost/+", qos=1)
+    await bridge.idle()
+    await wait_until(lambda: index_of(redis_db, keys.RETAIN_INDEX) == set(), what="stale retained entry dropped")
+    await subscriber.expect_nothing()
     for client in (publisher, subscriber):
         await client.disconnect()
+
+
+TRIM_RULES = """
+backend.redis.hook.message.publish.1 = {"topic": "#", "action": {"function": "on_message_publish"}, "expired_time": 3600}
+"""
+
+
+async def test_periodic_trim_unindexes_emptied_topics(make_bridge: BridgeFactory, redis_db: redis_sync.Redis) -> None:
+    bridge = await make_bridge(TRIM_RULES, extra_config="backend.redis.pool1.trim_interval = 200ms\n")
+    publisher = await Client("pub", mqtt_port(bridge)).connect()
+    for topic in ("kept", "expired/1", "expired/2"):
+        await publisher.publish(topic, b"m", qos=1)
+    await bridge.idle()
+    for topic in ("expired/1", "expired/2"):  # their hashes expire (as EXPIRE does it)
+        (msgid,) = redis_db.zrange(keys.topic_list(topic), 0, -1)
+        redis_db.delete(b"mqtt:msg:" + msgid)
+    redis_db.zadd(keys.MSG_INDEX, {"ghost": 0})  # an entry whose set was deleted by hand
+    await wait_until(lambda: index_of(redis_db, keys.MSG_INDEX) == {"kept"}, what="the trim to unindex")
+    assert redis_db.exists("mqtt:msg:expired/1", "mqtt:msg:expired/2") == 0
+    assert redis_db.zcard("mqtt:msg:kept") == 1
+    await publisher.disconnect()
 
 
 def _publish_job(topic: str) -> Job:
