@@ -14,7 +14,7 @@ mqtt:acked:<clientid>:<topic>  string  last acked msgid of a pubsub subscription
 mqtt:event_log                 stream  on_event_log entries: event, ts (ms), clientid, username, node, topic, ...
 mqtt:index:msg                 zset    topic index: topics that have a mqtt:msg:<topic> set (score 0, member topic)
 mqtt:index:retain              zset    topic index: topics that have a mqtt:retain:<topic> set
-mqtt:index:built               string  1 once the index also holds the topics written before it (delete it and restart: rebuilt)
+mqtt:index:built               string  1 once the index holds the topics written before it (DEL + restart: rebuild)
 """
 
 
