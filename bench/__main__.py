@@ -1,7 +1,8 @@
 """The benchmark suite, one command: every backend through the runner against its ceiling and its
-naive way, then the embedded broker with and without persistence; a summary table at the end.
+naive way, then the embedded broker with and without persistence, then the MQTT codec; a summary
+table at the end.
 
-    .venv/bin/python -m bench [--messages 50000] [--runs 5] [--only redis,pgsql,mongo,cassa,broker]
+    .venv/bin/python -m bench [--messages 50000] [--runs 5] [--only redis,pgsql,mongo,cassa,broker,codec]
 
 Each benchmark runs in its own process (so one's memory does not count against another's) and
 starts the server it needs through scripts/ (Redis 6393, PostgreSQL 5439, FerretDB 27018,
@@ -41,7 +42,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=50_000)
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--only", default=",".join((*BACKENDS, "broker")))
+    parser.add_argument("--only", default=",".join((*BACKENDS, "broker", "codec")))
     args = parser.parse_args()
     chosen = args.only.split(",")
     rows, failed = [], []
@@ -73,6 +74,11 @@ def main() -> int:
             )
             if broker is None:
                 failed.append("broker")
+        codec = None
+        if "codec" in chosen:
+            codec = run("codec_bench", ["--runs", str(min(args.runs, 3))], Path(tmp) / "codec")
+            if codec is None:
+                failed.append("codec")
     print(f"\n=== summary\nmachine: {describe()}\n")
     header = (
         "backend",
@@ -91,6 +97,11 @@ def main() -> int:
             f"{broker['persisted']:,.0f} with rules/redis.conf into Redis: persistence costs {broker['cost']:.0%} "
             f"({verdict(broker['cost'], 0.2, higher=False)}; target <= 20%), peak {broker['peak_mib']:.0f} MiB; "
             f"plain amqtt {broker['amqtt']:,.0f}"
+        )
+    if codec is not None:
+        print(
+            f"\nMQTT codec (bridge/mqtt/), CPU us per QoS 1 PUBLISH decoded: {codec['decode_311']:.2f} (3.1.1), "
+            f"{codec['decode_5']:.2f} (5.0); amqtt {codec.get('decode_amqtt', float('nan')):.2f} (target: under 5 us)"
         )
     print(
         "\np50 / p99: from handing an event to the bridge to its write committed, fed at half the runner's throughput"

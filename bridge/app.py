@@ -8,6 +8,7 @@ broker first (no new events), drains the runners, then closes the pools.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from bridge.engine import Engine
 from bridge.http import StatusServer
 from bridge.metrics import Metrics
 from bridge.msgid import MsgIdGenerator
+from bridge.redact import Redactor
 from bridge.rules import Rule, RuleContext, load_rules
 from bridge.runner import Runner
 from bridge.spool import Budget
@@ -83,6 +85,8 @@ class Bridge:
         self.config = config
         self.paths = paths
         self.metrics = Metrics()
+        # Masks secrets wherever the bridge prints (logs, /healthz); a reload adds new pools' ones.
+        self.redactor = Redactor(config.secrets)
         self.msgids = MsgIdGenerator(config["node.name"])
         self.broker = broker or self._make_broker(rules)
         self.engine = Engine(rules)
@@ -121,7 +125,7 @@ class Bridge:
 
     async def start(self) -> None:
         for pool_id in sorted(self.engine.pools):
-            await self._start_pool(pool_id)
+            self.runners[pool_id] = await self._start_pool(pool_id, self.engine.rules)
         unused = set(self.config.pools) - self.engine.pools
         for pool_id in sorted(unused):
             log.info("pool %s is configured but no rule uses it; not connecting", pool_id)
@@ -131,7 +135,7 @@ class Bridge:
         self.dispatcher.track_commits = self.broker.acks_after_commit
         listener = self.config["metrics.listener"]
         if listener is not None:
-            self.status = StatusServer(listener[0], listener[1], self.metrics.render, self.health)
+            self.status = StatusServer(listener[0], listener[1], self.metrics.render, self.health, self.redactor)
             await self.status.start()
         await self.broker.start(self.dispatcher)
         log.info(
@@ -142,21 +146,27 @@ class Bridge:
             self.broker.mode,
         )
 
-    async def _start_pool(self, pool_id: str) -> None:
+    async def _start_pool(self, pool_id: str, rules: list[Rule]) -> Runner:
+        """Connect a pool and start its runner, for `rules` (the ones loaded now, or being loaded)."""
         pool = self.config.pools[pool_id]
         ctx = FunctionContext(
             node=self.config["node.name"], broker=self.broker, pager=self.dispatcher.pager, deliveries=self.deliveries
         )
         backend = BACKENDS[pool.db](pool, ctx)
-        backend.trim_enabled = any(r.expired_time for r in self.engine.rules if r.pool == pool_id)
-        await backend.connect()
-        runner = Runner(pool, backend, self.metrics, Path(self.config["spool.dir"]), self.spool_budget)
-        runner.rules = {rule.id: rule for rule in self.engine.rules if rule.pool == pool_id}
-        runner.commit_hooks.append(self.dispatcher.job_done)  # "this job is done" (external broker acks)
-        ctx.publishes_committed = runner.publishes_committed
-        await runner.start()
-        self.runners[pool_id] = runner
+        backend.trim_enabled = any(r.expired_time for r in rules if r.pool == pool_id)  # maintenance: trim
+        try:
+            await backend.connect()
+            runner = Runner(pool, backend, self.metrics, Path(self.config["spool.dir"]), self.spool_budget)
+            runner.rules = {rule.id: rule for rule in rules if rule.pool == pool_id}
+            runner.commit_hooks.append(self.dispatcher.job_done)  # "this job is done" (external broker acks)
+            ctx.publishes_committed = runner.publishes_committed
+            await runner.start()
+        except BaseException:
+            with contextlib.suppress(Exception):  # a half-made connection pool: let it go
+                await backend.close()
+            raise
         log.info("pool %s connected", pool_id)
+        return runner
 
     async def stop(self, drain_timeout: float = 10.0) -> None:
         if self._stopped:
@@ -171,27 +181,51 @@ class Bridge:
         log.info("hookbridge stopped")
 
     async def reload(self) -> bool:
-        """Reload rules (SIGHUP). On any error the old rules stay and every error is logged."""
+        """Reload rules (SIGHUP). On any error the old rules stay and every error is logged.
+
+        Pools the new rules use for the first time are connected before anything changes; one
+        that cannot connect (a wrong password) refuses the whole reload, and the pools connected
+        for it are closed again.
+        """
         try:
             config, rules = load_all(self.paths)
         except ConfErrors as exc:
-            for error in exc.errors:
-                log.error("reload refused: %s", error)
-            log.error("reload refused: keeping the %d rules loaded before", len(self.engine.rules))
-            return False
+            return self._refuse_reload([str(error) for error in exc.errors])
+        self.redactor.add(config.secrets)
         engine = Engine(rules)
-        new_pools = engine.pools - set(self.runners)
+        new_pools = sorted(engine.pools - set(self.runners))
         self.config.pools.update({p: config.pools[p] for p in new_pools})
-        for pool_id in sorted(new_pools):
-            await self._start_pool(pool_id)
+        started: dict[str, Runner] = {}
+        for pool_id in new_pools:
+            try:
+                started[pool_id] = await self._start_pool(pool_id, rules)
+            except Exception as exc:
+                await self._forget_pools(started, new_pools)
+                return self._refuse_reload([f"pool {pool_id} cannot connect: {exc or type(exc).__name__}"])
+        self.runners.update(started)
         for rule in rules:
             self.metrics.rule_pool[rule.id] = rule.pool
         for pool_id, runner in self.runners.items():  # spooled actions of removed rules get dropped, counted
             runner.rules = {rule.id: rule for rule in rules if rule.pool == pool_id}
+            runner.backend.trim_enabled = any(rule.expired_time for rule in runner.rules.values())
         self.engine = engine
         self.dispatcher.swap(engine)
         log.info("rules reloaded: %d rules", len(rules))
         return True
+
+    def _refuse_reload(self, problems: list[str]) -> bool:
+        for problem in problems:
+            log.error("reload refused: %s", problem)
+        log.error("reload refused: keeping the %d rules loaded before", len(self.engine.rules))
+        return False
+
+    async def _forget_pools(self, started: dict[str, Runner], new_pools: list[str]) -> None:
+        """Undo a refused reload's new pools: stop what was started, drop their settings."""
+        for runner in started.values():
+            await runner.stop(1.0)  # nothing was routed to it yet
+            await runner.backend.close()
+        for pool_id in new_pools:
+            self.config.pools.pop(pool_id, None)
 
     async def idle(self) -> None:
         """Wait until every event the broker has seen is handled and written (tests, benchmarks).

@@ -14,6 +14,7 @@ from bridge import logs
 from bridge.app import BACKENDS, Bridge, Paths, load_all
 from bridge.conf.config import load_config
 from bridge.conf.errors import ConfErrors
+from bridge.redact import Redactor
 
 log = logging.getLogger("hookbridge")
 
@@ -46,7 +47,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         bridge = Bridge.load(_paths(args))
     except ConfErrors as exc:
         return _print_errors(exc)
-    logs.setup(bridge.config["log.level"], bridge.config["log.format"], bridge.config.secrets)
+    logs.setup(bridge.config["log.level"], bridge.config["log.format"], redactor=bridge.redactor)
     try:
         asyncio.run(_serve(bridge))
     except KeyboardInterrupt:
@@ -62,10 +63,15 @@ async def _serve(bridge: Bridge) -> None:
     stop = asyncio.Event()
     reloads: set[asyncio.Task[bool]] = set()
 
+    def reloaded(task: asyncio.Task[bool]) -> None:
+        reloads.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # a bug: say it, with where
+            log.error("reload failed, the rules loaded before stay: %s", task.exception(), exc_info=task.exception())
+
     def reload() -> None:
         task = loop.create_task(bridge.reload())
         reloads.add(task)
-        task.add_done_callback(reloads.discard)
+        task.add_done_callback(reloaded)
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
@@ -110,7 +116,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
     try:
         print(asyncio.run(describe()), end="")
     except Exception as exc:  # unreachable server, refused login: one line, no traceback
-        print(f"schema for {args.pool}: {exc}", file=sys.stderr)
+        print(f"schema for {args.pool}: {Redactor(config.secrets).text(str(exc))}", file=sys.stderr)
         return 1
     return 0
 

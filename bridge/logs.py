@@ -1,4 +1,4 @@
-"""Logging to stderr, one line per event, text or JSON; secrets scrubbed."""
+"""Logging to stderr, one line per event, text or JSON; secrets redacted (bridge/redact.py)."""
 
 from __future__ import annotations
 
@@ -7,22 +7,36 @@ import logging
 import sys
 import time
 
+from bridge.redact import MASK, Redactor
 
-class _Scrub(logging.Filter):
-    def __init__(self, secrets: list[str]) -> None:
+
+class _Redact(logging.Filter):
+    """Formats the message once with its secret arguments masked, then masks secrets printed as values."""
+
+    def __init__(self, redactor: Redactor) -> None:
         super().__init__()
-        self.secrets = [s for s in secrets if s]
+        self.redactor = redactor
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if self.secrets:
-            message = record.getMessage()
-            for secret in self.secrets:
-                message = message.replace(secret, "***")
-            record.msg, record.args = message, None
+        args = record.args
+        if isinstance(args, tuple):
+            record.args = tuple(MASK if self.redactor.is_secret(arg) else arg for arg in args)
+        elif isinstance(args, dict):
+            record.args = {key: MASK if self.redactor.is_secret(arg) else arg for key, arg in args.items()}
+        record.msg, record.args = self.redactor.text(record.getMessage()), None
         return True
 
 
-class _Json(logging.Formatter):
+class _Text(logging.Formatter):
+    def __init__(self, redactor: Redactor) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        self.redactor = redactor
+
+    def formatException(self, ei: logging._SysExcInfoType) -> str:  # tracebacks quote error texts
+        return self.redactor.text(super().formatException(ei))
+
+
+class _Json(_Text):
     def format(self, record: logging.LogRecord) -> str:
         entry = {
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
@@ -35,13 +49,14 @@ class _Json(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
-def setup(level: str = "info", fmt: str = "text", secrets: list[str] | None = None) -> None:
+def setup(
+    level: str = "info", fmt: str = "text", secrets: list[str] | None = None, redactor: Redactor | None = None
+) -> None:
+    """Log to stderr; `redactor` (or one made from `secrets`) masks every secret printed as a value."""
+    redactor = redactor or Redactor(secrets or [])
     handler = logging.StreamHandler(sys.stderr)
-    handler.addFilter(_Scrub(secrets or []))
-    if fmt == "json":
-        handler.setFormatter(_Json())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(_Redact(redactor))
+    handler.setFormatter(_Json(redactor) if fmt == "json" else _Text(redactor))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -128,13 +128,21 @@ def acked_for_pubsub(job: Job) -> Plan:
     event = job.event
     assert isinstance(event, MessageAcked)
     filters = event.filters or (event.topic,)
-    return [Script("advance", tuple(keys.acked(event.clientid, f) for f in filters), (event.msgid,))]
+    offsets = tuple(keys.acked(event.clientid, f) for f in filters)
+    ambiguous = tuple(_flag(keys.acked_ambiguous(event.clientid, f)) for f in filters)
+    return [Script("advance", (*offsets, keys.ACKED_OWNER), (event.msgid, keys.enc(event.clientid), *ambiguous))]
 
 
 def acked_delete(job: Job) -> Plan:
     event = job.event
     assert isinstance(event, SessionUnsubscribed)
-    return [("DEL", keys.acked(event.clientid, event.topic))]
+    ambiguous = _flag(keys.acked_ambiguous(event.clientid, event.topic))
+    offset = keys.acked(event.clientid, event.topic)
+    return [Script("acked_delete", (offset, keys.ACKED_OWNER), (keys.enc(event.clientid), ambiguous))]
+
+
+def _flag(value: bool) -> int:
+    return 1 if value else 0
 
 
 _LOG_FIELDS = ("clientid", "username", "node", "topic", "qos", "msgid", "reason", "peername")

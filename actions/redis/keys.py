@@ -11,8 +11,9 @@ RETAIN_PREFIX = b"mqtt:retain:"
 
 # The topic index (index.py). Every other key is a fixed prefix (`mqtt:msg:`, `mqtt:retain:`,
 # `mqtt:client:`, `mqtt:node:`, `mqtt:sub:`, `mqtt:acked:`) followed by a topic, msgid or
-# clientid, or `mqtt:event_log`. `mqtt:index:` is none of those prefixes and starts none of
-# them, so no topic or clientid can name an index key: topic `index:msg` is `mqtt:msg:index:msg`.
+# clientid, or a fixed name (`mqtt:event_log`, `mqtt:acked_owner`). `mqtt:index:` is none of
+# those prefixes and starts none of them, so no topic or clientid can name an index key:
+# topic `index:msg` is `mqtt:msg:index:msg`.
 INDEX_PREFIX = b"mqtt:index:"
 MSG_INDEX = INDEX_PREFIX + b"msg"
 RETAIN_INDEX = INDEX_PREFIX + b"retain"
@@ -54,6 +55,18 @@ def retain(topic: str) -> bytes:
 
 def acked(clientid: str, topic_filter: str) -> bytes:
     return b"mqtt:acked:" + enc(clientid) + b":" + enc(topic_filter)
+
+
+# Who owns an offset key that two (clientid, filter) pairs could share: field = the
+# `mqtt:acked:...` key, value = the client id. `mqtt:acked:<clientid>:<filter>` is ambiguous only
+# when a `:` stands in the client id or the filter (`a:b` + `c` and `a` + `b:c` give one key),
+# and two pairs can share a key only if both are ambiguous; so plain pairs, nearly all of them,
+# never get an entry, and their keys and values stay exactly seed 003's.
+ACKED_OWNER = b"mqtt:acked_owner"
+
+
+def acked_ambiguous(clientid: str, topic_filter: str) -> bool:
+    return ":" in clientid or ":" in topic_filter
 
 
 def score(msgid: str) -> int:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from actions.base import FunctionContext, Job
-from actions.redis import keys
+from actions.redis import keys, scripts
 from actions.redis.index import MSG, RETAIN, TopicIndex
 from bridge.brokers.base import Delivery
 from bridge.events import ClientConnected, SessionSubscribed
@@ -116,16 +116,15 @@ async def _fetch(index: TopicIndex, ctx: FunctionContext, job: Job, pubsub: bool
     topics = await index.matching(MSG, event.topic)
     after = job.cursor
     if pubsub and after is None:
-        offset_key = keys.acked(event.clientid, event.topic)
-        offset = await redis.get(offset_key)
+        offset = await _offset(redis, event)
+        if offset is _REFUSED:
+            return
         if offset is None:
             # First subscription: start after the newest stored message, deliver nothing.
             newest = await _newest(redis, topics, event.live_from_msgid)
-            await redis.set(offset_key, newest or "0", nx=True)
+            await _offset_create(redis, event, newest or "0")
             return
-        after = offset.decode()
-        if after == "0":
-            after = None
+        after = None if offset == "0" else offset
     opts = job.rule.offline_opts
     min_score = (time.time() - opts.time_range) * 1000 if opts.time_range else float("-inf")
     window = _Window(after, event.live_from_msgid, min_score, opts.max_returned_count)
@@ -138,6 +137,39 @@ async def _fetch(index: TopicIndex, ctx: FunctionContext, job: Job, pubsub: bool
     sent = await ctx.deliver(event, deliveries)
     if more and page and ctx.pager is not None:
         ctx.pager.track(job, [(d.msgid, d.qos) for d in sent], page[-1][1])
+
+
+_REFUSED = "refused"
+
+
+async def _offset(redis: Redis, event: SessionSubscribed) -> str | None:
+    """The subscription's pubsub offset, None before its first fetch, _REFUSED if another client's."""
+    key = keys.acked(event.clientid, event.topic)
+    ambiguous = 1 if keys.acked_ambiguous(event.clientid, event.topic) else 0
+    reply = await redis.eval(scripts.OFFSET_GET, 2, key, keys.ACKED_OWNER, keys.enc(event.clientid), ambiguous)
+    if reply[0] == 0:
+        _refused(event)
+        return _REFUSED
+    return reply[1].decode() if reply[0] == 2 else None
+
+
+async def _offset_create(redis: Redis, event: SessionSubscribed, first: str) -> None:
+    key = keys.acked(event.clientid, event.topic)
+    ambiguous = 1 if keys.acked_ambiguous(event.clientid, event.topic) else 0
+    created = await redis.eval(
+        scripts.OFFSET_CREATE, 2, key, keys.ACKED_OWNER, keys.enc(event.clientid), ambiguous, first
+    )
+    if not created:
+        _refused(event)
+
+
+def _refused(event: SessionSubscribed) -> None:
+    log.warning(
+        "client %r, filter %r: its pubsub offset key is another client's (a `:` in both makes them one key);"
+        " no offline messages for this subscription",
+        event.clientid,
+        event.topic,
+    )
 
 
 async def _load(index: TopicIndex, page: list[tuple[int, str, str]], event: SessionSubscribed) -> list[Delivery]:

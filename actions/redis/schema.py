@@ -11,6 +11,7 @@ mqtt:msg:<topic>               zset    member msgid, score = publish time in ms 
 mqtt:msg:<msgid>               hash    id, from, qos, topic, payload, ts (Unix seconds), retain (true/false)
 mqtt:retain:<topic>            zset    the msgid of the topic's retained message (one member)
 mqtt:acked:<clientid>:<topic>  string  last acked msgid of a pubsub subscription (`0`: before everything)
+mqtt:acked_owner               hash    offset key -> owning clientid, for keys a `:` makes ambiguous
 mqtt:event_log                 stream  on_event_log entries: event, ts (ms), clientid, username, node, topic, ...
 mqtt:index:msg                 zset    topic index: topics that have a mqtt:msg:<topic> set (score 0, member topic)
 mqtt:index:retain              zset    topic index: topics that have a mqtt:retain:<topic> set

@@ -97,19 +97,70 @@ end
 return added
 """
 
-# KEYS: offset keys (mqtt:acked:<clientid>:<filter>)     ARGV: msgid
+# Pubsub offsets. An offset key two (clientid, filter) pairs could share (keys.ACKED_OWNER) is
+# owned by the client that created it (or, for one made before owners were recorded, the first
+# that subscribes again): another client's reads, moves and deletes of it are refused.
+_OWNED = """
+local function owned(key, owners, clientid, ambiguous)
+  if ambiguous ~= '1' then return true end
+  local owner = redis.call('HGET', owners, key)
+  return owner == clientid
+end
+"""
+
+# KEYS: offset key, owners hash     ARGV: clientid, ambiguous (1/0)
+# Returns {0} refused, {1} no offset yet, {2, msgid} the offset.
+OFFSET_GET = """
+if ARGV[2] == '1' then
+  local owner = redis.call('HGET', KEYS[2], KEYS[1])
+  if owner and owner ~= ARGV[1] then return {0} end
+  if not owner and redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[2], KEYS[1], ARGV[1]) end
+end
+local value = redis.call('GET', KEYS[1])
+if value then return {2, value} end
+return {1}
+"""
+
+# KEYS: offset key, owners hash     ARGV: clientid, ambiguous (1/0), first offset
+OFFSET_CREATE = """
+if ARGV[2] == '1' then
+  local owner = redis.call('HGET', KEYS[2], KEYS[1])
+  if owner and owner ~= ARGV[1] then return 0 end
+  redis.call('HSET', KEYS[2], KEYS[1], ARGV[1])
+end
+redis.call('SET', KEYS[1], ARGV[3], 'NX')
+return 1
+"""
+
+# KEYS: offset keys (mqtt:acked:<clientid>:<filter>), then the owners hash
+# ARGV: msgid, clientid, then per offset key its ambiguous flag (1/0)
 # An offset moves only forward, and only where a pubsub fetch created it.
 # Ids are fixed-width upper-case hex, so string order is time order.
-ADVANCE = """
+ADVANCE = (
+    _OWNED
+    + """
+local owners = KEYS[#KEYS]
 local moved = 0
-for _, key in ipairs(KEYS) do
+for i = 1, #KEYS - 1 do
+  local key = KEYS[i]
   local current = redis.call('GET', key)
-  if current and current < ARGV[1] then
+  if current and current < ARGV[1] and owned(key, owners, ARGV[2], ARGV[2 + i]) then
     redis.call('SET', key, ARGV[1])
     moved = moved + 1
   end
 end
 return moved
+"""
+)
+
+# KEYS: offset key, owners hash     ARGV: clientid, ambiguous (1/0)
+ACKED_DELETE = """
+if ARGV[2] == '1' then
+  local owner = redis.call('HGET', KEYS[2], KEYS[1])
+  if owner and owner ~= ARGV[1] then return 0 end
+  redis.call('HDEL', KEYS[2], KEYS[1])
+end
+return redis.call('DEL', KEYS[1])
 """
 
 ALL = {
@@ -118,4 +169,5 @@ ALL = {
     "retain_clear": RETAIN_CLEAR,
     "ack_queue": ACK_QUEUE,
     "advance": ADVANCE,
+    "acked_delete": ACKED_DELETE,
 }

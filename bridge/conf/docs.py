@@ -19,7 +19,17 @@ space outside a quoted string). Values are strings, integers, `on`/`off`, durati
 is unset; an unset `${VAR}` without default is an error. Every key is validated: an unknown key,
 a bad value or a duplicate is reported as `path:line:col: message`, all of them at once, and
 `hookbridge run` does not start. Values of secret keys (passwords, API secrets) never appear in
-logs or error messages.
+logs, error messages, `/metrics` or `/healthz`.
+
+Addresses (`server`, `nodes`, `broker.server`, the listeners) are `host:port` only. A URL or a
+`user:password@host` there is refused by `check` and `run` with its `path:line:col`, and the
+message never repeats the value. Why refuse rather than accept URL syntax: a password then has
+one place, the pool's (or broker's) secret `password` setting, which is masked wherever the
+bridge prints; and a URL's other parts (scheme, database path, options) would compete with the
+keys that already set them. Where the bridge does print a URL (a driver's error text), the
+password in its user info shows as `***`. A secret is masked where it stands as a value
+(`password=...`, after `=` or `:`, in quotes), not wherever its text occurs: with the password
+`hookbridge`, the node name `hookbridge@127.0.0.1` stays readable in the log.
 
 Hook lines (`backend.<db>.hook....`) do not go here: they live in `rules/*.conf` (docs/rules.md).
 """

@@ -78,6 +78,9 @@ def parse_size(text: str) -> int:
 
 
 def parse_hostport(text: str) -> tuple[str, int]:
+    if "@" in text or "://" in text:
+        # the text may hold a password: describe it, never echo it
+        raise ValueError("expected host:port, not a URL or user@host (a password goes in its own secret setting)")
     host, sep, port = unquote(text).rpartition(":")
     if not sep or not host:
         raise ValueError(f"expected host:port, got {text!r}")

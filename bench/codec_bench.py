@@ -1,0 +1,163 @@
+"""The broker core's MQTT codec (bridge/mqtt/) against amqtt 0.12.1's, in one run.
+
+What a broker does per QoS 1 message: decode the publisher's PUBLISH, encode a PUBACK to it,
+encode the PUBLISH to the subscriber, decode the subscriber's PUBACK. Each is timed over N
+packets (default 100,000, topic `bench/sensor/<n>`, 100-byte payload), the stream decoded in
+64 KiB chunks as `asyncio.Protocol.data_received` delivers it. Figures are CPU time (process time)
+per packet, the best of `--runs`, so a busy machine inflates them less than wall-clock would.
+
+amqtt has no incremental decoder: it reads from an async stream, so its decode is timed over an
+in-memory reader (`BufferReader`) in one event loop, the cheapest way it can be driven. If the
+`mqtt5` package (Rust, MQTT 5.0 only) is importable it is measured too, for the docs' comparison.
+
+    .venv/bin/python -m bench.codec_bench [--messages 100000] [--runs 5] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.metadata
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.machine import describe, table
+from bridge.mqtt import MQTT_3_1_1, MQTT_5, Decoder, Puback, Publish, encode_puback, encode_publish
+
+CHUNK = 65536
+PAYLOAD = b"x" * 100
+
+
+def best(runs: int, count: int, work: Callable[[], object]) -> float:
+    """Best CPU microseconds per packet over `runs` runs of `work` (which handles `count`)."""
+    times = []
+    for _ in range(runs):
+        start = time.process_time()
+        work()
+        times.append(time.process_time() - start)
+    return min(times) / count * 1e6
+
+
+def chunks(stream: bytes) -> list[bytes]:
+    return [stream[i : i + CHUNK] for i in range(0, len(stream), CHUNK)]
+
+
+def ours(level: int, count: int, runs: int) -> dict[str, float]:
+    publishes = [Publish(f"bench/sensor/{n % 1000}", PAYLOAD, 1, packet_id=n % 65535 + 1) for n in range(count)]
+    acks = [Puback(n % 65535 + 1) for n in range(count)]
+    publish_stream = chunks(b"".join(encode_publish(p, level) for p in publishes))
+    ack_stream = chunks(b"".join(encode_puback(a, level) for a in acks))
+
+    def decode(stream: list[bytes]) -> None:
+        decoder = Decoder(level=level)
+        total = sum(len(decoder.feed(chunk)) for chunk in stream)
+        assert total == count
+
+    return {
+        "decode PUBLISH": best(runs, count, lambda: decode(publish_stream)),
+        "encode PUBLISH": best(runs, count, lambda: [encode_publish(p, level) for p in publishes]),
+        "decode PUBACK": best(runs, count, lambda: decode(ack_stream)),
+        "encode PUBACK": best(runs, count, lambda: [encode_puback(a, level) for a in acks]),
+    }
+
+
+def amqtt(count: int, runs: int) -> dict[str, float] | None:
+    try:
+        from amqtt.adapters import BufferReader
+        from amqtt.mqtt.puback import PubackPacket
+        from amqtt.mqtt.publish import PublishPacket
+    except ImportError:  # once the broker core replaces it (issue 14)
+        return None
+
+    ids = [n % 65535 + 1 for n in range(count)]
+    build = PublishPacket.build
+    publish_stream = b"".join(
+        build(f"bench/sensor/{n % 1000}", PAYLOAD, ids[n], False, 1, False).to_bytes() for n in range(count)
+    )
+    ack_stream = b"".join(PubackPacket.build(i).to_bytes() for i in ids)
+
+    def decode(kind: Any, stream: bytes) -> None:
+        async def read_all() -> int:
+            reader, done = BufferReader(stream), 0
+            for _ in range(count):
+                await kind.from_stream(reader)
+                done += 1
+            return done
+
+        assert asyncio.run(read_all()) == count
+
+    return {
+        "decode PUBLISH": best(runs, count, lambda: decode(PublishPacket, publish_stream)),
+        "encode PUBLISH": best(
+            runs,
+            count,
+            lambda: [
+                PublishPacket.build(f"bench/sensor/{n % 1000}", PAYLOAD, ids[n], False, 1, False).to_bytes()
+                for n in range(count)
+            ],
+        ),
+        "decode PUBACK": best(runs, count, lambda: decode(PubackPacket, ack_stream)),
+        "encode PUBACK": best(runs, count, lambda: [PubackPacket.build(i).to_bytes() for i in ids]),
+    }
+
+
+def rust_mqtt5(count: int, runs: int) -> dict[str, float] | None:
+    try:
+        import mqtt5  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    packets = [
+        mqtt5.PublishPacket(f"bench/sensor/{n % 1000}", PAYLOAD, qos=mqtt5.QoS.AT_LEAST_ONCE, packet_id=n % 65535 + 1)
+        for n in range(count)
+    ]
+    acks = [mqtt5.PubAckPacket(n % 65535 + 1) for n in range(count)]
+    publish_stream, ack_stream = b"".join(p.write() for p in packets), b"".join(a.write() for a in acks)
+
+    def decode(stream: bytes) -> None:
+        view, pos, done = memoryview(stream), 0, 0
+        while pos < len(stream):
+            _, size = mqtt5.read(view[pos:])
+            pos, done = pos + size, done + 1
+        assert done == count
+
+    return {
+        "decode PUBLISH": best(runs, count, lambda: decode(publish_stream)),
+        "encode PUBLISH": best(runs, count, lambda: [p.write() for p in packets]),
+        "decode PUBACK": best(runs, count, lambda: decode(ack_stream)),
+        "encode PUBACK": best(runs, count, lambda: [a.write() for a in acks]),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    count, runs = args.messages, args.runs
+    columns = {"bridge.mqtt 3.1.1": ours(MQTT_3_1_1, count, runs), "bridge.mqtt 5.0": ours(MQTT_5, count, runs)}
+    ours_decode = columns["bridge.mqtt 3.1.1"]["decode PUBLISH"]
+    summary = {"decode_311": ours_decode, "decode_5": columns["bridge.mqtt 5.0"]["decode PUBLISH"]}
+    for package, name, measure in (("amqtt", "3.1.1", amqtt), ("mqtt5", "5.0, Rust", rust_mqtt5)):
+        figures = measure(count, runs)
+        if figures is not None:
+            columns[f"{package} {importlib.metadata.version(package)} ({name})"] = figures
+            summary[f"decode_{package}"] = figures["decode PUBLISH"]
+    operations = list(columns["bridge.mqtt 3.1.1"])
+    rows = [(op, *(f"{figures[op]:.2f}" for figures in columns.values())) for op in operations]
+    print(f"machine: {describe()}")
+    print(f"{count:,} QoS 1 PUBLISH (100 B payload) and PUBACK; CPU microseconds per packet, best of {runs}\n")
+    print(table(rows, ("operation", *columns)))
+    print(f"\nPUBLISH decode: {ours_decode:.2f} us (target: under 5 us)", end="")
+    if "decode_amqtt" in summary:
+        print(f", {summary['decode_amqtt'] / ours_decode:.1f}x faster than amqtt", end="")
+    print()
+    if args.json:
+        args.json.write_text(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

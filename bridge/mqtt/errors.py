@@ -1,0 +1,49 @@
+"""The codec's one exception family: every refusal names the MQTT 5.0 reason code to close with.
+
+A broker answering a 5.0 client sends DISCONNECT (or CONNACK, before the session exists) with
+`error.reason`, then closes; a 3.1.1 client is simply disconnected (3.1.1 has no such packet), or
+for `UnsupportedProtocolVersion` sent CONNACK return code 1.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bridge.mqtt.reasons import ReasonCode
+
+if TYPE_CHECKING:
+    from bridge.mqtt.packets import Packet
+
+
+class CodecError(Exception):
+    """A byte stream that breaks the protocol. `packets` holds the complete, valid packets that
+    preceded the bad one in the same `Decoder.feed` call: they were sent before it and may be
+    handled before the connection is closed."""
+
+    reason = ReasonCode.UNSPECIFIED_ERROR
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.packets: list[Packet] = []
+
+    def __str__(self) -> str:
+        return f"{self.message} (reason 0x{self.reason:02X} {self.reason.name.lower()})"
+
+
+class MalformedPacket(CodecError):
+    reason = ReasonCode.MALFORMED_PACKET
+
+
+class ProtocolError(CodecError):
+    reason = ReasonCode.PROTOCOL_ERROR
+
+
+class PacketTooLarge(CodecError):
+    reason = ReasonCode.PACKET_TOO_LARGE
+
+
+class UnsupportedProtocolVersion(CodecError):
+    """CONNECT with protocol name "MQTT" or "MQIsdp" but a level this codec does not speak."""
+
+    reason = ReasonCode.UNSUPPORTED_PROTOCOL_VERSION

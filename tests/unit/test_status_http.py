@@ -1,0 +1,124 @@
+"""The /metrics and /healthz server at the byte level: hostile and broken requests get an answer
+and a close, never a traceback, and what one client can hold is bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from bridge import http
+from bridge.http import MAX_CONNECTIONS, MAX_HEAD, StatusServer
+from bridge.redact import Redactor
+from support.bridges import eventually
+
+
+def health() -> tuple[bool, dict[str, Any]]:
+    return True, {"pools": {"redis.pool1": {"up": True, "error": "redis://app:pw-in-url@10.0.0.9:6379 refused"}}}
+
+
+@pytest.fixture
+async def server(caplog: pytest.LogCaptureFixture) -> AsyncIterator[StatusServer]:
+    status = StatusServer("127.0.0.1", 0, lambda: "hookbridge_up 1\n", health, Redactor(["s3cr3t"]))
+    await status.start()
+    caplog.set_level(logging.DEBUG)
+    yield status
+    await status.stop()
+    # asyncio reports an exception escaping a connection handler at ERROR, with its traceback
+    problems = [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+    assert problems == [], [r.getMessage() for r in problems]
+
+
+async def exchange(port: int, data: bytes, *, half_close: bool = True) -> bytes:
+    """Send raw bytes, then read the whole answer until the server closes."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(data)
+    if half_close:
+        writer.write_eof()
+    answer = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    return answer
+
+
+def status_of(answer: bytes) -> int:
+    assert answer.startswith(b"HTTP/1.1 "), answer[:100]
+    return int(answer[9:12])
+
+
+async def test_a_header_over_the_limit_gets_431_and_a_close(server: StatusServer) -> None:
+    request = b"GET /metrics HTTP/1.1\r\nX-Big: " + b"a" * (64 * 1024 + 10) + b"\r\n\r\n"
+    assert status_of(await exchange(server.port, request, half_close=False)) == 431
+    assert status_of(await exchange(server.port, b"GET /metrics HTTP/1.1\r\n\r\n")) == 200
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GARBAGE\r\n\r\n",
+        b"GET\r\n\r\n",
+        b"GET /metrics\r\n\r\n",  # HTTP/0.9
+        b"GET /metrics HTTP/2.0\r\n\r\n",
+        b"get /metrics HTTP/1.1\r\n\r\n",
+        b"GET  /metrics HTTP/1.1\r\n\r\n",
+        b"GET /metrics HTTP/1.1 extra\r\n\r\n",
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",  # a TLS ClientHello's first bytes
+        bytes(range(256)) + b"\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\n",  # truncated: the client stops before the blank line
+        b"\x00\xff" * 100,  # binary garbage, then the client ends
+        b"",
+    ],
+)
+async def test_malformed_requests_get_400(server: StatusServer, request_bytes: bytes) -> None:
+    answer = await exchange(server.port, request_bytes)
+    assert status_of(answer) == 400
+    assert b"Connection: close" in answer
+    assert status_of(await exchange(server.port, b"GET /healthz HTTP/1.1\r\n\r\n")) == 200
+
+
+async def test_a_request_that_never_ends_is_dropped(server: StatusServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(http, "REQUEST_TIMEOUT", 0.2)
+    answer = await exchange(server.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n", half_close=False)
+    assert answer == b""  # closed by the server, not by this client
+    assert server.connections == 0
+
+
+async def test_a_client_sending_without_end_is_cut_off_after_a_bounded_read(server: StatusServer) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    sock = writer.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    writer.write(b"GET /metrics HTTP/1.1\r\nX-Endless: " + b"b" * (8 * 1024 * 1024))
+    head = await asyncio.wait_for(reader.read(12), 10)
+    assert head == b"HTTP/1.1 431"
+    # the server stops reading after a bound: most of the 8 MB is never taken
+    with pytest.raises(ConnectionError):
+        await asyncio.wait_for(writer.drain(), 10)
+    writer.close()
+
+
+async def test_connections_over_the_limit_get_503_and_the_endpoint_answers_after(server: StatusServer) -> None:
+    held = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(MAX_CONNECTIONS)]
+
+    async def open_now() -> int:
+        return server.connections
+
+    await eventually(open_now, lambda n: n == MAX_CONNECTIONS)  # each held connection waits for its request
+    assert status_of(await exchange(server.port, b"GET /metrics HTTP/1.1\r\n\r\n")) == 503
+    for reader, writer in held:
+        writer.write(b"GET /metrics HTTP/1.1\r\n\r\n")
+        assert status_of(await asyncio.wait_for(reader.read(), 10)) == 200
+        writer.close()
+    assert status_of(await exchange(server.port, b"GET /metrics HTTP/1.1\r\n\r\n")) == 200
+
+
+async def test_routes_and_the_healthz_error_never_shows_a_password(server: StatusServer) -> None:
+    answer = await exchange(server.port, b"GET /healthz?verbose HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert status_of(answer) == 200
+    assert b"redis://app:***@10.0.0.9:6379 refused" in answer
+    assert b"pw-in-url" not in answer
+    assert status_of(await exchange(server.port, b"POST /metrics HTTP/1.1\r\n\r\n")) == 405
+    assert status_of(await exchange(server.port, b"GET /nothing HTTP/1.1\r\n\r\n")) == 404
+    assert MAX_HEAD < 64 * 1024
