@@ -96,7 +96,8 @@ def main() -> int:
             f"\nembedded broker (QoS 1, 1 -> 1): {broker['noop']:,.0f} msg/s with no-op hooks, "
             f"{broker['persisted']:,.0f} with rules/redis.conf into Redis: persistence costs {broker['cost']:.0%} "
             f"({verdict(broker['cost'], 0.2, higher=False)}; target <= 20%), peak {broker['peak_mib']:.0f} MiB; "
-            f"plain amqtt {broker['amqtt']:,.0f}"
+            f"plain amqtt {broker['amqtt']:,.0f}; acknowledging once kept costs {broker['ack_cost']:.0%} "
+            f"against acknowledging on receipt ({broker['on_receipt']:,.0f} msg/s)"
         )
     if codec is not None:
         print(

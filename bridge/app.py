@@ -130,8 +130,8 @@ class Bridge:
         for pool_id in sorted(unused):
             log.info("pool %s is configured but no rule uses it; not connecting", pool_id)
         self._gauges()
-        # External brokers ack a message once every job of it is done (SPEC 6): the
-        # dispatcher then returns a future per event, resolved through the runners' commit hooks.
+        # Brokers ack a message once every job of it is done (SPEC 6.3): the dispatcher then
+        # returns a future per event, resolved through the runners' commit hooks.
         self.dispatcher.track_commits = self.broker.acks_after_commit
         listener = self.config["metrics.listener"]
         if listener is not None:
@@ -158,7 +158,7 @@ class Bridge:
             await backend.connect()
             runner = Runner(pool, backend, self.metrics, Path(self.config["spool.dir"]), self.spool_budget)
             runner.rules = {rule.id: rule for rule in rules if rule.pool == pool_id}
-            runner.commit_hooks.append(self.dispatcher.job_done)  # "this job is done" (external broker acks)
+            runner.commit_hooks.append(self.dispatcher.job_done)  # "this job is done" (broker acks)
             ctx.publishes_committed = runner.publishes_committed
             await runner.start()
         except BaseException:

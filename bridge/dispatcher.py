@@ -18,9 +18,9 @@ class Dispatcher:
         self.runners = runners
         self.metrics = metrics
         self.pager = FetchPager(self.resubmit)
-        # External broker modes ack a message only once all its jobs are done (SPEC 6):
-        # with `track_commits`, each call returns a future for that. Off for the embedded
-        # broker, which needs no such future per event.
+        # Every broker mode acks a message only once all its jobs are done (SPEC 6.3): with
+        # `track_commits`, each call returns a future for that. Off only for sources that
+        # need no such future per event (tests of a source alone).
         self.track_commits = False
         self._receipts: dict[int, _Receipt] = {}  # id(job) -> the receipt of its event
 

@@ -2,12 +2,19 @@
 
 Order within a lane is arrival order. While anything of the lane is spooled, new actions
 are spooled too, and the lane writes its memory queue (older) before its spool (newer);
-so nothing overtakes, across an outage or a restart.
+so nothing overtakes, across an outage or a restart. When the spool cannot write (disk
+full) an action waits in memory only if nothing of its lane is on disk; otherwise it
+waits for the spool, and so does its publisher.
+
+No error ends a lane's task: a step that fails (the spool cannot read, a position cannot
+be saved, a bug) is logged and tried again after a growing pause, so every lane resumes
+by itself once space or the database is back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import os
@@ -30,6 +37,8 @@ INSIDE_COMMIT = contextvars.ContextVar("inside_commit", default=False)
 # Spooled records carry the submitting process, so that a publish spooled and read back by the
 # same process keeps its place in the runner's "publishes committed" bookkeeping.
 _PROCESS = f"{os.getpid()}-{id(object())}"
+# Pauses after a failed step (and between tries of a spool that cannot write), doubling.
+_RETRY_FIRST, _RETRY_MAX = 0.1, 5.0
 
 
 class Lane:
@@ -62,13 +71,21 @@ class Lane:
         if INSIDE_COMMIT.get():
             self._to_memory(job)
             return
-        spooling = self.spool is not None and (
+        pause = _RETRY_FIRST
+        while self.spool is not None and (
             self.spool.pending or len(self.memory) >= self.capacity or not runner.healthy
-        )
-        if spooling and await runner.spool_job(self, job):
-            self.wakeup.set()
-            return
-        while len(self.memory) >= self.capacity:  # no spool (or it cannot write): wait for room
+        ):
+            if await runner.spool_job(self, job):
+                self.wakeup.set()
+                return
+            if not self.spool.pending and len(self.memory) < self.capacity:
+                break  # the spool cannot write, and nothing of this lane is on disk: memory keeps order
+            # Older actions of this lane are on disk: wait until the lane takes some, or try again.
+            self.room.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.room.wait(), pause)
+            pause = min(_RETRY_MAX, pause * 2)
+        while len(self.memory) >= self.capacity:  # no spool: wait for room
             self.room.clear()
             await self.room.wait()
         self._to_memory(job)
@@ -83,33 +100,64 @@ class Lane:
     # -- writing -------------------------------------------------------------
 
     async def run(self) -> None:
-        runner = self.runner
+        pause = _RETRY_FIRST
         while True:
-            if self.memory:
-                batch = self._from_memory()
-                self._written_upto = None
-            elif self.spool is not None and self.spool.pending:
-                batch, position, count = self._from_spool()
-                self._written_upto = (position, count)
-            else:
-                self.wakeup.clear()
-                await self.wakeup.wait()
-                continue
-            self.room.set()
-            self.busy, self.batch, self.batch_spooled = True, batch, self._written_upto is not None
-            self.current = frozenset(job.seq for job in batch)
-            token = INSIDE_COMMIT.set(True)
             try:
-                if batch:
-                    await runner.commit(batch, self)
-                if self._written_upto is not None:
-                    assert self.spool is not None
-                    runner.spool_freed(self.spool.ack(*self._written_upto))
-            finally:
-                INSIDE_COMMIT.reset(token)
-                self.busy, self.batch = False, []
-                self.current = frozenset()
-                runner.progress.set()
+                await self._step()
+                pause = _RETRY_FIRST
+            except Exception as exc:  # never end the lane: log, pause, try again
+                log.error(
+                    "pool %s lane %d: %s: %s; trying again in %.1f s",
+                    self.runner.pool_id,
+                    self.index,
+                    type(exc).__name__,
+                    exc,
+                    pause,
+                )
+                await asyncio.sleep(pause)
+                pause = min(_RETRY_MAX, pause * 2)
+
+    async def _step(self) -> None:
+        """Write one batch: from memory (older) if any, else from the spool; or wait for work."""
+        runner = self.runner
+        if self.memory:
+            batch = self._from_memory()
+            self._written_upto = None
+        elif self.spool is not None and self.spool.pending:
+            batch, position, count = self._from_spool()
+            self._written_upto = (position, count)
+        else:
+            await self._wait_for_work()
+            return
+        self.room.set()
+        self.busy, self.batch, self.batch_spooled = True, batch, self._written_upto is not None
+        self.current = frozenset(job.seq for job in batch)
+        token = INSIDE_COMMIT.set(True)
+        written = False
+        try:
+            if batch:
+                await runner.commit(batch, self)
+            written = True
+            if self._written_upto is not None:
+                assert self.spool is not None
+                runner.spool_freed(self.spool.ack(*self._written_upto))
+        finally:
+            INSIDE_COMMIT.reset(token)
+            if not written and not self.batch_spooled:
+                self.memory.extendleft(reversed(batch))  # failed before it was written: first again
+            self.busy, self.batch = False, []
+            self.current = frozenset()
+            runner.progress.set()
+
+    async def _wait_for_work(self) -> None:
+        self.wakeup.clear()
+        if self.spool is None or not self.spool.unsaved:
+            await self.wakeup.wait()
+            return
+        # The read position could not be saved (disk full): save it again from time to time.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.wakeup.wait(), _RETRY_MAX)
+        self.spool.save_position()
 
     def _from_memory(self) -> list[Job]:
         limit = self.runner.batch_size

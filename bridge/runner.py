@@ -8,6 +8,11 @@ recoverable errors, so nothing behind it overtakes. Each lane's queue is
 bounded; a full queue makes `submit` wait (policy `block`), which is how
 back-pressure reaches the broker. Behind each memory queue is the lane's on-disk
 spool (bridge/spool/), used while the pool is down or the queue is full.
+
+A pool is down from its first failed batch, or from the moment a batch has gone
+`request_timeout` without an answer (a stalled server looks like no error at all):
+its lanes then spill to the spool, so the broker's acknowledgements, which wait for
+"committed or spooled", keep coming while the database is stalled.
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ class Runner:
         self.batch_size = max(1, int(pool["batch_size"]))
         self.batch_time = float(pool["batch_time"])
         self.backoff_max = float(pool["retry_backoff_max"])
+        self.request_timeout = float(pool["request_timeout"])
         self.trim_interval = float(pool["trim_interval"])
         lanes = max(1, int(pool["max_inflight"]))
         capacity = max(1, int(pool["queue_size"]) // lanes)
@@ -197,7 +203,11 @@ class Runner:
             budget.used += lane.spool.append(body)
         except OSError as exc:
             if not self.spool_error:
-                log.error("pool %s: the spool cannot write (%s); actions wait in memory instead", self.pool_id, exc)
+                log.error(
+                    "pool %s: the spool cannot write (%s); actions wait for it, or in memory if none is spooled",
+                    self.pool_id,
+                    exc,
+                )
             self.spool_error = f"spool cannot write: {exc}"
             return False
         if self.spool_error:
@@ -264,7 +274,7 @@ class Runner:
         while True:
             started = time.perf_counter()
             try:
-                outcomes = await self.backend.execute(batch)
+                outcomes = await self._execute(batch, lane)
             except Exception as exc:
                 if not self.backend.is_recoverable(exc):
                     log.error("pool %s: batch of %d failed: %s", self.pool_id, len(batch), exc)
@@ -284,6 +294,22 @@ class Runner:
             log.info("pool %s: writing again after %d retries", self.pool_id, attempt)
         self.healthy, self.last_error = True, ""
         await self._finish(batch, outcomes)
+
+    async def _execute(self, batch: Sequence[Job], lane: Lane | None) -> list[BaseException | None]:
+        """The backend writes the batch. Without an answer within `request_timeout` the pool is
+        stalled: down from then on, the lane's actions go to disk, while the batch still waits for
+        its answer or its error (a driver times out its own requests)."""
+        task = asyncio.ensure_future(self.backend.execute(batch))
+        try:
+            done, _ = await asyncio.wait({task}, timeout=self.request_timeout)
+            if not done:
+                self._mark_down(TimeoutError(f"no answer within {self.request_timeout:g} s (request_timeout)"), 0)
+                if lane is not None:
+                    lane.spill()
+            return await task
+        finally:
+            if not task.done():  # this lane was cancelled (shutdown): so is its request
+                task.cancel()
 
     def _mark_down(self, exc: BaseException, attempt: int) -> None:
         if self.healthy:

@@ -60,8 +60,10 @@ class RedisBackend(Backend):
             password=self.pool["password"] or None,
             max_connections=max(2, self.pool["pool_size"]),
             protocol=2,
-            socket_connect_timeout=5,
-            socket_timeout=30,
+            # A request without an answer within request_timeout fails and is retried on a new
+            # connection; the runner has counted the pool down by then (bridge/runner.py).
+            socket_connect_timeout=self.pool["request_timeout"],
+            socket_timeout=self.pool["request_timeout"],
             health_check_interval=30,
             **_tls_options(self.pool),
         )

@@ -57,8 +57,8 @@ class BrokerSource(abc.ABC):
 
     mode: str = ""
     capabilities: frozenset[Capability] = frozenset()
-    # External brokers (mqtt, emqx) acknowledge a message only after its rules committed:
-    # the bridge then has the dispatcher return a "done" future per event (see EventSink).
+    # A source that acknowledges a message only after its rules committed (or spooled; every
+    # mode, SPEC 6.3) has the dispatcher return a "done" future per event (see EventSink).
     acks_after_commit: bool = False
 
     @abc.abstractmethod

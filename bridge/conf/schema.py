@@ -91,6 +91,13 @@ POOL_COMMON: dict[str, Setting] = {
     "max_inflight": Setting(v.parse_int, 4, "batches written concurrently (ordering lanes)"),
     "queue_size": Setting(v.parse_int, 100_000, "actions waiting in memory before back-pressure"),
     "retry_backoff_max": Setting(v.parse_duration, 5.0, "longest pause between retries", example="5s"),
+    "request_timeout": Setting(
+        v.parse_duration,
+        5.0,
+        "a request the database has not answered within this time means the pool is down (a stalled "
+        "server, a dead network path): /healthz reports it and its actions go to the spool",
+        example="5s",
+    ),
     "trim_interval": Setting(
         v.parse_duration, 60.0, "how often expired messages are removed (rules with expired_time)", example="60s"
     ),

@@ -11,7 +11,13 @@ a second). Reading starts at `position` and never moves it until the records rea
 acknowledged (written to the database), so a crash replays them: every write is
 idempotent. A torn or corrupt tail (a crash mid-write, a truncated file) is found when
 the spool opens: the records before it are kept, the rest of that segment is skipped
-and reported, never fatal. A new process always starts a new segment.
+and reported, never fatal. A new process always starts a new segment, numbered past
+every segment the position file may still name.
+
+A full disk is never fatal either: a failed append or `put_first` leaves nothing behind
+and raises OSError; a position that cannot be saved (after records were written out)
+is reported, kept in memory and saved again at the next chance: a crash before that
+replays records already written, which every write tolerates (idempotent).
 """
 
 from __future__ import annotations
@@ -50,14 +56,18 @@ class LaneSpool:
         self._writer: int | None = None  # fd of the segment being appended to
         self._writing = 0
         self._synced = time.monotonic()
+        self._newest = _FIRST - 1  # the highest segment number used or named: never reused
+        self.unsaved = False  # the position on disk is behind the one in memory (disk full)
 
     # -- opening -------------------------------------------------------------
 
     def open(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._position, self._starts = self._read_position()
+        self._newest = max(self._newest, self._position[0], *self._starts)
         for path in sorted(self.directory.glob("*.seg")):
             number = int(path.stem)
+            self._newest = max(self._newest, number)
             start = self._start(number)
             if number < self._position[0]:
                 path.unlink()  # acknowledged before a crash, not yet deleted
@@ -104,7 +114,7 @@ class LaneSpool:
     def append(self, body: bytes) -> int:
         """Write one record; returns the bytes it took. Raises OSError (disk full) having written nothing."""
         if self._writer is None or self._writing >= self.segment_bytes:
-            self._rotate(max(self.ends, default=_FIRST - 1) + 1)
+            self._rotate(self._newest + 1)
         assert self._writer is not None
         record = _RECORD.pack(len(body), zlib.crc32(body)) + body
         number = max(self.ends)
@@ -128,20 +138,28 @@ class LaneSpool:
         """Records older than everything spooled (actions in memory when the pool went down or at
         shutdown). Returns the position after the first `mark` of them."""
         number = min(self.ends, default=_FIRST) - 1
+        position, starts = self._position, dict(self._starts)
         if self._position[0] in self.ends and self._position[1] > len(MAGIC):
             self._starts[self._position[0]] = self._position[1]  # its read part stays read
         path = self.directory / _name(number)
         records = [_RECORD.pack(len(b), zlib.crc32(b)) + b for b in bodies]
         data = MAGIC + b"".join(records)
-        with open(path, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
+        self._position = (number, len(MAGIC))
+        try:
+            with open(path, "wb") as file:
+                file.write(data)
+                file.flush()
+                os.fsync(file.fileno())
+            self._save_position()  # must be on disk: a position past this segment would delete it
+        except OSError:
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
+            self._position, self._starts = position, starts
+            raise
+        self.unsaved = False
         self.ends[number] = len(data)
         self.pending += len(bodies)
         self.bytes += len(data)
-        self._position = (number, len(MAGIC))
-        self._save_position()
         return number, len(MAGIC) + sum(len(r) for r in records[:mark])
 
     def _rotate(self, number: int) -> None:
@@ -154,6 +172,7 @@ class LaneSpool:
             (self.directory / _name(number)).unlink(missing_ok=True)
             raise
         self._writer, self._writing = fd, len(MAGIC)
+        self._newest = max(self._newest, number)
         self.ends[number] = len(MAGIC)
         self.bytes += len(MAGIC)
         if self._position == (0, 0):
@@ -209,12 +228,14 @@ class LaneSpool:
         current = max(self.ends) if self._writer is not None else None
         for number in sorted(self.ends):
             finished = number < position[0] or (number == position[0] and position[1] >= self.ends[number])
-            if not finished or number == current:
+            if not finished:
                 break
+            if number == current:
+                self.close()  # read to its end: the next append starts a new segment (frees a full disk)
             freed += self._delete(number)
         if not self.ends:
             self._position = (0, 0)
-        self._save_position()
+        self.save_position()
         return freed
 
     def drop_oldest(self, keep_reading: bool = False) -> tuple[list[bytes], int]:
@@ -235,7 +256,7 @@ class LaneSpool:
         if number == self._position[0]:
             following = [n for n in self.ends if n > number]
             self._position = (min(following), self._starts.get(min(following), len(MAGIC))) if following else (0, 0)
-        self._save_position()
+        self.save_position()
         return bodies, freed
 
     @staticmethod
@@ -256,6 +277,18 @@ class LaneSpool:
         self._starts.pop(number, None)
         self.bytes -= size
         return size
+
+    def save_position(self) -> bool:
+        """Save the read position; on a full disk report it and keep `unsaved` (saved again later)."""
+        try:
+            self._save_position()
+        except OSError as exc:
+            if not self.unsaved:
+                self.report(f"{self.directory}: cannot save the read position ({exc}); saved again later")
+            self.unsaved = True
+            return False
+        self.unsaved = False
+        return True
 
     def _save_position(self) -> None:
         temporary = self.directory / "position.tmp"

@@ -37,7 +37,7 @@ from bridge.events import (
     SessionUnsubscribed,
 )
 from bridge.msgid import MsgIdGenerator
-from tests.integration.conftest import PahoClient, RawClient, RecordingSink, Will
+from tests.integration.conftest import TIMEOUT, PahoClient, RawClient, RecordingSink, Will
 
 NODE = "test@127.0.0.1"
 
@@ -459,6 +459,83 @@ async def test_incoming_qos2_released_by_pubrel_after_reconnect(env: Env) -> Non
     assert (message.payload, message.qos) == (b"exactly once", 2)
     await publish_marker(env, "q2/end", watcher)
     assert len(env.sink.find(MessagePublish, clientid="q2pub")) == 1
+
+
+# -- acknowledgement means kept (SPEC 6.3) ------------------------------------------------
+
+
+class KeepingSink(RecordingSink):
+    """A sink that returns, for each message.publish, a "kept" future the test completes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kept: list[asyncio.Future[None]] = []
+        self.published = asyncio.Queue[asyncio.Future[None]]()
+
+    async def __call__(self, event: Any) -> asyncio.Future[None] | None:  # type: ignore[override]
+        await super().__call__(event)
+        if not isinstance(event, MessagePublish):
+            return None
+        kept = asyncio.get_running_loop().create_future()
+        await self.published.put(kept)
+        return kept
+
+    async def next_kept(self) -> asyncio.Future[None]:
+        """The kept future of the next message.publish the broker hands over."""
+        return await asyncio.wait_for(self.published.get(), TIMEOUT)
+
+
+@pytest.fixture
+async def keeping_env(
+    paho_clients: Callable[..., PahoClient], raw_connect: Callable[..., Awaitable[tuple[RawClient, Any]]]
+) -> AsyncIterator[Env]:
+    sink = KeepingSink()
+    broker = EmbeddedBroker("127.0.0.1:0", node=NODE, msgids=MsgIdGenerator(NODE))
+    await broker.start(sink)
+    yield Env(broker, sink, paho_clients, raw_connect)
+    await broker.stop()
+
+
+async def nothing_sent_yet(raw: RawClient) -> None:
+    """The next packet is the answer to a PINGREQ sent now: nothing else was sent before it."""
+    for _ in range(10):
+        await asyncio.sleep(0)  # let a wrongly early ack reach the socket first
+    await raw.send(PingReqPacket())
+    assert isinstance(await raw.recv(), PingRespPacket)
+
+
+async def test_acks_wait_until_kept_and_go_out_in_arrival_order(keeping_env: Env) -> None:
+    """amqtt acknowledges on receipt: a kill -9 then loses acknowledged messages."""
+    sink = keeping_env.sink
+    assert isinstance(sink, KeepingSink)
+    raw = await keeping_env.raw("keeper")
+    await raw.send(PublishPacket.build("k/1", b"one", 1, False, QOS_1, False))
+    await raw.send(PublishPacket.build("k/2", b"two", 2, False, 2, False))
+    await raw.send(PublishPacket.build("k/3", b"three", 3, False, QOS_1, False))
+    one, two, three = [await sink.next_kept() for _ in range(3)]
+    three.set_result(None)  # kept, but the two before it are not: no ack may overtake them
+    await nothing_sent_yet(raw)
+    one.set_result(None)
+    puback = await raw.recv()
+    assert isinstance(puback, PubackPacket) and puback.packet_id == 1
+    await raw.send(PublishPacket.build("k/2", b"two", 2, True, 2, False))  # resent (DUP) before its PUBREC
+    await nothing_sent_yet(raw)
+    two.set_result(None)
+    acks = [await raw.recv() for _ in range(3)]
+    assert [(type(a), a.packet_id) for a in acks] == [(PubrecPacket, 2), (PubackPacket, 3), (PubrecPacket, 2)]
+    await raw.send(PubrelPacket.build(2))
+    pubcomp = await raw.recv()
+    assert isinstance(pubcomp, PubcompPacket) and pubcomp.packet_id == 2
+    assert [e.payload for e in sink.find(MessagePublish, clientid="keeper")] == [b"one", b"two", b"three"]
+
+
+async def test_a_message_that_was_not_kept_is_never_acknowledged(keeping_env: Env) -> None:
+    sink = keeping_env.sink
+    assert isinstance(sink, KeepingSink)
+    raw = await keeping_env.raw("unkept")
+    await raw.send(PublishPacket.build("k/lost", b"lost", 9, False, QOS_1, False))
+    (await sink.next_kept()).cancel()  # what the event lane hands over when the sink failed
+    assert await raw.recv() is None  # closed without a PUBACK: the client sends it again
 
 
 # -- keepalive and will -------------------------------------------------------------------

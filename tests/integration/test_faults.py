@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,13 +130,22 @@ def test_a_full_spool_disk_is_reported_and_loses_nothing(
     bridge = BridgeProcess(tmp_path, POOL, RULES)
     bridges.append(bridge.start(file_size_limit=64 << 10))  # no file of the bridge may pass 64 KB
     sent = [(f"t/{n % 10}", b"%05d" % n + b"." * 200) for n in range(3000)]  # about 200 KB per lane to spool
-    publish(bridge.mqtt_port, sent)  # every PUBACK arrives: the bridge keeps serving
-    health = bridge.get("/healthz")
-    assert health is not None and health[0] == 503 and "spool cannot write" in health[1]
+    # A PUBACK means kept (SPEC 6.3): with the spool full and the database down, publishers wait.
+    publishing = threading.Thread(target=publish, args=(bridge.mqtt_port, sent))
+    publishing.start()
+
+    def spool_full() -> bool:
+        health = bridge.get("/healthz")
+        return health is not None and health[0] == 503 and "spool cannot write" in health[1]
+
+    bridge.wait_for(spool_full, "/healthz 503: the spool cannot write")
     assert "the spool cannot write" in bridge.log.read_text()
-    assert 0 < bridge.metric("hookbridge_spooled_actions") < 3000  # what fitted is on disk, the rest in memory
+    assert 0 < bridge.metric("hookbridge_spooled_actions") < 3000  # what fitted is on disk
+    assert publishing.is_alive()  # the rest is not acknowledged yet
 
     client = redis_up()
+    publishing.join(60)
+    assert not publishing.is_alive()
     wait_stored(bridge, client, 3000)
     time.sleep(0.5)
     assert sorted(stored_payloads(client)) == sorted(payload for _, payload in sent)

@@ -40,7 +40,11 @@ def test_records_come_back_in_order_across_segments_and_restarts(tmp_path: Path)
         again.append(body)
     assert read_all(again) == bodies[10:]
     assert again.pending == 0
-    assert len(list(tmp_path.glob("*.seg"))) == 1  # used segments are deleted; the one being written stays
+    # Used segments are deleted, the one being written too once it is read to its end: a full disk
+    # gets its space back as soon as everything spooled is written.
+    assert list(tmp_path.glob("*.seg")) == []
+    again.append(b"next")
+    assert read_all(opened(tmp_path)) == [b"next"]
 
 
 def test_unacknowledged_records_are_read_again_after_a_crash(tmp_path: Path) -> None:
@@ -132,6 +136,57 @@ def test_a_full_disk_fails_the_write_and_leaves_no_torn_record(tmp_path: Path) -
     again = opened(tmp_path, problems)
     assert read_all(again) == [b"x" * 100] * refused_after
     assert problems == []
+
+
+def block_position_file(directory: Path) -> Path:
+    """Make saving the read position fail with an OSError, as on a full disk."""
+    blocker = directory / "position.tmp"
+    blocker.mkdir()
+    return blocker
+
+
+def test_a_position_that_cannot_be_saved_is_reported_and_saved_later(tmp_path: Path) -> None:
+    spool = opened(tmp_path, segment_bytes=60)
+    for n in range(6):
+        spool.append(b"r%d" % n + b"." * 20)
+    blocker = block_position_file(tmp_path)
+    problems: list[str] = []
+    spool.report = problems.append
+    _, position = spool.read(3)
+    spool.ack(position, 3)  # does not raise: the records are written, only the position lags
+    assert spool.unsaved and len(problems) == 1 and "cannot save the read position" in problems[0]
+    assert read_all(spool) == [b"r%d" % n + b"." * 20 for n in range(3, 6)]
+    assert len(problems) == 1  # reported once, not per record
+    spool.append(b"later")  # a segment number never reused, though the position on disk names old ones
+    blocker.rmdir()
+    assert spool.save_position() and not spool.unsaved
+    spool.close()
+    assert read_all(opened(tmp_path)) == [b"later"]
+
+
+def test_an_unsaved_position_replays_but_never_skips_after_a_crash(tmp_path: Path) -> None:
+    spool = opened(tmp_path)
+    spool.append(b"first")
+    spool.append(b"second")
+    assert read_all(spool, limit=1) == [b"first"]  # the position on disk: after "first"
+    block_position_file(tmp_path)
+    assert read_all(spool) == [b"second"]  # the segment is deleted; its position stays on disk
+    spool.append(b"new record")  # a crash now: the old position must not skip into "new record"
+    assert read_all(opened(tmp_path)) == [b"new record"]
+
+
+def test_put_first_that_cannot_save_its_position_leaves_nothing_behind(tmp_path: Path) -> None:
+    spool = opened(tmp_path)
+    spool.append(b"spooled")
+    block_position_file(tmp_path)
+    try:
+        spool.put_first([b"in memory"])
+    except OSError:
+        pass
+    else:
+        raise AssertionError("put_first must fail when its position cannot be saved")
+    assert spool.pending == 1
+    assert read_all(spool) == [b"spooled"]
 
 
 def test_codec_round_trips_every_event_kind() -> None:

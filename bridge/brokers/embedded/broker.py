@@ -43,8 +43,8 @@ from amqtt.mqtt.unsuback import UnsubackPacket
 
 from bridge.brokers.base import EventSink
 from bridge.brokers.embedded.flows import FlowsMixin
-from bridge.brokers.embedded.handler import BridgeHandler, BridgeWriter, Inbound
-from bridge.brokers.embedded.lane import EventLane
+from bridge.brokers.embedded.handler import AckAgain, BridgeHandler, BridgeWriter, Inbound
+from bridge.brokers.embedded.lane import EventLane, Kept
 from bridge.brokers.embedded.router import Router
 from bridge.brokers.embedded.sessions import SessionState
 from bridge.events import ClientConnected, ClientDisconnected
@@ -140,7 +140,7 @@ class HookBroker(FlowsMixin, Broker):  # type: ignore[misc]
 
     # -- connection lifecycle --------------------------------------------------
 
-    async def _connect(self, conn: BridgeHandler, session: Any) -> asyncio.Future[None]:
+    async def _connect(self, conn: BridgeHandler, session: Any) -> asyncio.Future[Kept]:
         """Take over, resume or create the session, send CONNACK, start the connection."""
         clientid: str = session.client_id
         async with self._client_lock(clientid):
@@ -189,13 +189,15 @@ class HookBroker(FlowsMixin, Broker):  # type: ignore[misc]
         assert state is not None
         while (item := await conn.inbox.get()) is not None:
             if isinstance(item, Inbound):
-                accepted = functools.partial(conn.send, item.ack) if item.ack is not None else None
+                accepted = functools.partial(conn.accepted, item) if item.ack is not None else None
                 if item.topic.startswith("$SYS/") or item.topic == "$SYS":
                     log.info("client %r may not publish to %r: dropped", state.clientid, item.topic)
                     if accepted is not None:
-                        await accepted()
+                        await accepted(None)
                 else:
                     await self._publish(state, conn.peername, item.topic, item.payload, item.qos, item.retain, accepted)
+            elif isinstance(item, AckAgain):
+                await conn.ack_when_kept(item.held.kept, item.ack)
             elif isinstance(item, SubscribePacket):
                 await self._on_subscribe(conn, item)
             else:
@@ -205,7 +207,7 @@ class HookBroker(FlowsMixin, Broker):  # type: ignore[misc]
         state = conn.state
         assert state is not None
         codes: list[int] = []
-        pending: list[asyncio.Future[None] | None] = []
+        pending: list[asyncio.Future[Kept] | None] = []
         for topic_filter, qos in packet.payload.topics:
             future = self._add_subscription(state, topic_filter, qos, send_retained=True)
             codes.append(0x80 if future is None else qos)

@@ -11,6 +11,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from bridge.brokers.base import Delivery, DeliveryError
+from bridge.brokers.embedded.lane import Kept
 from bridge.brokers.embedded.router import Router, Sequencer
 from bridge.brokers.embedded.sessions import Outgoing, SessionState
 from bridge.events import MessagePublish, SessionSubscribed, SessionUnsubscribed
@@ -34,13 +35,13 @@ class FlowsMixin:
         payload: bytes,
         qos: int,
         retain: bool,
-        accepted: Callable[[], Awaitable[None]] | None = None,
+        accepted: Callable[[Kept], Awaitable[None]] | None = None,
     ) -> None:
         """Emit message.publish for a client's message, then route it (in msgid order).
 
-        `accepted` runs once the bridge has the event (it sends the client's PUBACK / PUBCOMP),
-        before routing, which may wait for earlier messages. `state` is None for the broker's
-        own messages (amqtt plugins): routed, no event.
+        `accepted` runs once the bridge has the event, with its kept future (the client's
+        PUBACK / PUBREC waits for that: SPEC 6.3), before routing, which may wait for earlier
+        messages. `state` is None for the broker's own messages (amqtt plugins): routed, no event.
         """
         clientid = state.clientid if state is not None else ""
         msgid = self.msgids.next()
@@ -50,6 +51,7 @@ class FlowsMixin:
             self.router.store_retained(msgid, topic, payload, qos, clientid)
         previous, mine = self.router.sequencer.enter()
         try:
+            kept: Kept = None
             if state is not None:
                 event = MessagePublish(
                     msgid=msgid,
@@ -63,9 +65,9 @@ class FlowsMixin:
                     peername=peername,
                     timestamp=time.time(),
                 )
-                await state.lane.emit(event)
+                kept = await state.lane.emit(event)
             if accepted is not None:
-                await accepted()
+                await accepted(kept)
             await Sequencer.wait(previous)
             self.router.route(msgid, topic, payload, qos, clientid)
         finally:
@@ -73,7 +75,7 @@ class FlowsMixin:
 
     def _add_subscription(
         self, state: SessionState, topic_filter: str, qos: int, *, send_retained: bool
-    ) -> asyncio.Future[None] | None:
+    ) -> asyncio.Future[Kept] | None:
         """Subscribe, queue the matching retained messages, post session.subscribed.
 
         Returns the event's future (done once the sink took it), or None when
@@ -118,7 +120,7 @@ class FlowsMixin:
         )
         return state.lane.post(event, wait=True)
 
-    def _remove_subscription(self, state: SessionState, topic_filter: str) -> asyncio.Future[None]:
+    def _remove_subscription(self, state: SessionState, topic_filter: str) -> asyncio.Future[Kept]:
         self.router.unsubscribe(state, topic_filter)
         event = SessionUnsubscribed(
             clientid=state.clientid,

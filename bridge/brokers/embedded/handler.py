@@ -13,7 +13,12 @@ Overridden amqtt 0.12.1 `ProtocolHandler` / `BrokerProtocolHandler` methods:
   and a watchdog closes the connection after 1.5x the keepalive.
 - incoming QoS 2: amqtt waits for PUBREL inside a per-message task whose
   waiter is lost on reconnect (the resent PUBREL is then never completed);
-  here held QoS 2 messages live in the session and PUBREL releases them.
+  here the message is passed on at PUBLISH (the specification's "method B"),
+  its packet id stays in the session until PUBREL, and a resent PUBLISH with
+  that id is acknowledged again, not passed on again.
+- acknowledgements: amqtt sends PUBACK / PUBREC on receipt; here each waits
+  until the bridge kept the message (every rule's action committed or
+  spooled, SPEC 6.3), in the order the messages came in [MQTT-4.6.0-2].
 - outgoing QoS 1/2: amqtt discards a message after 5 s without PUBACK /
   PUBREC; here messages stay in the session's in-flight window until acked
   or the session is discarded, and each ack maps back to its msgid.
@@ -27,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +59,7 @@ from amqtt.mqtt.publish import PublishPacket
 from amqtt.mqtt.pubrec import PubrecPacket
 from amqtt.mqtt.pubrel import PubrelPacket
 
+from bridge.brokers.embedded.lane import Kept
 from bridge.brokers.embedded.sessions import IncomingQos2, Outgoing, SessionState
 from bridge.events import MessageAcked, MessageDelivered
 from bridge.topics import topic_name_error
@@ -61,6 +68,9 @@ log = logging.getLogger("bridge.brokers.embedded")
 
 # Packets read ahead of the client's message loop before reading stops.
 INBOX_SIZE = 256
+# Acknowledgements waiting for their messages to be kept, per connection; beyond this the
+# message loop waits too, its inbox fills and reading stops: what waits stays bounded.
+UNACKED_LIMIT = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +81,17 @@ class Inbound:
     payload: bytes
     qos: int
     retain: bool
-    # PUBACK (QoS 1) or PUBCOMP (QoS 2), sent by the message loop only once the publish event
-    # has been handed to the bridge: the client's ack means the bridge has its message.
+    # PUBACK (QoS 1) or PUBREC (QoS 2), sent only once the bridge kept the message (SPEC 6.3).
     ack: Any = None
+    packet_id: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AckAgain:
+    """A resent QoS 2 PUBLISH of a message already passed on: PUBREC again once it is kept."""
+
+    held: IncomingQos2
+    ack: Any
 
 
 class BridgeWriter(StreamWriterAdapter):  # type: ignore[misc]
@@ -109,6 +127,8 @@ class BridgeHandler(BrokerProtocolHandler):  # type: ignore[misc]
         self._limit = 0.0
         self._last_read = 0.0  # when the reader started waiting for the next packet
         self._waiting = False
+        self.acks: deque[tuple[Kept, Any]] = deque()  # (kept future, ack packet), in arrival order
+        self._acks_changed = asyncio.Event()
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -122,12 +142,14 @@ class BridgeHandler(BrokerProtocolHandler):  # type: ignore[misc]
         self._tasks = [
             asyncio.create_task(self._reader_loop(), name=f"hookbridge-read-{state.clientid}"),
             asyncio.create_task(self._sender_loop(), name=f"hookbridge-send-{state.clientid}"),
+            asyncio.create_task(self._acker_loop(), name=f"hookbridge-ack-{state.clientid}"),
         ]
 
     def close(self, reason: str) -> None:
         """End the connection; the first reason given is the one reported."""
         if self.reason is None:
             self.reason = reason
+        self._acks_changed.set()  # a message loop waiting for room in `acks` stops waiting
         if isinstance(self.writer, BridgeWriter):
             self.writer.shut(graceful=self.reason == "normal")
 
@@ -203,14 +225,9 @@ class BridgeHandler(BrokerProtocolHandler):  # type: ignore[misc]
             await self._on_puback(packet.variable_header.packet_id)
         elif kind == PUBREC:
             await self._on_pubrec(packet.packet_id)
-        elif kind == PUBREL:
-            held = self._state.incoming_qos2.pop(packet.packet_id, None)
-            if held is not None:
-                await self.inbox.put(
-                    Inbound(held.topic, held.payload, 2, held.retain, PubcompPacket.build(packet.packet_id))
-                )
-            else:  # already released (a PUBREL resent): complete it again
-                await self.send(PubcompPacket.build(packet.packet_id))
+        elif kind == PUBREL:  # the message was passed on at PUBLISH: forget its id, complete
+            self._state.incoming_qos2.pop(packet.packet_id, None)
+            await self.send(PubcompPacket.build(packet.packet_id))
         elif kind == PUBCOMP:
             self._state.acked(packet.packet_id)
         elif kind in (SUBSCRIBE, UNSUBSCRIBE):
@@ -237,9 +254,13 @@ class BridgeHandler(BrokerProtocolHandler):  # type: ignore[misc]
         elif qos == 1:
             await self.inbox.put(Inbound(topic, payload, 1, retain, PubackPacket.build(packet.packet_id)))
         else:
-            # A resent PUBLISH of a held packet id is the same message: keep one.
-            self._state.incoming_qos2.setdefault(packet.packet_id, IncomingQos2(topic, payload, retain))
-            await self.send(PubrecPacket.build(packet.packet_id))
+            packet_id, pubrec = packet.packet_id, PubrecPacket.build(packet.packet_id)
+            held = self._state.incoming_qos2.get(packet_id)
+            if held is not None:  # a resent PUBLISH of a held packet id is the same message
+                await self.inbox.put(AckAgain(held, pubrec))
+            else:
+                self._state.incoming_qos2[packet_id] = IncomingQos2()
+                await self.inbox.put(Inbound(topic, payload, 2, retain, pubrec, packet_id))
         return True
 
     async def _on_puback(self, packet_id: int) -> None:
@@ -262,6 +283,41 @@ class BridgeHandler(BrokerProtocolHandler):  # type: ignore[misc]
                 await acked
         else:
             await self.send(PubrelPacket.build(packet_id))
+
+    # -- acknowledging -----------------------------------------------------------
+
+    async def accepted(self, item: Inbound, kept: Kept) -> None:
+        """The bridge has the event of `item`: acknowledge it once `kept` is done."""
+        if item.qos == 2 and (held := self._state.incoming_qos2.get(item.packet_id)) is not None:
+            held.kept = kept  # a resent PUBLISH of it is acknowledged once this is done
+        await self.ack_when_kept(kept, item.ack)
+
+    async def ack_when_kept(self, kept: Kept, packet: Any) -> None:
+        """Queue `packet` to go out once `kept` is done, after every ack queued before it."""
+        while len(self.acks) >= UNACKED_LIMIT and self.reason is None:
+            self._acks_changed.clear()
+            await self._acks_changed.wait()
+        if self.reason is not None:
+            return  # closing: the client sends the message again on its next connection
+        self.acks.append((kept, packet))
+        self._acks_changed.set()
+
+    async def _acker_loop(self) -> None:
+        while True:
+            if not self.acks:
+                self._acks_changed.clear()
+                await self._acks_changed.wait()
+                continue
+            kept, packet = self.acks[0]
+            if kept is not None and not kept.done():
+                await asyncio.wait([kept])  # not `await kept`: cancelling this task must not cancel it
+            self.acks.popleft()
+            self._acks_changed.set()
+            if kept is not None and kept.cancelled():
+                log.warning("client %r: a message was not kept; closing without acknowledging it", self._state.clientid)
+                self.close("closed")
+                return
+            await self.send(packet)
 
     # -- sending ---------------------------------------------------------------
 

@@ -7,6 +7,11 @@ event's place in the client's stream at the moment it happens, without
 awaiting; one pump task hands the events to the sink in that order, one call
 at a time. `emit()` posts and then waits until the sink has returned for that
 event, which is how back-pressure from the sink reaches the client.
+
+The sink's return value is the event's "kept" future (done once every rule's action for
+it is committed or spooled, SPEC 6.3); `emit()` and the futures of `post(wait=True)`
+pass it on, so a publish can be acknowledged once its message is kept. When the sink
+fails, the kept future is a cancelled one: that message is not kept.
 """
 
 from __future__ import annotations
@@ -18,6 +23,10 @@ from collections import deque
 from bridge.brokers.base import EventSink
 from bridge.events import Event
 
+# What the sink returned for an event: a future done once the event is kept, or None when
+# nothing has to be waited for (no rule matched it).
+Kept = asyncio.Future[None] | None
+
 log = logging.getLogger("bridge.brokers.embedded")
 
 
@@ -28,12 +37,13 @@ class EventLane:
         # The broker's set of lanes with events in flight; a lane outlives a
         # discarded session until its last event (client.disconnected) is out.
         self._busy = busy if busy is not None else set()
-        self._queue: deque[tuple[Event, asyncio.Future[None] | None]] = deque()
+        self._queue: deque[tuple[Event, asyncio.Future[Kept] | None]] = deque()
         self._pump: asyncio.Task[None] | None = None
 
-    def post(self, event: Event, *, wait: bool = False) -> asyncio.Future[None] | None:
-        """Append `event` to the stream; with `wait`, return a future done once the sink took it."""
-        future: asyncio.Future[None] | None = None
+    def post(self, event: Event, *, wait: bool = False) -> asyncio.Future[Kept] | None:
+        """Append `event` to the stream; with `wait`, return a future done once the sink took it
+        (its result: the event's kept future)."""
+        future: asyncio.Future[Kept] | None = None
         if wait:
             future = asyncio.get_running_loop().create_future()
         self._queue.append((event, future))
@@ -42,11 +52,11 @@ class EventLane:
             self._pump = asyncio.create_task(self._run(), name=f"hookbridge-events-{self._clientid}")
         return future
 
-    async def emit(self, event: Event) -> None:
-        """Post `event` and wait until the sink has returned for it."""
+    async def emit(self, event: Event) -> Kept:
+        """Post `event` and wait until the sink has returned for it; returns its kept future."""
         future = self.post(event, wait=True)
         assert future is not None
-        await future
+        return await future
 
     @property
     def idle(self) -> bool:
@@ -65,16 +75,19 @@ class EventLane:
         try:
             while self._queue:
                 event, future = self._queue[0]
+                kept: Kept
                 try:
-                    await self._sink(event)
+                    kept = await self._sink(event)
                 except asyncio.CancelledError:
                     raise
                 except Exception:
                     # A failing sink must not stop the broker; the dispatcher owns retries.
                     log.exception("event sink failed on %s of client %r", type(event).__name__, self._clientid)
+                    kept = asyncio.get_running_loop().create_future()
+                    kept.cancel()  # not kept: such a publish is never acknowledged
                 self._queue.popleft()
                 if future is not None and not future.done():
-                    future.set_result(None)
+                    future.set_result(kept)
         finally:
             self._pump = None
             self._busy.discard(self)

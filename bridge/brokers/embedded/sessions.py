@@ -5,8 +5,8 @@ queues offline messages without their identity and drops in-flight messages
 after a 5 s timeout. The bridge needs more per session: each subscription's
 `live_from` message id, one outbox that is both the send queue and the offline
 queue (bounded, oldest dropped first), the in-flight window keyed by packet
-id (so an ack maps back to its msgid), and the QoS 2 packets a client has sent
-but not yet released.
+id (so an ack maps back to its msgid), and the packet ids of QoS 2 messages a
+client has sent but not yet released.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from bridge.brokers.embedded.handler import BridgeHandler
-    from bridge.brokers.embedded.lane import EventLane
+    from bridge.brokers.embedded.lane import EventLane, Kept
 
 log = logging.getLogger("bridge.brokers.embedded")
 
@@ -57,11 +57,9 @@ class Subscription:
 
 @dataclass(slots=True)
 class IncomingQos2:
-    """A QoS 2 PUBLISH from the client, held until its PUBREL releases it."""
+    """A QoS 2 PUBLISH from the client, passed on, whose packet id is held until PUBREL."""
 
-    topic: str
-    payload: bytes
-    retain: bool
+    kept: Kept = None  # done once the bridge kept the message: PUBREC may go out
 
 
 class SessionState:

@@ -34,6 +34,9 @@ class EmbeddedBroker(BrokerSource):
 
     mode = "embedded"
     capabilities = frozenset({Capability.PROXY_SUBSCRIBE, Capability.DELIVER_TO_SESSION})
+    # A PUBACK / PUBREC goes out once every rule's action for the message is committed or
+    # spooled (SPEC 6.3): a kill -9 at any moment loses no acknowledged message.
+    acks_after_commit = True
 
     def __init__(
         self,
