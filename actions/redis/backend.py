@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 from collections.abc import Sequence
@@ -13,6 +14,7 @@ from redis import exceptions as rexc
 from actions.base import Backend, Job, PermanentError
 from actions.redis import scripts
 from actions.redis.functions import WRITERS, Command, Script
+from actions.redis.index import TopicIndex
 from actions.redis.reads import READERS
 from actions.redis.schema import describe
 from bridge.rules import CommandsAction, FunctionAction, TemplateAction
@@ -66,6 +68,8 @@ class RedisBackend(Backend):
             **_tls_options(self.pool),
         )
         self.redis: Any = aioredis.Redis(connection_pool=connections)  # replies are bytes (protocol 2)
+        self.index = TopicIndex(self.redis)
+        self._index_task: asyncio.Task[None] | None = None
         self._shas: dict[str, str] = {}
         try:
             await self._load_scripts()
@@ -75,12 +79,27 @@ class RedisBackend(Backend):
             if isinstance(exc, rexc.AuthenticationError) or "certificate verify failed" in str(exc):
                 raise
             log.warning("pool %s: Redis not reachable yet (%s); actions wait and retry", self.pool.id, exc)
+        self._check_index()
+
+    def _check_index(self) -> None:
+        """Complete the topic index in the background (reads SCAN until it is); retried by maintenance."""
+        if self._index_task is None or self._index_task.done():
+            self._index_task = asyncio.create_task(self._ensure_index(), name=f"index:{self.pool.id}")
+
+    async def _ensure_index(self) -> None:
+        try:
+            await self.index.ensure()
+        except (rexc.RedisError, OSError) as exc:
+            log.warning("pool %s: topic index not built yet (%s); retried at the next maintenance", self.pool.id, exc)
 
     async def _load_scripts(self) -> None:
         for name, source in scripts.ALL.items():
             self._shas[name] = await self.redis.script_load(source)
 
     async def close(self) -> None:
+        if self._index_task is not None:
+            self._index_task.cancel()
+            await asyncio.gather(self._index_task, return_exceptions=True)
         await self.redis.aclose()
 
     def is_recoverable(self, exc: BaseException) -> bool:
@@ -136,7 +155,11 @@ class RedisBackend(Backend):
         replies = await pipe.execute(raise_on_error=False)
         for owner, reply in zip(owners, replies, strict=True):
             if isinstance(reply, rexc.NoScriptError):
-                self._shas.clear()  # Redis restarted and lost its script cache: retry the batch
+                # Redis restarted and lost its script cache: retry the batch. Its data may be
+                # another one too (a restored dump): look at the index marker again.
+                self._shas.clear()
+                self.index.recheck()
+                self._check_index()
                 raise reply
             if isinstance(reply, Exception) and outcomes[owner] is None:
                 if self.is_recoverable(reply):
@@ -146,7 +169,7 @@ class RedisBackend(Backend):
 
     async def _read(self, job: Job, reader: Any) -> BaseException | None:
         try:
-            await reader(self.redis, self.ctx, job)
+            await reader(self.index, self.ctx, job)
         except rexc.ResponseError as exc:
             return exc
         except PermanentError as exc:
@@ -162,19 +185,10 @@ class RedisBackend(Backend):
         return None
 
     async def maintenance(self) -> None:
-        """Drop ids of expired message hashes from the topic lists (the periodic trim).
+        """Complete the topic index if it is not yet; drop ids of expired message hashes (the periodic trim).
 
-        Runs only when a rule of this pool sets `expired_time` (`trim_enabled`).
+        The trim runs only when a rule of this pool sets `expired_time` (`trim_enabled`).
         """
-        if not self.trim_enabled:
-            return
-        async for key in self.redis.scan_iter(match=b"mqtt:msg:*", count=1000, _type="zset"):
-            members = await self.redis.zrange(key, 0, -1)
-            for start in range(0, len(members), 1000):
-                chunk = members[start : start + 1000]
-                pipe = self.redis.pipeline(transaction=False)
-                for member in chunk:
-                    pipe.exists(b"mqtt:msg:" + member)
-                gone = [m for m, alive in zip(chunk, await pipe.execute(), strict=True) if not alive]
-                if gone:
-                    await self.redis.zrem(key, *gone)
+        await self.index.ensure()
+        if self.trim_enabled:
+            await self.index.trim_expired()

@@ -77,7 +77,7 @@ def _store(job: Job) -> Plan:
     return [
         Script(
             "store",
-            (keys.message(event.msgid), keys.topic_list(event.topic), keys.retain(event.topic)),
+            (keys.message(event.msgid), keys.topic_list(event.topic), keys.retain(event.topic), keys.MSG_INDEX),
             _stored_fields(event, job.rule.expired_time or 0),
         )
     ]
@@ -94,7 +94,7 @@ def message_retain(job: Job) -> Plan:
     return [
         Script(
             "retain_set",
-            (keys.message(event.msgid), keys.retain(event.topic), keys.topic_list(event.topic)),
+            (keys.message(event.msgid), keys.retain(event.topic), keys.topic_list(event.topic), keys.RETAIN_INDEX),
             _stored_fields(event, job.rule.expired_time or 0),
         )
     ]
@@ -104,7 +104,11 @@ def retain_delete(job: Job) -> Plan:
     event = job.event
     assert isinstance(event, MessagePublish)
     return [
-        Script("retain_clear", (keys.retain(event.topic), keys.topic_list(event.topic)), (job.rule.expired_time or 0,))
+        Script(
+            "retain_clear",
+            (keys.retain(event.topic), keys.topic_list(event.topic), keys.RETAIN_INDEX),
+            (job.rule.expired_time or 0, keys.enc(event.topic)),
+        )
     ]
 
 
@@ -114,8 +118,8 @@ def acked_for_queue(job: Job) -> Plan:
     return [
         Script(
             "ack_queue",
-            (keys.topic_list(event.topic), keys.message(event.msgid), keys.retain(event.topic)),
-            (event.msgid,),
+            (keys.topic_list(event.topic), keys.message(event.msgid), keys.retain(event.topic), keys.MSG_INDEX),
+            (event.msgid, keys.enc(event.topic)),
         )
     ]
 

@@ -6,6 +6,18 @@ from bridge.msgid import timestamp_us
 
 PREFIX = b"mqtt:"
 EVENT_LOG = b"mqtt:event_log"
+TOPIC_LIST_PREFIX = MESSAGE_PREFIX = b"mqtt:msg:"  # topics and msgids share it (seed 003)
+RETAIN_PREFIX = b"mqtt:retain:"
+
+# The topic index (index.py). Every other key is a fixed prefix (`mqtt:msg:`, `mqtt:retain:`,
+# `mqtt:client:`, `mqtt:node:`, `mqtt:sub:`, `mqtt:acked:`) followed by a topic, msgid or
+# clientid, or a fixed name (`mqtt:event_log`, `mqtt:acked_owner`). `mqtt:index:` is none of
+# those prefixes and starts none of them, so no topic or clientid can name an index key:
+# topic `index:msg` is `mqtt:msg:index:msg`.
+INDEX_PREFIX = b"mqtt:index:"
+MSG_INDEX = INDEX_PREFIX + b"msg"
+RETAIN_INDEX = INDEX_PREFIX + b"retain"
+INDEX_BUILT = INDEX_PREFIX + b"built"
 
 
 def enc(text: str) -> bytes:
@@ -30,15 +42,15 @@ def subs(clientid: str) -> bytes:
 
 
 def topic_list(topic: str) -> bytes:
-    return b"mqtt:msg:" + enc(topic)
+    return TOPIC_LIST_PREFIX + enc(topic)
 
 
 def message(msgid: str) -> bytes:
-    return b"mqtt:msg:" + msgid.encode()
+    return MESSAGE_PREFIX + msgid.encode()
 
 
 def retain(topic: str) -> bytes:
-    return b"mqtt:retain:" + enc(topic)
+    return RETAIN_PREFIX + enc(topic)
 
 
 def acked(clientid: str, topic_filter: str) -> bytes:

@@ -2,6 +2,7 @@
 
 They read Redis, then act through the broker (subscribe a client, deliver to
 one session). The backend flushes the batch's pending writes before each one.
+Wildcard subscriptions find their topics in the topic index (index.py).
 """
 
 from __future__ import annotations
@@ -14,37 +15,25 @@ from typing import Any
 
 from actions.base import FunctionContext, Job
 from actions.redis import keys, scripts
+from actions.redis.index import MSG, RETAIN, TopicIndex
 from bridge.brokers.base import Delivery
 from bridge.events import ClientConnected, SessionSubscribed
-from bridge.topics import is_wildcard, literal_prefix, matches
+from bridge.topics import is_wildcard
 
 log = logging.getLogger(__name__)
 
 # redis.asyncio.Redis with protocol 2: replies are bytes. Its stubs type them as unions, hence Any.
 Redis = Any
-Reader = Callable[[Redis, FunctionContext, Job], Awaitable[None]]
-
-_MSG_PREFIX = b"mqtt:msg:"
-_RETAIN_PREFIX = b"mqtt:retain:"
+Reader = Callable[[TopicIndex, FunctionContext, Job], Awaitable[None]]
 
 
-async def subscribe_lookup(redis: Redis, ctx: FunctionContext, job: Job) -> None:
+async def subscribe_lookup(index: TopicIndex, ctx: FunctionContext, job: Job) -> None:
+    redis = index.redis
     event = job.event
     assert isinstance(event, ClientConnected)
     stored = await redis.hgetall(keys.subs(event.clientid))
     entries = [(keys.dec(topic), int(qos) if qos.isdigit() else qos) for topic, qos in sorted(stored.items())]
     await ctx.proxy_subscribe(event.clientid, entries)
-
-
-async def _scan_topics(redis: Redis, prefix: bytes, topic_filter: str, type_: str) -> list[str]:
-    """Stored topics under `prefix` matching a wildcard filter (SCAN on the literal prefix)."""
-    pattern = prefix + keys.glob_escape(literal_prefix(topic_filter)) + b"*"
-    found = []
-    async for key in redis.scan_iter(match=pattern, count=1000, _type=type_):
-        topic = keys.dec(key[len(prefix) :])
-        if matches(topic_filter, topic):
-            found.append(topic)
-    return sorted(found)
 
 
 def _delivery(fields: dict[bytes, bytes], sub_qos: int, retain: bool, topic_filter: str) -> Delivery:
@@ -59,24 +48,26 @@ def _delivery(fields: dict[bytes, bytes], sub_qos: int, retain: bool, topic_filt
     )
 
 
-async def retain_lookup(redis: Redis, ctx: FunctionContext, job: Job) -> None:
+async def retain_lookup(index: TopicIndex, ctx: FunctionContext, job: Job) -> None:
+    redis = index.redis
     event = job.event
     assert isinstance(event, SessionSubscribed)  # a new subscription (registry `applies`)
     if ctx.publishes_committed is not None:
         await ctx.publishes_committed(job.seq)
-    if is_wildcard(event.topic):
-        topics = await _scan_topics(redis, _RETAIN_PREFIX, event.topic, "zset")
-    else:
-        topics = [event.topic]
+    topics = await index.matching(RETAIN, event.topic)
     topics = [t for t in topics if t not in event.retained_sent]
     pipe = redis.pipeline(transaction=False)
     for topic in topics:
         pipe.zrange(keys.retain(topic), 0, 0)
-    ids = [members[0].decode() for members in await pipe.execute() if members]
+    replies = await pipe.execute()
+    ids = [members[0].decode() for members in replies if members]
     for msgid in ids:
         pipe.hgetall(keys.message(msgid))
     found = [fields for fields in await pipe.execute() if fields]
     await ctx.deliver(event, [_delivery(f, event.qos, True, event.topic) for f in found])
+    if is_wildcard(event.topic):  # an index entry whose set was deleted by hand: drop it
+        for topic in (topic for topic, members in zip(topics, replies, strict=True) if not members):
+            await index.forget(RETAIN, topic)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,16 +106,14 @@ async def _candidates(redis: Redis, topics: list[str], window: _Window) -> tuple
     return found[: window.limit], len(found) > window.limit
 
 
-async def _fetch(redis: Redis, ctx: FunctionContext, job: Job, pubsub: bool) -> None:
+async def _fetch(index: TopicIndex, ctx: FunctionContext, job: Job, pubsub: bool) -> None:
+    redis = index.redis
     event = job.event
     assert isinstance(event, SessionSubscribed)
     # A new persistent QoS>0 subscription (registry `applies`), or the next page (cursor).
     if job.cursor is None and ctx.publishes_committed is not None:
         await ctx.publishes_committed(job.seq)
-    if is_wildcard(event.topic):
-        topics = await _scan_topics(redis, _MSG_PREFIX, event.topic, "zset")
-    else:
-        topics = [event.topic]
+    topics = await index.matching(MSG, event.topic)
     after = job.cursor
     if pubsub and after is None:
         offset = await _offset(redis, event)
@@ -141,7 +130,7 @@ async def _fetch(redis: Redis, ctx: FunctionContext, job: Job, pubsub: bool) -> 
     window = _Window(after, event.live_from_msgid, min_score, opts.max_returned_count)
     while True:
         page, more = await _candidates(redis, topics, window)
-        deliveries = await _load(redis, page, event)
+        deliveries = await _load(index, page, event)
         if deliveries or not more or not page:
             break
         window = _Window(page[-1][1], window.before, window.min_score, window.limit)  # all expired: next page
@@ -183,18 +172,19 @@ def _refused(event: SessionSubscribed) -> None:
     )
 
 
-async def _load(redis: Redis, page: list[tuple[int, str, str]], event: SessionSubscribed) -> list[Delivery]:
-    pipe = redis.pipeline(transaction=False)
+async def _load(index: TopicIndex, page: list[tuple[int, str, str]], event: SessionSubscribed) -> list[Delivery]:
+    pipe = index.redis.pipeline(transaction=False)
     for _, msgid, _ in page:
         pipe.hgetall(keys.message(msgid))
-    deliveries, expired = [], []
+    deliveries: list[Delivery] = []
+    expired: dict[str, list[str]] = {}
     for (_, msgid, topic), fields in zip(page, await pipe.execute(), strict=True):
         if fields:
             deliveries.append(_delivery(fields, event.qos, False, event.topic))
         else:
-            expired.append((topic, msgid))
-    for topic, msgid in expired:  # lazy trim: the hash expired, drop its list entry
-        pipe.zrem(keys.topic_list(topic), msgid)
+            expired.setdefault(topic, []).append(msgid)
+    for topic, msgids in expired.items():  # lazy trim: the hashes expired, drop their list entries
+        await index.forget(MSG, topic, msgids, client=pipe)
     if expired:
         await pipe.execute()
     return deliveries
@@ -215,12 +205,12 @@ async def _newest(redis: Redis, topics: list[str], before: str | None) -> str | 
     return newest
 
 
-async def fetch_for_queue(redis: Redis, ctx: FunctionContext, job: Job) -> None:
-    await _fetch(redis, ctx, job, pubsub=False)
+async def fetch_for_queue(index: TopicIndex, ctx: FunctionContext, job: Job) -> None:
+    await _fetch(index, ctx, job, pubsub=False)
 
 
-async def fetch_for_pubsub(redis: Redis, ctx: FunctionContext, job: Job) -> None:
-    await _fetch(redis, ctx, job, pubsub=True)
+async def fetch_for_pubsub(index: TopicIndex, ctx: FunctionContext, job: Job) -> None:
+    await _fetch(index, ctx, job, pubsub=True)
 
 
 READERS: dict[str, Reader] = {

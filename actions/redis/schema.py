@@ -13,6 +13,9 @@ mqtt:retain:<topic>            zset    the msgid of the topic's retained message
 mqtt:acked:<clientid>:<topic>  string  last acked msgid of a pubsub subscription (`0`: before everything)
 mqtt:acked_owner               hash    offset key -> owning clientid, for keys a `:` makes ambiguous
 mqtt:event_log                 stream  on_event_log entries: event, ts (ms), clientid, username, node, topic, ...
+mqtt:index:msg                 zset    topic index: topics that have a mqtt:msg:<topic> set (score 0, member topic)
+mqtt:index:retain              zset    topic index: topics that have a mqtt:retain:<topic> set
+mqtt:index:built               string  1 once the index holds the topics written before it (DEL + restart: rebuild)
 """
 
 

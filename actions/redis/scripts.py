@@ -3,16 +3,20 @@
 Each script names every key it touches in KEYS, except the hashes of older
 retained messages in `retain_set` / `retain_clear`, whose ids are only known
 inside the script (single-node deployments; SPEC 5.1 layout).
+
+The scripts that create or empty a topic's sorted set also add or remove the topic in the
+topic index (index.py) in the same script, so the index never disagrees with the data.
 """
 
 from __future__ import annotations
 
-# KEYS: msg hash, topic zset, retain zset
+# KEYS: msg hash, topic zset, retain zset, message topic index
 # ARGV: msgid, score, expire, from, qos, topic, payload, ts, retain
 STORE = """
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 'from', ARGV[4], 'qos', ARGV[5], 'topic', ARGV[6],
            'payload', ARGV[7], 'ts', ARGV[8], 'retain', ARGV[9])
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+redis.call('ZADD', KEYS[4], 0, ARGV[6])
 if tonumber(ARGV[3]) > 0 and not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   redis.call('EXPIRE', KEYS[1], ARGV[3])
 end
@@ -34,7 +38,7 @@ local function release(old, keep, expire, topic_zset)
 end
 """
 
-# KEYS: msg hash, retain zset, topic zset
+# KEYS: msg hash, retain zset, topic zset, retained topic index
 # ARGV: msgid, score, expire, from, qos, topic, payload, ts, retain
 RETAIN_SET = (
     _RELEASE
@@ -46,26 +50,51 @@ redis.call('HSET', KEYS[1], 'id', ARGV[1], 'from', ARGV[4], 'qos', ARGV[5], 'top
 redis.call('PERSIST', KEYS[1])
 redis.call('DEL', KEYS[2])
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+redis.call('ZADD', KEYS[4], 0, ARGV[6])
 return 1
 """
 )
 
-# KEYS: retain zset, topic zset     ARGV: expire
+# KEYS: retain zset, topic zset, retained topic index     ARGV: expire, topic
 RETAIN_CLEAR = (
     _RELEASE
     + """
 local expire = tonumber(ARGV[1])
 for _, old in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do release(old, '', expire, KEYS[2]) end
 redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[3], ARGV[2])
 return 1
 """
 )
 
-# KEYS: topic zset, msg hash, retain zset     ARGV: msgid
+# KEYS: topic zset, msg hash, retain zset, message topic index     ARGV: msgid, topic
 ACK_QUEUE = """
 redis.call('ZREM', KEYS[1], ARGV[1])
 if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then redis.call('DEL', KEYS[2]) end
+if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('ZREM', KEYS[4], ARGV[2]) end
 return 1
+"""
+
+# KEYS: topic zset (messages or retained), its topic index     ARGV: topic, members to remove...
+# Expired ids leave the topic's set; the topic leaves the index once its set is gone (Redis
+# deletes an empty sorted set). Also drops an index entry whose set was deleted by hand.
+FORGET = """
+for i = 2, #ARGV, 1000 do redis.call('ZREM', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV))) end
+if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('ZREM', KEYS[2], ARGV[1]) end
+return 1
+"""
+
+# KEYS: a topic index, then sorted sets found by SCAN     ARGV: their topics, in KEYS order
+# Building the index beside running writers: a set deleted since the SCAN saw it is skipped
+# (its deleting script already removed the topic); a set created since is indexed by its writer.
+INDEX_ADD = """
+local added = 0
+for i = 2, #KEYS do
+  if redis.call('TYPE', KEYS[i]).ok == 'zset' then
+    added = added + redis.call('ZADD', KEYS[1], 0, ARGV[i - 1])
+  end
+end
+return added
 """
 
 # Pubsub offsets. An offset key two (clientid, filter) pairs could share (keys.ACKED_OWNER) is
