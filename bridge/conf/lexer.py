@@ -7,6 +7,7 @@ a double-quoted string, so JSON values such as `{"topic": "#"}` keep their `#`.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from bridge.conf.errors import ConfError, Position
@@ -26,7 +27,10 @@ class Entry:
         return Position(self.value_at.path, self.value_at.line, self.value_at.col + offset)
 
 
-def _strip_comment(text: str) -> str:
+def outside_strings(text: str) -> Iterator[tuple[int, str]]:
+    """(index, char) for each character outside double-quoted strings (backslash escapes
+    honoured); the quotes themselves are not yielded. Shared by the comment stripper and the
+    JSON nesting check, which must both ignore what a string holds."""
     in_string = escaped = False
     for index, char in enumerate(text):
         if in_string:
@@ -38,7 +42,13 @@ def _strip_comment(text: str) -> str:
                 in_string = False
         elif char == '"':
             in_string = True
-        elif char == "#" and (index == 0 or text[index - 1] in " \t"):
+        else:
+            yield index, char
+
+
+def _strip_comment(text: str) -> str:
+    for index, char in outside_strings(text):
+        if char == "#" and (index == 0 or text[index - 1] in " \t"):
             return text[:index]
     return text
 

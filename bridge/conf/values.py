@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from bridge.conf.lexer import outside_strings
+
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _INT = re.compile(r"[+-]?\d{1,30}", re.ASCII)
 _DURATION = re.compile(r"^(\d{1,20}(?:\.\d{1,9})?)(ms|s|m|h|d)?$", re.ASCII)
@@ -65,18 +67,8 @@ class JsonProblem(ValueError):
 def _nesting_error(text: str) -> int | None:
     """Offset of the bracket that opens level MAX_JSON_DEPTH + 1 (outside strings), or None."""
     depth = 0
-    in_string = escaped = False
-    for index, char in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
+    for index, char in outside_strings(text):
+        if char in "[{":
             depth += 1
             if depth > MAX_JSON_DEPTH:
                 return index
