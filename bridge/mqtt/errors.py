@@ -7,12 +7,9 @@ for `UnsupportedProtocolVersion` sent CONNACK return code 1.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from bridge.mqtt.reasons import ReasonCode
-
-if TYPE_CHECKING:
-    from bridge.mqtt.packets import Packet
 
 
 class CodecError(Exception):
@@ -25,7 +22,9 @@ class CodecError(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
-        self.packets: list[Packet] = []
+        # bridge.mqtt.packets.Packet objects; not imported here: packets.py -> properties.py
+        # -> errors.py already, and the codec keeps its modules free of import circles.
+        self.packets: list[Any] = []
 
     def __str__(self) -> str:
         return f"{self.message} (reason 0x{self.reason:02X} {self.reason.name.lower()})"
