@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -228,10 +229,20 @@ def test_values_at_their_limits_are_accepted(tmp_path: Path) -> None:
     assert not (tmp_path / "new").exists()  # check creates nothing
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
 def test_spool_dir_that_cannot_be_written(tmp_path: Path) -> None:
-    tmp_path.chmod(0o500)
+    """Not writable: a mode without w for a user; for root (who may write anywhere else, as CI
+    runs) a read-only filesystem."""
+    if os.geteuid() != 0:
+        tmp_path.chmod(0o500)
+        try:
+            assert errors_of(f"spool.dir = {tmp_path}/spool\n") == [f"{P}:1:13: spool.dir: cannot write to {tmp_path}"]
+        finally:
+            tmp_path.chmod(0o700)
+        return
+    readonly = tmp_path / "ro"
+    readonly.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(readonly)], check=True)
     try:
-        assert errors_of(f"spool.dir = {tmp_path}/spool\n") == [f"{P}:1:13: spool.dir: cannot write to {tmp_path}"]
+        assert errors_of(f"spool.dir = {readonly}/spool\n") == [f"{P}:1:13: spool.dir: cannot write to {readonly}"]
     finally:
-        tmp_path.chmod(0o700)
+        subprocess.run(["umount", str(readonly)], check=True)
