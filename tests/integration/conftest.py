@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +26,7 @@ from amqtt.mqtt.packet import MQTTFixedHeader
 from amqtt.mqtt.subscribe import SubscribePacket
 
 from bridge.events import Event
+from support.process import BridgeProcess
 
 TIMEOUT = 5.0
 
@@ -296,3 +297,12 @@ async def raw_connect() -> AsyncIterator[Callable[..., Awaitable[tuple[RawClient
     yield connect
     for client in made:
         client.abort()
+
+
+@pytest.fixture
+def bridges() -> Iterator[list[BridgeProcess]]:
+    """Bridge processes a test starts (support.process), stopped at teardown whatever it did."""
+    started: list[BridgeProcess] = []
+    yield started
+    for bridge in started:
+        bridge.stop()

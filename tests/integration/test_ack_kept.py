@@ -46,14 +46,6 @@ def empty_redis() -> Iterator[redis_sync.Redis]:
 
 
 @pytest.fixture
-def bridges() -> Iterator[list[BridgeProcess]]:
-    started: list[BridgeProcess] = []
-    yield started
-    for bridge in started:
-        bridge.stop()
-
-
-@pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A real 2 MB filesystem (tmpfs) at the spool.dir of a BridgeProcess in `tmp_path`; unmounted
     at the end whatever happens."""

@@ -37,14 +37,6 @@ def down_redis() -> Iterator[None]:
     stop_redis(PORT)
 
 
-@pytest.fixture
-def bridges() -> Iterator[list[BridgeProcess]]:
-    started: list[BridgeProcess] = []
-    yield started
-    for bridge in started:
-        bridge.stop()
-
-
 def redis_up() -> redis_sync.Redis:
     start_redis(PORT)
     return redis_sync.Redis(port=PORT, protocol=2)
