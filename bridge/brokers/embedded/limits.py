@@ -1,0 +1,55 @@
+"""What the embedded broker holds per client, bounded (SPEC 6.1 "Limits").
+
+One frozen value built from the `broker.*` settings (bridge/conf/schema.py holds their ranges
+and documentation); the broker core reads it, never the config. Every refusal a limit causes is
+counted under one of the `REFUSALS` names, exported at /metrics as
+`hookbridge_broker_refused_total{reason="..."}`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Why the broker refused or closed something, as /metrics labels them.
+REFUSALS = (
+    "packet_too_large",  # a packet over max_packet_size (counted, connection closed)
+    "max_connections",  # a connection over max_connections (closed before CONNECT is read)
+    "connect_timeout",  # no CONNECT within connect_timeout
+    "keepalive_timeout",  # no complete packet within 1.5x the keepalive
+    "malformed",  # a packet that breaks the protocol (malformed or protocol error)
+    "clientid_too_long",  # a client id over max_clientid_len (CONNACK 2 / 0x85)
+    "topic_levels",  # a topic or filter with more than max_topic_levels levels
+    "max_subscriptions",  # a SUBSCRIBE filter over max_subscriptions (SUBACK 0x80 / 0x97)
+    "receive_maximum",  # a 5.0 client over the broker's receive maximum (DISCONNECT 0x93)
+    "offline_messages",  # a queued message dropped: the session held max_offline_messages
+    "offline_bytes",  # a queued message dropped: the session held max_offline_bytes
+    "slow_subscriber",  # a connection closed: its unread output went over max_output_bytes
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_packet_size: int = 1 << 20
+    """Bytes of one packet, header included, in both directions (5.0 tells clients in CONNACK)."""
+    max_connections: int = 10_000
+    connect_timeout: float = 10.0
+    """Seconds a new connection has to complete its CONNECT."""
+    max_inflight: int = 32
+    """Outgoing QoS 1/2 messages unacknowledged per session; also the receive maximum the
+    broker announces to 5.0 clients for their incoming QoS 1/2 messages."""
+    max_offline_messages: int = 100_000
+    """Messages queued per session; 0: no count limit (max_offline_bytes still bounds it)."""
+    max_offline_bytes: int = 64 << 20
+    """Bytes (topic + payload) queued per session."""
+    max_subscriptions: int = 1000
+    """Topic filters per session; 0: no limit."""
+    max_topic_levels: int = 64
+    """Levels of a topic name or filter ("a/b/c" has 3)."""
+    max_clientid_len: int = 256
+    """Bytes of a client id (UTF-8)."""
+    max_output_bytes: int = 4 << 20
+    """Bytes written to a connection and not yet taken by the client before delivery to it
+    pauses (its messages wait in the session queue, bounded by the offline limits)."""
+    server_keep_alive: int = 0
+    """Seconds; 0: the client's own keepalive is used. Above 0, 5.0 clients asking for more
+    (or for none) get this value in CONNACK (Server Keep Alive) and it is enforced."""
