@@ -53,7 +53,7 @@ PUBLISHER_CONNECT = 0.5
 # Idle clients' RSS is read once their handshakes are over and the broker has settled.
 SETTLE = 1.0
 STALL = 20.0  # seconds without a message arriving before a throughput run counts as failed
-TARGETS = {"noop": 0.5, "persisted": 1 / 3}  # share of Mosquitto's msg/s (issue 14)
+TARGETS = {"no_rules": 0.5, "persisted": 1 / 3}  # share of Mosquitto's msg/s (issue 14)
 TARGET_KB_PER_CONNECTION = 20
 
 Start = Callable[[Path], AbstractContextManager[Server]]
@@ -215,7 +215,7 @@ def rows(args: argparse.Namespace, redis_port: int) -> list[Row]:
     limit = limit_setting(args.clients)
     return [
         Row("mosquitto", f"Mosquitto {version()}", mosquitto),
-        Row("noop", "embedded broker, no rules", lambda d: hookbridge(d, max_connections=limit)),
+        Row("no_rules", "embedded broker, no rules", lambda d: hookbridge(d, max_connections=limit)),
         Row(
             "persisted",
             "embedded broker + rules/redis.conf into Redis",
@@ -233,7 +233,7 @@ def measure(args: argparse.Namespace, workdir: Path, redis_port: int) -> dict[st
                 subprocess.run(["redis-cli", "-p", str(redis_port), "flushall"], check=True, capture_output=True)
             with row.start(workdir / f"{row.key}-{run}") as server:
                 rates[row.key].append(publish_through(server, args.messages, workdir))
-    connections: dict[str, list[tuple[float, float]]] = {"mosquitto": [], "noop": []}
+    connections: dict[str, list[tuple[float, float]]] = {"mosquitto": [], "no_rules": []}
     for run in range(args.runs):
         for row in (r for r in configurations if r.key in connections):
             with row.start(workdir / f"{row.key}-idle-{run}") as server:
