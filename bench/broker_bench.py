@@ -8,7 +8,8 @@ at a time, so acknowledgement latency is not the limit. msg/s = N / the time fro
 handed to the publisher (once it has connected) to the subscriber's exit. Three brokers, each a
 fresh process per run, in rounds so that a busy moment of the machine hits them alike:
 
-- Mosquitto (its own temporary config on a free port);
+- Mosquitto (its own temporary config on a free port; it queues up to 100,000 messages per
+  client like the embedded broker, since its default of 1,000 loses messages in this test);
 - the embedded broker with no rules (`hookbridge run` with an empty rules directory);
 - the embedded broker with the shipped rules/redis.conf into a Redis this script starts through
   scripts/redis.sh on a free port (acknowledgement once kept, SPEC 6.3, as shipped).
@@ -16,6 +17,8 @@ fresh process per run, in rounds so that a busy moment of the machine hits them 
 Idle connections: N raw MQTT 3.1.1 clients (CONNECT without keepalive, wait for CONNACK), opened
 from this process with up to --window handshakes at a time: the connect rate, and the resident
 memory per connection, i.e. the broker's process tree RSS after minus before, divided by N.
+The window stays within the brokers' listen backlog (100, asyncio's default and Mosquitto's): a
+larger one overflows it, and a dropped SYN costs the client a second before it retries.
 
     .venv/bin/python -m bench.broker_bench [--messages 20000] [--clients 10000] [--runs 3]
 """
