@@ -31,6 +31,7 @@ import contextlib
 import json
 import resource
 import selectors
+import shutil
 import socket
 import statistics
 import subprocess
@@ -304,6 +305,7 @@ def main() -> None:
         subprocess.run(
             ["bash", "scripts/redis.sh", str(redis_port), "stop"], check=False, capture_output=True, cwd=ROOT
         )
+        shutil.rmtree(ROOT / ".run" / f"redis-{redis_port}", ignore_errors=True)  # a new port each run: no reuse
     if args.json:
         Path(args.json).write_text(json.dumps(results))
 
