@@ -17,7 +17,7 @@ import asyncio
 import socket
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import paho.mqtt.client as mqtt
@@ -203,6 +203,12 @@ class PahoClient:
         await asyncio.to_thread(self.client.loop_stop)
 
 
+def brief(packet: Any) -> str:
+    """A packet with only its fields that differ from their defaults, for assertion messages."""
+    shown = [f"{f.name}={getattr(packet, f.name)!r}" for f in fields(packet) if getattr(packet, f.name) != f.default]
+    return f"{type(packet).__name__}({', '.join(shown)})"
+
+
 class RawClient:
     """An MQTT client on a bare socket: sends what it is told (packets encoded by `bridge.mqtt`
     at `level`, or raw bytes), reads the broker's packets one by one with a client-side decoder.
@@ -274,9 +280,13 @@ class RawClient:
         """Every packet the broker sends until it closes the connection; fails if it does not
         close within `timeout` (counted from the call, not per packet)."""
         packets = []
-        async with asyncio.timeout(timeout):
-            while (packet := await self.recv(timeout)) is not None:
-                packets.append(packet)
+        try:
+            async with asyncio.timeout(timeout):
+                while (packet := await self.recv(timeout)) is not None:
+                    packets.append(packet)
+        except TimeoutError:
+            sent = [brief(packet) for packet in packets]
+            raise AssertionError(f"still open after {timeout} s; the broker sent {sent}") from None
         return packets
 
     async def subscribe(self, packet_id: int, *topics: tuple[str, int]) -> Any:
