@@ -694,7 +694,7 @@ async def test_dollar_topics_not_matched_by_first_level_wildcards(env: Env) -> N
     every, plus = await env.client("dl-all"), await env.client("dl-plus")
     dollar, system = await env.client("dl-dollar"), await env.client("dl-sys")
     await every.subscribe(("#", 1))
-    await plus.subscribe(("+/x", 1), ("+/broker/uptime", 1))
+    await plus.subscribe(("+/x", 1), ("+/fake", 1))
     await dollar.subscribe(("$app/#", 1))
     await system.subscribe(("$SYS/#", 1))
     pub = await env.client("dl-pub")
@@ -702,13 +702,11 @@ async def test_dollar_topics_not_matched_by_first_level_wildcards(env: Env) -> N
     await pub.publish("$SYS/fake", b"clients may not publish here", 1)
     await pub.publish("$app/y", b"after the refused one", 1)
     assert [(await dollar.message()).topic for _ in range(2)] == ["$app/x", "$app/y"]
-    # The broker's own $SYS messages, sent the way amqtt's plugins send them.
-    context = env.broker._running.plugins_manager.context
-    await context.broadcast_message("$SYS/broker/uptime", b"42", 1)
-    message = await system.message()  # first: $SYS/fake was refused, not routed
-    assert (message.topic, message.payload) == ("$SYS/broker/uptime", b"42")
     assert env.sink.find(MessagePublish, topic="$SYS/fake") == []
-    await publish_marker(env, "m/x", every, plus)
+    await publish_marker(env, "m/x", every, plus)  # neither got $app/x nor $SYS/fake first
+    # The marker was routed after $SYS/fake: had that been routed, dl-sys would have it by now.
+    # (The amqtt broker also sent $SYS statistics of its own; the v2 core publishes none.)
+    assert env.sink.find(MessageDelivered, clientid="dl-sys") == []
 
 
 # -- bridge calls: proxy subscription and delivery to one session ---------------------------
