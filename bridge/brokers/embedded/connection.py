@@ -151,6 +151,10 @@ class Connection(asyncio.Protocol):
                 return
             self.broker.refused["packet_too_large" if isinstance(error, PacketTooLarge) else "malformed"] += 1
             log.info("client %s: %s; closing", self.who(), error)
+            if error.level == MQTT_5 and not self.connacked:  # a refused 5.0 CONNECT: say why
+                self.level = MQTT_5
+                self.fail_connect(error.reason)
+                return
             self.close("closed", error.reason)
             return
         if packets:
