@@ -1,0 +1,98 @@
+"""`${proto_ver}` and `${user_property.<name>}` through the dispatcher, the runner and a real Redis.
+
+The events are built here, as a broker source would make them for an MQTT 5.0 client (the
+embedded broker fills these fields from CONNECT and PUBLISH packets; its own tests cover
+that), and fed to the running bridge's dispatcher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import redis as redis_sync
+
+from bridge.app import Bridge
+from bridge.events import ClientConnected, Event, MessageAcked, MessagePublish
+from support.bridges import BridgeFactory
+
+INJECTION = "x\r\n*3\r\n$3\r\nSET\r\n$8\r\ninjected\r\n$1\r\n1\r\n"
+PROPS = (("app", "first"), ("app", "second"), ("evil", INJECTION), ("x y\r\nDEL *", "hostile name"))
+
+RULES = """
+backend.redis.hook.client.connected.1 = {"action": {"commands": ["HSET proto:${clientid} connected ${proto_ver}"]}}
+backend.redis.hook.message.publish.1 = {"topic": "#", "action": {"commands": ["HSET props:${msgid} v ${proto_ver} app ${user_property.app} evil ${user_property.evil} none ${user_property.nope}"]}}
+backend.redis.hook.message.publish.2 = {"topic": "#", "action": {"function": "on_message_publish"}}
+backend.redis.hook.message.publish.3 = {"topic": "#", "action": {"function": "on_event_log"}}
+backend.redis.hook.message.acked.1 = {"action": {"template": "redis/props.j2"}}
+"""
+TEMPLATE = """{% for name, value in user_properties %}
+RPUSH acked:{{ clientid }}:{{ name }} {{ value }}
+{% endfor %}
+HSET acked:{{ clientid }} v {{ proto_ver }} app {{ user_property.app }}
+"""
+
+MSGID_5 = "0" * 31 + "5"
+MSGID_4 = "0" * 31 + "4"
+
+
+def _publish(msgid: str, proto_ver: int, props: tuple[tuple[str, str], ...]) -> MessagePublish:
+    return MessagePublish(
+        msgid,
+        "dev",
+        None,
+        "t/1",
+        1,
+        b"hello",
+        False,
+        "n",
+        "127.0.0.1:1",
+        1.5,
+        proto_ver=proto_ver,
+        user_properties=props,
+    )
+
+
+async def _dispatch(bridge: Bridge, *events: Event) -> None:
+    for event in events:
+        done = await bridge.dispatcher(event)
+        if isinstance(done, asyncio.Future):
+            await done  # committed to Redis
+    await bridge.idle()
+
+
+async def test_mqtt5_fields_are_stored_as_bound_values(make_bridge: BridgeFactory, redis_db: redis_sync.Redis) -> None:
+    bridge = await make_bridge(RULES, templates={"redis/props.j2": TEMPLATE})
+    acked = MessageAcked(
+        MSGID_5, "sub", None, "dev", "t/1", 1, b"hello", False, "n", 2.0, proto_ver=5, user_properties=PROPS
+    )
+    await _dispatch(
+        bridge,
+        ClientConnected("dev", None, "n", "127.0.0.1:1", 1.0, proto_ver=5),
+        ClientConnected("old", None, "n", "127.0.0.1:2", 1.0),
+        _publish(MSGID_5, 5, PROPS),
+        _publish(MSGID_4, 4, ()),
+        acked,
+    )
+    assert redis_db.hgetall("proto:dev") == {b"connected": b"5"}
+    assert redis_db.hgetall("proto:old") == {b"connected": b"4"}
+    # the first value of a repeated name; a hostile value is one argument; a missing name is empty
+    assert redis_db.hgetall(f"props:{MSGID_5}") == {
+        b"v": b"5",
+        b"app": b"first",
+        b"evil": INJECTION.encode(),
+        b"none": b"",
+    }
+    assert redis_db.hgetall(f"props:{MSGID_4}") == {b"v": b"4", b"app": b"", b"evil": b"", b"none": b""}
+    # the template: every pair in order, a hostile name inside its key argument
+    assert redis_db.lrange("acked:sub:app", 0, -1) == [b"first", b"second"]
+    assert redis_db.lrange("acked:sub:evil", 0, -1) == [INJECTION.encode()]
+    assert redis_db.lrange("acked:sub:x y\r\nDEL *", 0, -1) == [b"hostile name"]
+    assert redis_db.hgetall("acked:sub") == {b"v": b"5", b"app": b"first"}
+    assert redis_db.exists("injected") == 0
+
+    # the stored layouts do not change for a 5.0 message: the same fields as for a 3.1.1 one
+    stored_5 = redis_db.hgetall(f"mqtt:msg:{MSGID_5}")
+    stored_4 = redis_db.hgetall(f"mqtt:msg:{MSGID_4}")
+    assert stored_5.keys() == stored_4.keys() and stored_5[b"payload"] == b"hello"
+    log = redis_db.xrange("mqtt:event_log")
+    assert len(log) == 2 and log[0][1].keys() == log[1][1].keys()
