@@ -8,12 +8,16 @@ that), and fed to the running bridge's dispatcher.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
+import asyncpg
+import pytest
 import redis as redis_sync
 
 from bridge.app import Bridge
 from bridge.events import ClientConnected, Event, MessageAcked, MessagePublish
 from support.bridges import BridgeFactory
+from support.services import postgres_dsn, start_postgres
 
 INJECTION = "x\r\n*3\r\n$3\r\nSET\r\n$8\r\ninjected\r\n$1\r\n1\r\n"
 PROPS = (("app", "first"), ("app", "second"), ("evil", INJECTION), ("x y\r\nDEL *", "hostile name"))
@@ -96,3 +100,36 @@ async def test_mqtt5_fields_are_stored_as_bound_values(make_bridge: BridgeFactor
     assert stored_5.keys() == stored_4.keys() and stored_5[b"payload"] == b"hello"
     log = redis_db.xrange("mqtt:event_log")
     assert len(log) == 2 and log[0][1].keys() == log[1][1].keys()
+
+
+PG_PORT = 5439
+PG_POOL = (
+    f"backend.pgsql.pool1.server = 127.0.0.1:{PG_PORT}\nbackend.pgsql.pool1.username = hookbridge\n"
+    "backend.pgsql.pool1.password = hookbridge\nbackend.pgsql.pool1.database = mqtt\n"
+)
+PG_RULES = """
+backend.pgsql.hook.message.publish.1 = {"action": {"sql": ["insert into mqtt5_props (msgid, proto_ver, app, quoted, none) values (${msgid}, ${proto_ver}, '${user_property.app}', ${user_property.it's}, ${user_property.nope})"]}}
+"""
+
+
+@pytest.fixture
+async def pg() -> AsyncIterator[asyncpg.Connection]:
+    start_postgres(PG_PORT)
+    conn = await asyncpg.connect(postgres_dsn(PG_PORT))
+    await conn.execute("DROP TABLE IF EXISTS mqtt5_props")
+    await conn.execute("CREATE TABLE mqtt5_props (msgid text, proto_ver int, app text, quoted text, none text)")
+    yield conn
+    await conn.execute("DROP TABLE IF EXISTS mqtt5_props")
+    await conn.close()
+
+
+async def test_mqtt5_fields_are_sql_parameters(make_bridge: BridgeFactory, pg: asyncpg.Connection) -> None:
+    bridge = await make_bridge(PG_RULES, pools=PG_POOL)
+    evil = "x'); DROP TABLE mqtt5_props; --"
+    await _dispatch(
+        bridge,
+        _publish(MSGID_5, 5, (("app", evil), ("it's", "quoted name"), ("app", "second"))),
+        _publish(MSGID_4, 4, ()),
+    )
+    rows = await pg.fetch("SELECT msgid, proto_ver, app, quoted, none FROM mqtt5_props ORDER BY msgid")
+    assert [tuple(r) for r in rows] == [(MSGID_4, 4, None, None, None), (MSGID_5, 5, evil, "quoted name", None)]
