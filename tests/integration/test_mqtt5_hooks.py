@@ -1,8 +1,8 @@
 """`${proto_ver}` and `${user_property.<name>}` through the dispatcher, the runner and a real Redis.
 
-The events are built here, as a broker source would make them for an MQTT 5.0 client (the
-embedded broker fills these fields from CONNECT and PUBLISH packets; its own tests cover
-that), and fed to the running bridge's dispatcher.
+The first tests build the events as a broker source makes them for an MQTT 5.0 client and feed
+them to the running bridge's dispatcher; the last one has real 5.0 and 3.1.1 clients (paho) make
+them in the embedded broker, from their CONNECT and PUBLISH packets.
 """
 
 from __future__ import annotations
