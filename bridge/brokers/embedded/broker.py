@@ -26,7 +26,7 @@ from bridge.brokers.embedded.lane import EventLane, Kept
 from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.router import Message, Router
 from bridge.brokers.embedded.sessions import NEVER, PendingWill, SessionState, Subscription
-from bridge.events import ClientConnected, ClientDisconnected
+from bridge.events import ClientConnected, ClientDisconnected, Hookpoint
 from bridge.mqtt import (
     EMPTY,
     MQTT_5,
@@ -72,6 +72,12 @@ class Broker(FlowsMixin):
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self.dropped_by_ended_sessions = 0
+        # A sink may say which per-message events it has no use for (bridge.dispatcher.wants):
+        # building and posting a message.delivered nobody reads was a tenth of the publish path.
+        self._wants = getattr(sink, "wants", None)
+
+    def wants(self, hookpoint: Hookpoint, clientid: str) -> bool:
+        return self._wants is None or bool(self._wants(hookpoint, clientid))
 
     # -- connections -------------------------------------------------------------
 

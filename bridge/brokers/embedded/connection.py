@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from bridge.brokers.embedded.lane import Kept
 from bridge.brokers.embedded.sessions import IncomingQos2, Outgoing
-from bridge.events import MessageAcked, MessageDelivered
+from bridge.events import Hookpoint, MessageAcked, MessageDelivered
 from bridge.mqtt import (
     EMPTY,
     MQTT_5,
@@ -151,6 +151,10 @@ class Connection(asyncio.Protocol):
                 return
             self.broker.refused["packet_too_large" if isinstance(error, PacketTooLarge) else "malformed"] += 1
             log.info("client %s: %s; closing", self.who(), error)
+            if error.level == MQTT_5 and not self.connacked:  # a refused 5.0 CONNECT: say why
+                self.level = MQTT_5
+                self.fail_connect(error.reason)
+                return
             self.close("closed", error.reason)
             return
         if packets:
@@ -196,7 +200,7 @@ class Connection(asyncio.Protocol):
             message = state.inflight.get(packet.packet_id)
             if message is not None and message.qos == 1:
                 state.acked(packet.packet_id)
-                state.lane.post(self._receipt(MessageAcked, message))
+                self._post_receipt(MessageAcked, message)
         elif kind is Pubrec:
             message = state.inflight.get(packet.packet_id)
             if message is not None and message.qos == 2 and not message.pubrec:
@@ -204,7 +208,7 @@ class Connection(asyncio.Protocol):
                     state.acked(packet.packet_id)
                     return None
                 message.pubrec = True
-                state.lane.post(self._receipt(MessageAcked, message))
+                self._post_receipt(MessageAcked, message)
             code = 0 if message is not None else R.PACKET_IDENTIFIER_NOT_FOUND
             self.write(encode(Pubrel(packet.packet_id, code), self.level))
         elif kind is Pubrel:  # the message was passed on at PUBLISH: forget its id, complete
@@ -396,6 +400,7 @@ class Connection(asyncio.Protocol):
         out: list[bytes] = []
         room = self.broker.limits.max_output_bytes - transport.get_write_buffer_size()
         now = 0.0
+        delivered = self.broker.wants(Hookpoint.MESSAGE_DELIVERED, state.clientid)
         while state.outbox and len(state.inflight) < self.send_window and room > 0 and not self.writing_paused:
             message = state.pop()
             if message.expires:
@@ -411,7 +416,8 @@ class Connection(asyncio.Protocol):
                 continue
             out.append(data)
             room -= len(data)
-            state.lane.post(self._receipt(MessageDelivered, message))
+            if delivered:
+                state.lane.post(self._receipt(MessageDelivered, message))
         if out:
             transport.write(b"".join(out))
 
@@ -438,6 +444,12 @@ class Connection(asyncio.Protocol):
                 props = replace(props, subscription_identifier=message.subscription_ids)
         publish = Publish(message.topic, message.payload, message.qos, message.retain, dup, message.packet_id, props)
         return encode_publish(publish, self.level)
+
+    def _post_receipt(self, kind: type[MessageAcked], message: Outgoing) -> None:
+        state = self.state
+        assert state is not None
+        if self.broker.wants(Hookpoint.MESSAGE_ACKED, state.clientid):
+            state.lane.post(self._receipt(kind, message))
 
     def _receipt(self, kind: type[Any], message: Outgoing) -> Any:
         state = self.state

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from bridge.brokers.base import Delivery, DeliveryError
 from bridge.brokers.embedded.lane import Kept
-from bridge.brokers.embedded.router import Message, Router, Sequencer
+from bridge.brokers.embedded.router import Message, Router
 from bridge.brokers.embedded.sessions import Outgoing, SessionState, Subscription
 from bridge.events import MessagePublish, SessionSubscribed, SessionUnsubscribed
 from bridge.mqtt import split_shared
@@ -48,7 +48,8 @@ class FlowsMixin:
             # Stored in the same step as the id is made: a subscription whose
             # live_from is later than this id gets the message as retained.
             self.router.store_retained(message)
-        previous, mine = self.router.sequencer.enter()
+        sequencer = self.router.sequencer
+        ticket = sequencer.enter()
         try:
             event = MessagePublish(
                 msgid=message.msgid,
@@ -65,11 +66,11 @@ class FlowsMixin:
             kept = await state.lane.emit(event)
             if accepted is not None:
                 await accepted(kept)
-            if previous is not None and not previous.done():
-                await Sequencer.wait(previous)
+            if not sequencer.ready(ticket):
+                await sequencer.wait(ticket)
             self.router.route(message)
         finally:
-            self.router.sequencer.leave(mine)
+            sequencer.leave(ticket)
 
     def _add_subscription(
         self, state: SessionState, sub: Subscription, *, retain_handling: int
