@@ -146,12 +146,6 @@ backend.redis.hook.message.acked.1 = {"action": {"commands": ["HSET ack:${client
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the embedded broker v2 core does not fill proto_ver / user_properties yet: ClientConnected and "
-    "ClientDisconnected (broker.py), MessagePublish, SessionSubscribed, SessionUnsubscribed (flows.py) and "
-    "_receipt (connection.py) take proto_ver=state.level and user_properties=message.properties.user_property",
-)
 async def test_embedded_broker_fills_the_fields_for_real_5_0_and_3_1_1_clients(
     make_bridge: BridgeFactory, redis_db: redis_sync.Redis
 ) -> None:

@@ -156,6 +156,7 @@ class Broker(FlowsMixin):
                 peername=conn.peername,
                 timestamp=time.time(),
                 clean_session=packet.clean_start or state.clean,
+                proto_ver=state.level,
             )
             connected = state.lane.post(event, wait=True)
             conn.resend_inflight()
@@ -325,6 +326,7 @@ class Broker(FlowsMixin):
                 peername=conn.peername,
                 reason=reason,
                 timestamp=time.time(),
+                proto_ver=state.level,
             )
             await state.lane.emit(event)
         finally:

@@ -466,6 +466,8 @@ class Connection(asyncio.Protocol):
             node=self.broker.node,
             timestamp=time.time(),
             filters=message.filters,
+            proto_ver=state.level,
+            user_properties=message.properties.user_property,
         )
 
     # -- closing -------------------------------------------------------------------

@@ -62,6 +62,8 @@ class FlowsMixin:
                 node=self.node,
                 peername=peername,
                 timestamp=time.time(),
+                proto_ver=state.level,
+                user_properties=message.properties.user_property,
             )
             kept = await state.lane.emit(event)
             if accepted is not None:
@@ -124,6 +126,7 @@ class FlowsMixin:
             persistent=not state.clean,
             live_from_msgid=live_from,
             retained_sent=frozenset(sent),
+            proto_ver=state.level,
         )
         return state.lane.post(event, wait=True)
 
@@ -135,6 +138,7 @@ class FlowsMixin:
             node=self.node,
             topic=topic_filter,
             timestamp=time.time(),
+            proto_ver=state.level,
         )
         future = state.lane.post(event, wait=True)
         assert future is not None
