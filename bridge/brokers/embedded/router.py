@@ -202,6 +202,8 @@ class Router:
 
     @staticmethod
     def _queue(state: SessionState, subs: list[Subscription], message: Message) -> int:
+        if not state.permissions.may_read(message.topic):
+            return 0
         if state.clientid == message.from_clientid:
             subs = [sub for sub in subs if not sub.no_local]
             if not subs:
