@@ -112,13 +112,11 @@ class Bridge:
 
             return make_external_source(self.config, rules, self.msgids)
         from bridge.brokers.embedded import EmbeddedBroker
+        from bridge.brokers.embedded.limits import Limits
 
         host, port = self.config["broker.listener.tcp"]
         return EmbeddedBroker(
-            f"{host}:{port}",
-            node=self.config["node.name"],
-            msgids=self.msgids,
-            max_offline_messages=self.config["broker.max_offline_messages"],
+            f"{host}:{port}", node=self.config["node.name"], msgids=self.msgids, limits=Limits.from_config(self.config)
         )
 
     # -- lifecycle -----------------------------------------------------------
@@ -265,9 +263,10 @@ class Bridge:
         )
         self.metrics.gauge(
             "hookbridge_broker_dropped_messages",
-            "Messages dropped from full offline session queues",
+            "Queued messages dropped because a session's queue was full (count or bytes), all sessions",
             lambda: {self.broker.mode: float(self.broker.dropped_messages)},
         )
+        self._refusals()
         self.metrics.gauge(
             "hookbridge_spool_bytes",
             "Bytes of spooled actions on disk, per pool",
@@ -287,6 +286,19 @@ class Bridge:
             "hookbridge_fetches_paging",
             "Offline fetches waiting for acks to send the next page",
             lambda: {"all": float(self.dispatcher.pager.paging)},
+        )
+
+    def _refusals(self) -> None:
+        """Embedded mode: what the broker's limits refused, every reason shown from the start."""
+        if self.broker.mode != "embedded":
+            return
+        from bridge.brokers.embedded.limits import REFUSALS
+
+        self.metrics.counter(
+            "hookbridge_broker_refused_total",
+            "Connections, packets and queued messages the embedded broker refused or dropped, by limit",
+            lambda: {reason: self.broker.refused.get(reason, 0) for reason in REFUSALS},
+            label="reason",
         )
 
     def health(self) -> tuple[bool, dict[str, Any]]:

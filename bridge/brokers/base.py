@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from types import MappingProxyType
 
 from bridge.events import Event
 
@@ -60,6 +61,11 @@ class BrokerSource(abc.ABC):
     # A source that acknowledges a message only after its rules committed (or spooled; every
     # mode, SPEC 6.3) has the dispatcher return a "done" future per event (see EventSink).
     acks_after_commit: bool = False
+    # What the source refused or dropped because one of its limits was hit, by reason: the
+    # embedded broker sets its own `collections.Counter` (keys from embedded.limits.REFUSALS).
+    # An attribute, not a property, so a source can assign it; a source without limits keeps
+    # this empty, read-only one.
+    refused: Mapping[str, int] = MappingProxyType({})
 
     @abc.abstractmethod
     async def start(self, sink: EventSink) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from bridge.brokers.base import BrokerSource, Capability, Delivery, EventSink
 from bridge.brokers.embedded.broker import HookBroker
+from bridge.brokers.embedded.limits import Limits
 from bridge.msgid import MsgIdGenerator
 
 log = logging.getLogger("bridge.brokers.embedded")
@@ -44,14 +45,13 @@ class EmbeddedBroker(BrokerSource):
         *,
         node: str,
         msgids: MsgIdGenerator,
-        max_offline_messages: int = 100_000,  # per offline session; 0: no count limit (as Mosquitto)
+        limits: Limits | None = None,
     ) -> None:
-        if max_offline_messages < 0:
-            raise ValueError("max_offline_messages must be 0 (no limit) or more")
         self._listen = listen
         self._node = node
         self._msgids = msgids
-        self._max_queue = max_offline_messages
+        self._limits = limits or Limits()
+        self._max_queue = self._limits.max_offline_messages
         self._broker: HookBroker | None = None
         self._port: int | None = None
 
