@@ -12,10 +12,8 @@ from typing import Any
 
 from bridge.conf import addresses as a
 from bridge.conf import values as v
+from bridge.mqtt.decoder import DEFAULT_MAX_PACKET_SIZE as MQTT_MAX_PACKET  # the largest MQTT can frame
 from bridge.topics import filter_error
-
-# The largest packet MQTT can frame: remaining length 268,435,455 plus the 5-byte fixed header.
-MQTT_MAX_PACKET = 268_435_460
 
 
 @dataclass(frozen=True, slots=True)
