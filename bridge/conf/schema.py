@@ -58,8 +58,8 @@ GLOBAL: dict[str, Setting] = {
     "broker.max_packet_size": Setting(
         v.size_in(128, MQTT_MAX_PACKET),
         1 << 20,
-        "embedded mode: largest MQTT packet, header included, a client may send or be sent; a bigger "
-        "one from a client closes its connection, one to a client is not sent to it",
+        "embedded mode: largest MQTT packet a client may send, header included; a bigger one closes "
+        "its connection (MQTT 5 clients are told this limit when they connect)",
         example="1MB",
     ),
     "broker.max_connections": Setting(
