@@ -14,7 +14,6 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from types import MappingProxyType
 
 from bridge.events import Event
 
@@ -61,11 +60,6 @@ class BrokerSource(abc.ABC):
     # A source that acknowledges a message only after its rules committed (or spooled; every
     # mode, SPEC 6.3) has the dispatcher return a "done" future per event (see EventSink).
     acks_after_commit: bool = False
-    # What the source refused or dropped because one of its limits was hit, by reason: the
-    # embedded broker sets its own `collections.Counter` (keys from embedded.limits.REFUSALS).
-    # An attribute, not a property, so a source can assign it; a source without limits keeps
-    # this empty, read-only one.
-    refused: Mapping[str, int] = MappingProxyType({})
 
     @abc.abstractmethod
     async def start(self, sink: EventSink) -> None:
@@ -99,6 +93,14 @@ class BrokerSource(abc.ABC):
     def dropped_messages(self) -> int:
         """Messages the source dropped because a bound was hit (counted, never silent)."""
         return 0
+
+    @property
+    def refused(self) -> Mapping[str, int]:
+        """What the source refused, closed or dropped because one of its limits was hit, by reason.
+
+        The embedded broker counts under the names of `bridge.brokers.embedded.limits.REFUSALS`;
+        a source without such limits refuses nothing."""
+        return {}
 
     @property
     def inflight(self) -> int:

@@ -22,8 +22,12 @@ class LimitedSource(BrokerSource):
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
-        self.refused: Counter[str] = Counter()
+        self.counts: Counter[str] = Counter()
         self.dropped = 0
+
+    @property
+    def refused(self) -> Counter[str]:
+        return self.counts
 
     async def start(self, sink: EventSink) -> None:
         pass
@@ -79,8 +83,8 @@ async def test_every_refusal_reason_is_a_counter_from_the_start(
     bridge = await start_bridge(source)
     assert family(await scrape(bridge), "hookbridge_broker_refused_total") == ("counter", dict.fromkeys(REFUSALS, "0"))
 
-    source.refused["packet_too_large"] += 2
-    source.refused["offline_bytes"] += 1
+    source.counts["packet_too_large"] += 2
+    source.counts["offline_bytes"] += 1
     source.dropped = 1
     text = await scrape(bridge)
     _, refused = family(text, "hookbridge_broker_refused_total")
