@@ -76,8 +76,8 @@ GLOBAL: dict[str, Setting] = {
     "broker.max_inflight": Setting(
         v.int_in(1, 65535),
         32,
-        "embedded mode: QoS 1/2 messages sent to a client and not yet acknowledged, per session (more "
-        "wait in its queue); also the receive maximum MQTT 5 clients are told for what they send",
+        "embedded mode: QoS 1/2 messages sent to a client and not yet acknowledged, per session; more "
+        "wait in its queue, in order",
     ),
     "broker.max_offline_messages": Setting(
         v.int_in(0, 100_000_000),
@@ -88,8 +88,8 @@ GLOBAL: dict[str, Setting] = {
     "broker.max_offline_bytes": Setting(
         v.size_in(1 << 10, 1 << 40),
         64 << 20,
-        "embedded mode: bytes (topic + payload) queued per session; when full the oldest message is "
-        "dropped and counted",
+        "embedded mode: bytes of messages queued per session (topic, payload and about 200 bytes of "
+        "bookkeeping each); when full the oldest message is dropped and counted",
         example="64MB",
     ),
     "broker.max_subscriptions": Setting(
