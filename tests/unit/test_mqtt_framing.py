@@ -54,8 +54,6 @@ CASES: list[tuple[str, int, bytes, ReasonCode, str]] = [
     ("publish topic with U+0000 (5.0)", 5, packet(0x30, s(b"a\x00") + b"\x00x"), MALFORMED, "U+0000"),
     ("publish topic, surrogate", 4, packet(0x30, s(b"a\xed\xa0\x80") + b"x"), MALFORMED, "not valid UTF-8"),
     ("publish topic, overlong '/'", 4, packet(0x30, s(b"a\xc0\xaf") + b"x"), MALFORMED, "not valid UTF-8"),
-    ("publish topic, control character", 4, packet(0x30, s(b"a\x01") + b"x"), MALFORMED, "control character"),
-    ("publish topic, C1 control", 4, packet(0x30, s("a\x85".encode()) + b"x"), MALFORMED, "U+0085"),
     ("publish topic, non-character", 4, packet(0x30, s("a\uffff".encode()) + b"x"), MALFORMED, "U+FFFF"),
     ("publish topic with '+'", 4, packet(0x30, s(b"a/+") + b"x"), MALFORMED, ""),
     ("publish topic with '#'", 5, packet(0x30, s(b"a/#") + b"\x00x"), MALFORMED, ""),
@@ -316,6 +314,34 @@ def test_a_client_side_decoder_checks_what_servers_send(data: bytes, message: st
     assert message in refused(data, MQTT_3_1_1, role="client").message
 
 
+@pytest.mark.parametrize(
+    ("data", "level"),
+    [
+        (packet(0x10, connect_body(MQTT_5, client_id=b"\xc3\x28")), MQTT_5),
+        (packet(0x10, connect_body(MQTT_3_1_1, client_id=b"\xc3\x28")), MQTT_3_1_1),
+        (packet(0x10, connect_body(MQTT_5, rest=b"\x00")), MQTT_5),  # bytes past its content
+        (packet(0x10, connect_body(MQTT_5, flags=0x1E) + s(b"w") + s(b"p")), MQTT_5),  # will QoS 3
+        (b"\x10\x80\x80\x80\x01" + connect_body(MQTT_5), MQTT_5),  # too large, from what is there
+        (packet(0x10, s(b"MQTT") + b"\x07\x02\x00\x3c"), 0),  # a level no MQTT has
+        (packet(0x10, s(b"HTTP") + b"\x05\x02\x00\x3c"), 0),  # not MQTT
+        (packet(0x11, connect_body(MQTT_5)), 0),  # reserved flags: not read as a CONNECT
+        (packet(0x30, s(b"a") + b"x"), 0),  # not a CONNECT at all
+    ],
+)
+def test_a_refused_first_connect_tells_the_level_it_announced(data: bytes, level: int) -> None:
+    """So a server can answer a refused 5.0 CONNECT with a CONNACK >= 0x80 (issue 14)."""
+    decoder = Decoder(max_packet_size=1024)
+    with pytest.raises(CodecError) as caught:
+        decoder.feed(data)
+    assert caught.value.level == level
+    assert decoder.level == 0  # nothing was accepted
+
+
+def test_errors_after_the_connect_leave_the_level_to_the_decoder() -> None:
+    error = refused(packet(0x10, connect_body(MQTT_5)) + b"\x00\x00", 0)
+    assert error.level == 0  # decoder.level already holds 5
+
+
 def test_a_second_connect_is_refused_after_the_first_is_returned() -> None:
     error = refused(packet(0x10, connect_body()) * 2, 0)
     assert error.reason == PROTOCOL
@@ -396,3 +422,13 @@ def test_unsupported_version_names_the_connack_to_send() -> None:
     assert isinstance(error, UnsupportedProtocolVersion)
     assert error.reason == ReasonCode.UNSUPPORTED_PROTOCOL_VERSION
     assert str(error) == "CONNECT for MQTT protocol level 2 (reason 0x84 unsupported_protocol_version)"
+
+
+def test_control_characters_are_data_but_nul_is_refused() -> None:
+    """A receiver may refuse U+0001-U+001F and U+007F-U+009F; the bridge keeps them as data (a
+    client id or topic with a newline is stored byte for byte, SPEC 7). U+0000 is a MUST."""
+    decoder = Decoder(level=4)
+    [publish] = decoder.feed(packet(0x30, s(b"line\nbreak") + b"x") + packet(0x30, s("c1\x85".encode()) + b"y"))[:1]
+    assert publish.topic == "line\nbreak"
+    with pytest.raises(MalformedPacket, match="U\\+0000"):
+        Decoder(level=4).feed(packet(0x30, s(b"a\x00b") + b"x"))

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from bridge.brokers.embedded.lane import Kept
 from bridge.brokers.embedded.sessions import IncomingQos2, Outgoing
-from bridge.events import MessageAcked, MessageDelivered
+from bridge.events import Hookpoint, MessageAcked, MessageDelivered
 from bridge.mqtt import (
     EMPTY,
     MQTT_5,
@@ -88,7 +88,7 @@ class Inbound:
     expires: float
     ack: bytes | None = None  # PUBACK (QoS 1) or PUBREC (QoS 2), sent once the message is kept
     packet_id: int = 0
-    refused: bool = False  # not to be published ($SYS): acknowledged only
+    refused: bool = False  # denied by the ACL (or $SYS): acknowledged, never published
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +100,10 @@ class AckAgain:
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, listener: str = "tcp") -> None:
         self.broker = broker
+        self.listener = listener  # which listener accepted it: tcp, ssl, ws, wss
+        self.cert_cn: str | None = None  # TLS: the client certificate's common name
         limits = broker.limits
         self.transport: asyncio.Transport | None = None
         self.decoder = Decoder(limits.max_packet_size)
@@ -151,6 +153,10 @@ class Connection(asyncio.Protocol):
                 return
             self.broker.refused["packet_too_large" if isinstance(error, PacketTooLarge) else "malformed"] += 1
             log.info("client %s: %s; closing", self.who(), error)
+            if error.level == MQTT_5 and not self.connacked:  # a refused 5.0 CONNECT: say why
+                self.level = MQTT_5
+                self.fail_connect(error.reason)
+                return
             self.close("closed", error.reason)
             return
         if packets:
@@ -196,7 +202,7 @@ class Connection(asyncio.Protocol):
             message = state.inflight.get(packet.packet_id)
             if message is not None and message.qos == 1:
                 state.acked(packet.packet_id)
-                state.lane.post(self._receipt(MessageAcked, message))
+                self._post_receipt(MessageAcked, message)
         elif kind is Pubrec:
             message = state.inflight.get(packet.packet_id)
             if message is not None and message.qos == 2 and not message.pubrec:
@@ -204,7 +210,7 @@ class Connection(asyncio.Protocol):
                     state.acked(packet.packet_id)
                     return None
                 message.pubrec = True
-                state.lane.post(self._receipt(MessageAcked, message))
+                self._post_receipt(MessageAcked, message)
             code = 0 if message is not None else R.PACKET_IDENTIFIER_NOT_FOUND
             self.write(encode(Pubrel(packet.packet_id, code), self.level))
         elif kind is Pubrel:  # the message was passed on at PUBLISH: forget its id, complete
@@ -249,7 +255,9 @@ class Connection(asyncio.Protocol):
         if props.message_expiry_interval is not None:
             expires = time.monotonic() + props.message_expiry_interval
         qos, packet_id = packet.qos, packet.packet_id
-        refused = topic == "$SYS" or topic.startswith("$SYS/")
+        refused = not state.permissions.may_publish(topic)
+        if refused:
+            self.broker.refused["acl_publish_denied"] += 1
         if qos == 0:
             return Inbound(topic, packet.payload, 0, packet.retain, props, expires, refused=refused)
         ack_code = R.NOT_AUTHORIZED if refused and self.level == MQTT_5 else 0
@@ -396,6 +404,7 @@ class Connection(asyncio.Protocol):
         out: list[bytes] = []
         room = self.broker.limits.max_output_bytes - transport.get_write_buffer_size()
         now = 0.0
+        delivered = self.broker.wants(Hookpoint.MESSAGE_DELIVERED, state.clientid)
         while state.outbox and len(state.inflight) < self.send_window and room > 0 and not self.writing_paused:
             message = state.pop()
             if message.expires:
@@ -411,7 +420,8 @@ class Connection(asyncio.Protocol):
                 continue
             out.append(data)
             room -= len(data)
-            state.lane.post(self._receipt(MessageDelivered, message))
+            if delivered:
+                state.lane.post(self._receipt(MessageDelivered, message))
         if out:
             transport.write(b"".join(out))
 
@@ -439,6 +449,12 @@ class Connection(asyncio.Protocol):
         publish = Publish(message.topic, message.payload, message.qos, message.retain, dup, message.packet_id, props)
         return encode_publish(publish, self.level)
 
+    def _post_receipt(self, kind: type[MessageAcked], message: Outgoing) -> None:
+        state = self.state
+        assert state is not None
+        if self.broker.wants(Hookpoint.MESSAGE_ACKED, state.clientid):
+            state.lane.post(self._receipt(kind, message))
+
     def _receipt(self, kind: type[Any], message: Outgoing) -> Any:
         state = self.state
         assert state is not None
@@ -454,6 +470,8 @@ class Connection(asyncio.Protocol):
             node=self.broker.node,
             timestamp=time.time(),
             filters=message.filters,
+            proto_ver=state.level,
+            user_properties=message.properties.user_property,
         )
 
     # -- closing -------------------------------------------------------------------

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from bridge.brokers.base import Delivery, DeliveryError
 from bridge.brokers.embedded.lane import Kept
-from bridge.brokers.embedded.router import Message, Router, Sequencer
+from bridge.brokers.embedded.router import Message, Router
 from bridge.brokers.embedded.sessions import Outgoing, SessionState, Subscription
 from bridge.events import MessagePublish, SessionSubscribed, SessionUnsubscribed
 from bridge.mqtt import split_shared
@@ -48,7 +48,8 @@ class FlowsMixin:
             # Stored in the same step as the id is made: a subscription whose
             # live_from is later than this id gets the message as retained.
             self.router.store_retained(message)
-        previous, mine = self.router.sequencer.enter()
+        sequencer = self.router.sequencer
+        ticket = sequencer.enter()
         try:
             event = MessagePublish(
                 msgid=message.msgid,
@@ -61,15 +62,17 @@ class FlowsMixin:
                 node=self.node,
                 peername=peername,
                 timestamp=time.time(),
+                proto_ver=state.level,
+                user_properties=message.properties.user_property,
             )
             kept = await state.lane.emit(event)
             if accepted is not None:
                 await accepted(kept)
-            if previous is not None and not previous.done():
-                await Sequencer.wait(previous)
+            if not sequencer.ready(ticket):
+                await sequencer.wait(ticket)
             self.router.route(message)
         finally:
-            self.router.sequencer.leave(mine)
+            sequencer.leave(ticket)
 
     def _add_subscription(
         self, state: SessionState, sub: Subscription, *, retain_handling: int
@@ -97,6 +100,8 @@ class FlowsMixin:
         # [MQTT-3.3.1-6], re-sent on a repeated SUBSCRIBE [MQTT-3.8.4-3]; never for a shared one.
         if group is None and (retain_handling == 0 or (retain_handling == 1 and is_new)):
             for retained in self.router.retained_for(topic_filter, time.monotonic()):
+                if not state.permissions.may_read(retained.topic):
+                    continue
                 state.enqueue(
                     Outgoing(
                         retained.msgid,
@@ -123,6 +128,7 @@ class FlowsMixin:
             persistent=not state.clean,
             live_from_msgid=live_from,
             retained_sent=frozenset(sent),
+            proto_ver=state.level,
         )
         return state.lane.post(event, wait=True)
 
@@ -134,6 +140,7 @@ class FlowsMixin:
             node=self.node,
             topic=topic_filter,
             timestamp=time.time(),
+            proto_ver=state.level,
         )
         future = state.lane.post(event, wait=True)
         assert future is not None
@@ -167,6 +174,8 @@ class FlowsMixin:
             expires = self.expiring.get(delivery.msgid, 0.0)
             if expires and expires <= now:
                 continue  # 5.0 message expiry: never delivered once expired, fetched or not
+            if not state.permissions.may_read(delivery.topic):
+                continue  # the ACL: not even a fetched message reaches a client that may not read it
             state.enqueue(
                 Outgoing(
                     delivery.msgid,
