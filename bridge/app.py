@@ -289,15 +289,18 @@ class Bridge:
         )
 
     def _refusals(self) -> None:
-        """Embedded mode: what the broker's limits refused, every reason shown from the start."""
+        """Embedded mode: what the broker refused (limits, logins, ACL), every reason shown from
+        the start so a rate can be alerted on before the first refusal."""
         if self.broker.mode != "embedded":
             return
+        from bridge.brokers.embedded.access import ACL_REFUSALS, LOGIN_REFUSALS
         from bridge.brokers.embedded.limits import REFUSALS
 
+        reasons = dict.fromkeys((*REFUSALS, *LOGIN_REFUSALS, *ACL_REFUSALS), 0)
         self.metrics.counter(
             "hookbridge_broker_refused_total",
-            "Connections, packets and queued messages the embedded broker refused or dropped, by limit",
-            lambda: {reason: self.broker.refused.get(reason, 0) for reason in REFUSALS},
+            "Connections, packets, logins and queued messages the embedded broker refused or dropped, by reason",
+            lambda: {**reasons, **self.broker.refused},  # a reason counted but not declared shows too
             label="reason",
         )
 

@@ -13,8 +13,11 @@ import pytest
 
 from bridge.app import Bridge, Paths
 from bridge.brokers.base import BrokerSource, EventSink
+from bridge.brokers.embedded.access import ACL_REFUSALS, LOGIN_REFUSALS
 from bridge.brokers.embedded.limits import REFUSALS
 from bridge.conf.config import parse_config
+
+EVERY_REASON = (*REFUSALS, *LOGIN_REFUSALS, *ACL_REFUSALS)
 
 
 class LimitedSource(BrokerSource):
@@ -81,14 +84,25 @@ async def test_every_refusal_reason_is_a_counter_from_the_start(
 ) -> None:
     source = LimitedSource("embedded")
     bridge = await start_bridge(source)
-    assert family(await scrape(bridge), "hookbridge_broker_refused_total") == ("counter", dict.fromkeys(REFUSALS, "0"))
+    assert family(await scrape(bridge), "hookbridge_broker_refused_total") == (
+        "counter",
+        dict.fromkeys(EVERY_REASON, "0"),
+    )
 
     source.counts["packet_too_large"] += 2
     source.counts["offline_bytes"] += 1
+    source.counts["login_bad_credentials"] += 1
+    source.counts["a_reason_not_declared"] += 1  # shown rather than hidden
     source.dropped = 1
     text = await scrape(bridge)
     _, refused = family(text, "hookbridge_broker_refused_total")
-    assert refused == {**dict.fromkeys(REFUSALS, "0"), "packet_too_large": "2", "offline_bytes": "1"}
+    assert refused == {
+        **dict.fromkeys(EVERY_REASON, "0"),
+        "packet_too_large": "2",
+        "offline_bytes": "1",
+        "login_bad_credentials": "1",
+        "a_reason_not_declared": "1",
+    }
     assert family(text, "hookbridge_broker_dropped_messages") == ("gauge", {"embedded": "1.0"})
 
 
