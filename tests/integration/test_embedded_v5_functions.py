@@ -21,6 +21,7 @@ from broker_suite.clients import V5, Client, ConnAck, Message, props
 from paho.mqtt.packettypes import PacketTypes
 
 from bridge.app import Bridge
+from bridge.mqtt import MQTT_5, Properties, Puback
 from support.bridges import BridgeFactory, mqtt_port
 from support.mqtt import wait_until
 from support.services import ROOT
@@ -361,5 +362,92 @@ async def test_an_expired_message_in_the_offline_queue_is_never_delivered(
         ("queue/exp", b"later"),
     ]
     assert all(0 < m.properties["MessageExpiryInterval"] <= 600 for m in got[:2])
+    await bridge.idle()
+    await nothing_more(worker, publisher, "queue/marker")
+
+
+# -- what the bridge sends carries the subscription identifier --------------------------------------
+
+
+async def test_fetched_and_looked_up_messages_carry_the_subscription_identifier(
+    make_bridge: BridgeFactory, redis_db: redis_sync.Redis, v5: V5Clients
+) -> None:
+    """A 5.0 client that dispatches by subscription identifier (3.3.4) finds what the bridge
+    sends from Redis under the subscription it made, like what the broker routes live."""
+    bridge = await make_bridge()
+    worker, _ = await v5.connect(bridge, "w5", expiry=PERSISTENT, clean=False)
+    await worker.subscribe("queue/#", 1)
+    await worker.disconnect()
+    publisher, _ = await v5.connect(bridge, "pub")
+    await publisher.publish("queue/jobs", b"missed", qos=1)
+    await publisher.publish("status/lamp", b"on", qos=1, retain=True)
+    await publisher.disconnect()
+    await wait_until(lambda: redis_db.exists("mqtt:retain:status/lamp") == 1, what="the retained message in Redis")
+    await bridge.stop()
+
+    bridge = await make_bridge()
+    worker, _ = await v5.connect(bridge, "w5", expiry=PERSISTENT, clean=False)
+    await worker.subscribe("queue/#", 1, subscription_id=11)
+    fetched = await worker.messages_n(1)
+    await worker.subscribe("status/+", 1, subscription_id=12)
+    looked_up = await worker.messages_n(1)
+    publisher, _ = await v5.connect(bridge, "pub")
+    await publisher.publish("queue/jobs", b"live", qos=1)
+    live = await worker.messages_n(1)
+    assert [(m.payload, m.properties.get("SubscriptionIdentifier")) for m in fetched + looked_up + live] == [
+        (b"missed", [11]),
+        (b"on", [12]),
+        (b"live", [11]),
+    ]
+
+
+# -- a refused PUBACK is not an ack -------------------------------------------------------------------
+
+
+async def test_a_puback_with_an_error_reason_does_not_delete_a_queued_message(
+    make_bridge: BridgeFactory, redis_db: redis_sync.Redis, v5: V5Clients, raw_connect: Any
+) -> None:
+    """5.0 PUBACK reason >= 0x80: the subscriber did not accept the message (3.4.2.1), so it is not
+    acked for the queue (deleted for everyone) and stays stored, as for a refused PUBREC."""
+    bridge = await make_bridge()
+    worker, connack = await raw_connect(
+        mqtt_port(bridge), "w5", clean_session=False, level=MQTT_5, properties=Properties(session_expiry_interval=60)
+    )
+    assert connack.reason_code == 0
+    assert (await worker.subscribe(1, ("queue/#", 1))).reason_codes == [1]
+    publisher, _ = await v5.connect(bridge, "pub")
+    await publisher.publish("queue/jobs", b"refused", qos=1)
+    await publisher.publish("queue/jobs", b"accepted", qos=1)
+    refused, accepted = await worker.recv(), await worker.recv()
+    assert (refused.payload, accepted.payload) == (b"refused", b"accepted")
+    await worker.send(Puback(refused.packet_id, 0x80))
+    await worker.send(Puback(accepted.packet_id))
+    await wait_until(lambda: len(stored_ids(redis_db, "queue/jobs")) == 1, what="the accepted message to be deleted")
+    await bridge.idle()
+    [left] = stored_ids(redis_db, "queue/jobs")
+    assert redis_db.hget(b"mqtt:msg:" + left, "payload") == b"refused"
+
+
+# -- a session that expired in the broker -------------------------------------------------------------
+
+
+async def test_a_session_expired_in_the_broker_gets_its_queue_from_redis(
+    make_bridge: BridgeFactory, redis_db: redis_sync.Redis, v5: V5Clients
+) -> None:
+    """Session expiry 1 s: the broker drops the session and its queue; a new subscription of the
+    client fetches from Redis what it had queued and what came after, once each."""
+    bridge = await make_bridge()
+    worker, _ = await v5.connect(bridge, "w1", expiry=1, clean=False)
+    await worker.subscribe("queue/#", 1)
+    await worker.disconnect()
+    publisher, _ = await v5.connect(bridge, "pub")
+    await publisher.publish("queue/jobs", b"queued in the session", qos=1)
+    await asyncio.sleep(1.5)  # the feature is time: past the 1 s session expiry
+    await publisher.publish("queue/jobs", b"after it expired", qos=1)
+
+    worker, connack = await v5.connect(bridge, "w1", expiry=1, clean=False)
+    assert not connack.session_present
+    await worker.subscribe("queue/#", 1)
+    assert payloads(await worker.messages_n(2)) == [b"queued in the session", b"after it expired"]
     await bridge.idle()
     await nothing_more(worker, publisher, "queue/marker")

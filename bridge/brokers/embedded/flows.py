@@ -170,6 +170,9 @@ class FlowsMixin:
             expires = self.expiring.get(delivery.msgid, 0.0)
             if expires and expires <= now:
                 continue  # 5.0 message expiry: never delivered once expired, fetched or not
+            # [MQTT-3.3.4-3]: sent as a result of the subscription, so it carries its identifier
+            sub = state.subscriptions.get(delivery.filter)
+            ids = (sub.identifier,) if sub is not None and sub.identifier else ()
             state.enqueue(
                 Outgoing(
                     delivery.msgid,
@@ -180,5 +183,6 @@ class FlowsMixin:
                     delivery.from_clientid,
                     (delivery.filter,),
                     expires=expires,
+                    subscription_ids=ids,
                 )
             )
