@@ -127,7 +127,8 @@ async def test_session_expiry_0_is_not_persistent(
     make_bridge: BridgeFactory, redis_db: redis_sync.Redis, v5: V5Clients, clean_start: bool
 ) -> None:
     """Expiry 0 (the default) ends the session with its connection, whatever Clean Start says:
-    no offline fetch, as for a clean 3.1.1 session; the messages stay in Redis for the others."""
+    no offline fetch, as for a clean 3.1.1 session, on the same bridge or after a restart; the
+    messages stay in Redis for the others."""
     bridge = await make_bridge()
     worker, _ = await v5.connect(bridge, "w0", clean=clean_start)
     await worker.subscribe("queue/#", 1)
@@ -135,13 +136,25 @@ async def test_session_expiry_0_is_not_persistent(
     publisher, _ = await v5.connect(bridge, "pub")
     for n in range(3):
         await publisher.publish("queue/jobs", f"missed {n}".encode(), qos=1)
-    kept = stored_ids(redis_db, "queue/jobs")
-    assert len(kept) == 3
 
     worker, connack = await v5.connect(bridge, "w0", clean=clean_start)
     assert not connack.session_present  # the session ended with the first connection
     await worker.subscribe("queue/#", 1)
     await bridge.idle()  # a fetch, had one run, would have queued its messages by now
+    await nothing_more(worker, publisher, "queue/marker")
+    await worker.disconnect()
+    await publisher.publish("queue/jobs", b"missed 3", qos=1)
+    await publisher.disconnect()
+    kept = stored_ids(redis_db, "queue/jobs")
+    assert len(kept) == 4
+    await bridge.stop()
+
+    bridge = await make_bridge()
+    worker, connack = await v5.connect(bridge, "w0", clean=clean_start)
+    assert not connack.session_present
+    await worker.subscribe("queue/#", 1)
+    await bridge.idle()
+    publisher, _ = await v5.connect(bridge, "pub")
     await nothing_more(worker, publisher, "queue/marker")
     assert bridge.metrics.rules["redis.session.subscribed.1"]["matched"] == 0
     assert stored_ids(redis_db, "queue/jobs") == kept
@@ -149,7 +162,7 @@ async def test_session_expiry_0_is_not_persistent(
     # the same messages do go to a session with expiry > 0 subscribing now
     other, _ = await v5.connect(bridge, "w3600", expiry=PERSISTENT, clean=False)
     await other.subscribe("queue/jobs", 1)
-    assert payloads(await other.messages_n(3)) == [b"missed 0", b"missed 1", b"missed 2"]
+    assert payloads(await other.messages_n(4)) == [f"missed {n}".encode() for n in range(4)]
 
 
 # -- pubsub offsets --------------------------------------------------------------------------------
@@ -336,6 +349,28 @@ async def test_an_expired_message_is_never_fetched(
     assert "MessageExpiryInterval" not in got[1].properties
     await bridge.idle()
     await nothing_more(worker, publisher, "queue/marker")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap, SPEC 6.1: the broker keeps message expiry deadlines in memory and the stored "
+    "layouts have no field for them, so after a restart an expired message is fetched until its expired_time",
+)
+async def test_an_expired_message_is_not_fetched_after_a_restart(
+    make_bridge: BridgeFactory, redis_db: redis_sync.Redis, v5: V5Clients
+) -> None:
+    bridge = await make_bridge()
+    publisher, _ = await v5.connect(bridge, "pub")
+    await publisher.publish("queue/exp", b"short", qos=1, properties=expiring(1))
+    await publisher.publish("queue/exp", b"later", qos=1)
+    await publisher.disconnect()
+    await bridge.stop()
+    await asyncio.sleep(1.5)  # the feature is time: past the 1 s expiry of "short"
+
+    bridge = await make_bridge()
+    worker, _ = await v5.connect(bridge, "w5", expiry=PERSISTENT, clean=False)
+    await worker.subscribe("queue/#", 1)
+    assert payloads(await worker.messages_n(1)) == [b"later"]
 
 
 async def test_an_expired_message_in_the_offline_queue_is_never_delivered(
