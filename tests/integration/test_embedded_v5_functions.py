@@ -486,3 +486,30 @@ async def test_a_session_expired_in_the_broker_gets_its_queue_from_redis(
     assert payloads(await worker.messages_n(2)) == [b"queued in the session", b"after it expired"]
     await bridge.idle()
     await nothing_more(worker, publisher, "queue/marker")
+
+
+# -- topic aliases -------------------------------------------------------------------------------------
+
+
+async def test_a_message_published_through_a_topic_alias_is_stored_under_its_topic(
+    make_bridge: BridgeFactory, redis_db: redis_sync.Redis, v5: V5Clients
+) -> None:
+    """The stored layout knows no aliases: a PUBLISH that names its topic only by alias is stored,
+    retained and fetched under the topic the alias stands for."""
+    bridge = await make_bridge()
+    publisher, _ = await v5.connect(bridge, "pub")
+    alias = props(PacketTypes.PUBLISH, TopicAlias=3)
+    await publisher.publish("queue/aliased", b"first", qos=1, properties=alias)
+    await publisher.publish("", b"second", qos=1, properties=alias)
+    await publisher.publish("", b"kept", qos=1, retain=True, properties=alias)
+    await bridge.idle()
+    ids = stored_ids(redis_db, "queue/aliased")
+    assert [redis_db.hget(b"mqtt:msg:" + i, "payload") for i in ids] == [b"first", b"second", b"kept"]
+    assert {redis_db.hget(b"mqtt:msg:" + i, "topic") for i in ids} == {b"queue/aliased"}
+    assert redis_db.zrange("mqtt:retain:queue/aliased", 0, -1) == [ids[-1]]
+    assert redis_db.zrangebylex("mqtt:index:msg", "-", "+") == [b"queue/aliased"]
+
+    worker, _ = await v5.connect(bridge, "w5", expiry=PERSISTENT, clean=False)
+    await worker.subscribe("queue/+", 1, retain_handling=2)
+    got = await worker.messages_n(3)
+    assert [(m.topic, m.payload) for m in got] == [("queue/aliased", p) for p in (b"first", b"second", b"kept")]
