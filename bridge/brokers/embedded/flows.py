@@ -62,6 +62,8 @@ class FlowsMixin:
                 node=self.node,
                 peername=peername,
                 timestamp=time.time(),
+                proto_ver=state.level,
+                user_properties=message.properties.user_property,
             )
             kept = await state.lane.emit(event)
             if accepted is not None:
@@ -99,6 +101,8 @@ class FlowsMixin:
         send_retained = retain_handling == 0 or (retain_handling == 1 and is_new)
         if group is None and send_retained:
             for retained in self.router.retained_for(topic_filter, time.monotonic()):
+                if not state.permissions.may_read(retained.topic):
+                    continue
                 state.enqueue(
                     Outgoing(
                         retained.msgid,
@@ -126,6 +130,7 @@ class FlowsMixin:
             live_from_msgid=live_from,
             retained_sent=frozenset(sent),
             send_retained=send_retained or retain_handling == 3,
+            proto_ver=state.level,
         )
         return state.lane.post(event, wait=True)
 
@@ -137,6 +142,7 @@ class FlowsMixin:
             node=self.node,
             topic=topic_filter,
             timestamp=time.time(),
+            proto_ver=state.level,
         )
         future = state.lane.post(event, wait=True)
         assert future is not None
@@ -170,6 +176,8 @@ class FlowsMixin:
             expires = self.expiring.get(delivery.msgid, 0.0)
             if expires and expires <= now:
                 continue  # 5.0 message expiry: never delivered once expired, fetched or not
+            if not state.permissions.may_read(delivery.topic):
+                continue  # the ACL: not even a fetched message reaches a client that may not read it
             # [MQTT-3.3.4-3]: sent as a result of the subscription, so it carries its identifier
             sub = state.subscriptions.get(delivery.filter)
             ids = (sub.identifier,) if sub is not None and sub.identifier else ()
