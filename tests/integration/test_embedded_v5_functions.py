@@ -1,6 +1,8 @@
 """The bridge's functions for MQTT 5.0 sessions (issue 14, SPEC 5 and 6.1): offline fetch, pubsub
-offsets, proxy subscription, retain lookup, paging and message expiry, through the embedded broker,
-real Redis and the shipped `rules/redis.conf`, with paho-mqtt v2 speaking 5.0.
+offsets, proxy subscription, retain lookup (and retain handling), paging and message expiry, and
+what 5.0 adds around them (subscription identifiers on what the bridge sends, a PUBACK that
+refuses, topic aliases), through the embedded broker, real Redis and the shipped
+`rules/redis.conf`, with paho-mqtt v2 speaking 5.0 (a raw client where paho will not misbehave).
 
 A 5.0 session is persistent for the fetch when its session expiry interval is > 0 (clean start
 alone says nothing). A restarted bridge has no broker sessions, so what a client gets after it
