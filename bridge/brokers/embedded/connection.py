@@ -202,7 +202,8 @@ class Connection(asyncio.Protocol):
             message = state.inflight.get(packet.packet_id)
             if message is not None and message.qos == 1:
                 state.acked(packet.packet_id)
-                self._post_receipt(MessageAcked, message)
+                if packet.reason_code < 0x80:  # 5.0: the receiver refused it; the flow ends, no ack
+                    self._post_receipt(MessageAcked, message)
         elif kind is Pubrec:
             message = state.inflight.get(packet.packet_id)
             if message is not None and message.qos == 2 and not message.pubrec:
