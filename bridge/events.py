@@ -105,6 +105,9 @@ class MessagePublish:
     timestamp: float
     proto_ver: int = DEFAULT_PROTO_VER  # the publisher's
     user_properties: UserProperties = ()
+    # MQTT 5.0 message expiry interval in seconds; None: the message does not expire. Backends
+    # that can expire what they store use it (Redis: the message hash's TTL).
+    expiry: int | None = None
     hookpoint = Hookpoint.MESSAGE_PUBLISH
 
 

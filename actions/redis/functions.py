@@ -37,6 +37,8 @@ Plan = list[Command]
 
 
 def _stored_fields(event: MessagePublish, expire: int) -> tuple[Arg, ...]:
+    if event.expiry is not None:  # a 5.0 message expiry shortens the rule's expired_time
+        expire = min(expire, max(1, event.expiry)) if expire else max(1, event.expiry)
     return (
         event.msgid,
         keys.score(event.msgid),

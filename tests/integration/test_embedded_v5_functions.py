@@ -353,11 +353,6 @@ async def test_an_expired_message_is_never_fetched(
     await nothing_more(worker, publisher, "queue/marker")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap, SPEC 6.1: the broker keeps message expiry deadlines in memory and the stored "
-    "layouts have no field for them, so after a restart an expired message is fetched until its expired_time",
-)
 async def test_an_expired_message_is_not_fetched_after_a_restart(
     make_bridge: BridgeFactory, redis_db: redis_sync.Redis, v5: V5Clients
 ) -> None:

@@ -64,6 +64,7 @@ class FlowsMixin:
                 timestamp=time.time(),
                 proto_ver=state.level,
                 user_properties=message.properties.user_property,
+                expiry=message.properties.message_expiry_interval,
             )
             kept = await state.lane.emit(event)
             if accepted is not None:
