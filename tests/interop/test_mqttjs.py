@@ -2,9 +2,8 @@
 
 js/roundtrip.mjs connects a subscriber (persistent session) and a publisher, publishes at QoS 0,
 1 and 2, lets one message queue while the subscriber is away, and prints every packet each
-client received, as MQTT.js decoded it. The tests here judge that report. Each runs against a
-bridge process with no rules (the embedded broker as a user runs it) and against Mosquitto, so a
-failure can be told apart from a test that expects too much.
+client received, as MQTT.js decoded it. The tests here judge that report, against the embedded
+broker and against Mosquitto (conftest.py).
 
 MQTT.js is pinned by js/package-lock.json and installed by scripts/test.sh (lib.sh `js_deps`),
 or by the `roundtrip` fixture when missing.
@@ -15,14 +14,11 @@ from __future__ import annotations
 import json
 import subprocess
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from support.mosquitto import own_mosquitto
-from support.process import BridgeProcess
 from support.services import ROOT
 
 JS = Path(__file__).parent / "js"
@@ -43,21 +39,6 @@ EXPIRY = 3600
 def roundtrip() -> Path:
     subprocess.run(["bash", "-c", ". scripts/lib.sh; js_deps"], cwd=ROOT, check=True)
     return JS / "roundtrip.mjs"
-
-
-@pytest.fixture(scope="module")
-def mosquitto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    with own_mosquitto(tmp_path_factory.mktemp("mosquitto")) as port:
-        yield port
-
-
-@pytest.fixture
-def embedded(tmp_path: Path) -> Iterator[int]:
-    bridge = BridgeProcess(tmp_path, pools="", rules="")
-    try:
-        yield bridge.start().mqtt_port
-    finally:
-        bridge.stop()
 
 
 @pytest.fixture(params=["embedded", "mosquitto"])
