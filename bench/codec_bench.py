@@ -1,4 +1,4 @@
-"""The broker core's MQTT codec (bridge/mqtt/) against amqtt 0.12.1's, in one run.
+"""The broker core's MQTT codec (bridge/mqtt/), and a Rust codec beside it when installed.
 
 What a broker does per QoS 1 message: decode the publisher's PUBLISH, encode a PUBACK to it,
 encode the PUBLISH to the subscriber, decode the subscriber's PUBACK. Each is timed over N
@@ -6,9 +6,8 @@ packets (default 100,000, topic `bench/sensor/<n>`, 100-byte payload), the strea
 64 KiB chunks as `asyncio.Protocol.data_received` delivers it. Figures are CPU time (process time)
 per packet, the best of `--runs`, so a busy machine inflates them less than wall-clock would.
 
-amqtt has no incremental decoder: it reads from an async stream, so its decode is timed over an
-in-memory reader (`BufferReader`) in one event loop, the cheapest way it can be driven. If the
-`mqtt5` package (Rust, MQTT 5.0 only) is importable it is measured too, for the docs' comparison.
+If the `mqtt5` package (Rust, MQTT 5.0 only) is importable it is measured too, for the docs'
+comparison.
 
     .venv/bin/python -m bench.codec_bench [--messages 100000] [--runs 5] [--json out.json]
 """
@@ -16,13 +15,11 @@ in-memory reader (`BufferReader`) in one event loop, the cheapest way it can be 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib.metadata
 import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from bench.machine import describe, table
 from bridge.mqtt import MQTT_3_1_1, MQTT_5, Decoder, Puback, Publish, encode_puback, encode_publish
@@ -64,46 +61,6 @@ def ours(level: int, count: int, runs: int) -> dict[str, float]:
     }
 
 
-def amqtt(count: int, runs: int) -> dict[str, float] | None:
-    try:
-        from amqtt.adapters import BufferReader
-        from amqtt.mqtt.puback import PubackPacket
-        from amqtt.mqtt.publish import PublishPacket
-    except ImportError:  # once the broker core replaces it (issue 14)
-        return None
-
-    ids = [n % 65535 + 1 for n in range(count)]
-    build = PublishPacket.build
-    publish_stream = b"".join(
-        build(f"bench/sensor/{n % 1000}", PAYLOAD, ids[n], False, 1, False).to_bytes() for n in range(count)
-    )
-    ack_stream = b"".join(PubackPacket.build(i).to_bytes() for i in ids)
-
-    def decode(kind: Any, stream: bytes) -> None:
-        async def read_all() -> int:
-            reader, done = BufferReader(stream), 0
-            for _ in range(count):
-                await kind.from_stream(reader)
-                done += 1
-            return done
-
-        assert asyncio.run(read_all()) == count
-
-    return {
-        "decode PUBLISH": best(runs, count, lambda: decode(PublishPacket, publish_stream)),
-        "encode PUBLISH": best(
-            runs,
-            count,
-            lambda: [
-                PublishPacket.build(f"bench/sensor/{n % 1000}", PAYLOAD, ids[n], False, 1, False).to_bytes()
-                for n in range(count)
-            ],
-        ),
-        "decode PUBACK": best(runs, count, lambda: decode(PubackPacket, ack_stream)),
-        "encode PUBACK": best(runs, count, lambda: [PubackPacket.build(i).to_bytes() for i in ids]),
-    }
-
-
 def rust_mqtt5(count: int, runs: int) -> dict[str, float] | None:
     try:
         import mqtt5  # type: ignore[import-not-found]
@@ -141,20 +98,16 @@ def main() -> None:
     columns = {"bridge.mqtt 3.1.1": ours(MQTT_3_1_1, count, runs), "bridge.mqtt 5.0": ours(MQTT_5, count, runs)}
     ours_decode = columns["bridge.mqtt 3.1.1"]["decode PUBLISH"]
     summary = {"decode_311": ours_decode, "decode_5": columns["bridge.mqtt 5.0"]["decode PUBLISH"]}
-    for package, name, measure in (("amqtt", "3.1.1", amqtt), ("mqtt5", "5.0, Rust", rust_mqtt5)):
-        figures = measure(count, runs)
-        if figures is not None:
-            columns[f"{package} {importlib.metadata.version(package)} ({name})"] = figures
-            summary[f"decode_{package}"] = figures["decode PUBLISH"]
+    figures = rust_mqtt5(count, runs)
+    if figures is not None:
+        columns[f"mqtt5 {importlib.metadata.version('mqtt5')} (5.0, Rust)"] = figures
+        summary["decode_mqtt5"] = figures["decode PUBLISH"]
     operations = list(columns["bridge.mqtt 3.1.1"])
     rows = [(op, *(f"{figures[op]:.2f}" for figures in columns.values())) for op in operations]
     print(f"machine: {describe()}")
     print(f"{count:,} QoS 1 PUBLISH (100 B payload) and PUBACK; CPU microseconds per packet, best of {runs}\n")
     print(table(rows, ("operation", *columns)))
-    print(f"\nPUBLISH decode: {ours_decode:.2f} us (target: under 5 us)", end="")
-    if "decode_amqtt" in summary:
-        print(f", {summary['decode_amqtt'] / ours_decode:.1f}x faster than amqtt", end="")
-    print()
+    print(f"\nPUBLISH decode: {ours_decode:.2f} us (target: under 5 us)")
     if args.json:
         args.json.write_text(json.dumps(summary))
 

@@ -6,7 +6,7 @@ import asyncio
 
 from actions.base import Job
 from bridge.engine import Engine
-from bridge.events import Event
+from bridge.events import Event, Hookpoint
 from bridge.metrics import Metrics
 from bridge.pager import FetchPager
 from bridge.runner import Runner
@@ -38,6 +38,16 @@ class Dispatcher:
             self._receipts[id(job)] = receipt
             await self.runners[rule.pool].submit(job)
         return receipt.done
+
+    def wants(self, hookpoint: Hookpoint, clientid: str) -> bool:
+        """Whether an event of `hookpoint` for `clientid` would do anything here (a rule takes
+        it, or a fetch page waits for that client's acks). A broker may skip building an event
+        that nothing wants (message.delivered and message.acked come once per message and
+        receiver); it is still counted."""
+        if self.engine.takes(hookpoint) or self.pager.waits_for(clientid):
+            return True
+        self.metrics.events[hookpoint] += 1
+        return False
 
     def job_done(self, job: Job, outcome: BaseException | None) -> None:
         """A runner commit hook: `job` is committed, or failed for good (counted there), or safely

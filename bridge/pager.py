@@ -58,6 +58,10 @@ class FetchPager(Pager):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def waits_for(self, clientid: str) -> bool:
+        """Whether a fetch of this client waits for its acks to send the next page."""
+        return bool(self._pages.get(clientid))
+
     def observe(self, event: Event) -> None:
         """Feed every broker event through here before the rules run."""
         pages = self._pages.get(event.clientid)

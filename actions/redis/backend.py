@@ -15,6 +15,7 @@ from actions.base import Backend, Job, PermanentError
 from actions.redis import scripts
 from actions.redis.functions import WRITERS, Command, Script
 from actions.redis.index import TopicIndex
+from actions.redis.packing import PackedConnection, PackedSSLConnection
 from actions.redis.reads import READERS
 from actions.redis.schema import describe
 from bridge.rules import CommandsAction, FunctionAction, TemplateAction
@@ -38,7 +39,7 @@ def _tls_options(pool: Any) -> dict[str, Any]:
         return {}
     verify = bool(pool["ssl.verify"])
     return {
-        "connection_class": aioredis.SSLConnection,
+        "connection_class": PackedSSLConnection,
         "ssl_ca_certs": pool["ssl.cafile"] or None,
         "ssl_certfile": pool["ssl.certfile"] or None,
         "ssl_keyfile": pool["ssl.keyfile"] or None,
@@ -65,7 +66,7 @@ class RedisBackend(Backend):
             socket_connect_timeout=self.pool["request_timeout"],
             socket_timeout=self.pool["request_timeout"],
             health_check_interval=30,
-            **_tls_options(self.pool),
+            **({"connection_class": PackedConnection} | _tls_options(self.pool)),
         )
         self.redis: Any = aioredis.Redis(connection_pool=connections)  # replies are bytes (protocol 2)
         self.index = TopicIndex(self.redis)

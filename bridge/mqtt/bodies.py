@@ -50,6 +50,29 @@ def _props(buf: bytes, pos: int, end: int, level: int, kind: int) -> tuple[Prope
     return properties.decode(buf, pos, end, kind) if level == MQTT_5 else (EMPTY, pos)
 
 
+def connect_level(buf: bytes, pos: int, size: int) -> int:
+    """The protocol level of the CONNECT at `pos` (its fixed header included), from what `buf`
+    holds up to `size`; 0 if it is not a CONNECT or names no protocol level this codec speaks.
+    Read only when a CONNECT is refused: a 5.0 client then gets a CONNACK it can decode."""
+    if pos >= size or buf[pos] != PacketType.CONNECT << 4:
+        return 0
+    body = pos + 1
+    for _ in range(4):  # past the remaining length
+        if body >= size:
+            return 0
+        body += 1
+        if not buf[body - 1] & 0x80:
+            break
+    else:
+        return 0
+    try:
+        name, body = wire.read_binary(buf, body, size)
+        level, _ = wire.read_byte(buf, body, size)
+    except MalformedPacket:
+        return 0
+    return level if level in PROTOCOLS.get(name, ()) else 0
+
+
 def connect(buf: bytes, pos: int, end: int, level: int) -> tuple[Packet, int]:
     name, pos = wire.read_binary(buf, pos, end)
     level, pos = wire.read_byte(buf, pos, end)

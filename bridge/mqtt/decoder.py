@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from bridge.mqtt.bodies import connect_level
 from bridge.mqtt.dispatch import handlers
 from bridge.mqtt.errors import CodecError, MalformedPacket, PacketTooLarge, ProtocolError
 from bridge.mqtt.packets import Connect, Packet
@@ -104,6 +105,8 @@ class Decoder:
         except CodecError as error:
             self._failed = True
             error.packets = packets
+            if not self._level and self._server:  # the first packet, a refused CONNECT
+                error.level = connect_level(buf, pos, size)
             raise
         if pos < size:
             self._partial = bytearray(memoryview(buf)[pos:])

@@ -25,6 +25,10 @@ class CodecError(Exception):
         # bridge.mqtt.packets.Packet objects; not imported here: packets.py -> properties.py
         # -> errors.py already, and the codec keeps its modules free of import circles.
         self.packets: list[Any] = []
+        # The protocol level of a CONNECT refused before the decoder knew the connection's
+        # level (3, 4 or 5; 0 if the bytes name none): a server answers a refused 5.0 CONNECT
+        # with CONNACK and `reason`, which a 5.0 client can read.
+        self.level = 0
 
     def __str__(self) -> str:
         return f"{self.message} (reason 0x{self.reason:02X} {self.reason.name.lower()})"

@@ -82,7 +82,9 @@ async def test_server_receive_maximum_exceeded_is_refused(broker: Broker, client
     await sub.subscribe(topic, 2)
     _probe, connack = await connect_v5(clients, unique("probe"))
     receive_maximum = connack.properties.get("ReceiveMaximum", 65535)
-    assert receive_maximum < 100, "the broker announces no (small) Receive Maximum"
+    # Mosquitto announces 20, the embedded broker 1024 (acks wait for commits, so publishers
+    # pipeline); either way a bound is announced.
+    assert receive_maximum < 65535, "the broker announces no Receive Maximum"
     client = await raw.RawClient.open(broker.port)
     try:
         await client.send(raw.connect(unique("greedy"), version=5))

@@ -1,10 +1,21 @@
 """The broker core's MQTT codec (bridge/mqtt/): every packet type round-trips in 3.1.1 and 5.0,
-known bytes from the specification decode to the right fields, packets split at any byte
-boundary come out whole, and the decoder learns the protocol level from CONNECT."""
+known bytes from the specification decode to the right fields, what paho-mqtt (an encoder
+written by others) sends decodes to the fields it was given, packets split at any byte boundary
+come out whole, and the decoder learns the protocol level from CONNECT."""
 
 from __future__ import annotations
 
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+import paho.mqtt.client as paho
 import pytest
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties as PahoProperties
+from paho.mqtt.reasoncodes import ReasonCode as PahoReasonCode
+from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from bridge.mqtt import (
     EMPTY,
@@ -262,18 +273,131 @@ def test_known_bytes_decode_to_their_fields_and_encode_back(level: int, data: by
     assert encode(packet, level) == data
 
 
-def test_packets_amqtt_encodes_decode_to_the_same_fields() -> None:
-    # an encoder written by others; skipped once amqtt leaves the dependencies (issue 14)
-    amqtt = pytest.importorskip("amqtt.mqtt")
-    data = (
-        amqtt.publish.PublishPacket.build("a/b", b"x" * 5, 7, False, 1, True).to_bytes()
-        + amqtt.subscribe.SubscribePacket.build([("a/#", 1), ("b", 0)], 8).to_bytes()
-        + amqtt.unsubscribe.UnsubscribePacket.build(["a/#"], 9).to_bytes()
+def paho_sends(
+    level: int, act: Callable[[paho.Client], None], count: int, properties: PahoProperties | None = None
+) -> list[Packet]:
+    """The first `count` packets paho-mqtt (an encoder written by others) sends to a server on a
+    loopback socket, decoded by our server-side decoder. `act` prepares the client before it
+    connects (a will, an on_connect that sends the rest); the server answers CONNECT with a
+    plain CONNACK so paho goes on."""
+    protocol = paho.MQTTv5 if level == MQTT_5 else paho.MQTTv311
+    client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="oracle", protocol=protocol)
+    client.username_pw_set("u", "p")
+    act(client)
+    packets: list[Packet] = []
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(5)
+        decoder = Decoder()
+        client.connect("127.0.0.1", server.getsockname()[1], keepalive=30, properties=properties)
+        connection, _ = server.accept()
+        with connection:
+            connection.settimeout(0.05)
+            answered = False
+            deadline = time.monotonic() + 5
+            while len(packets) < count:
+                assert time.monotonic() < deadline, f"paho sent {packets}"
+                client.loop(0.05)  # paho reads the CONNACK, runs on_connect, writes what is queued
+                try:
+                    data = connection.recv(65536)
+                except TimeoutError:
+                    continue
+                assert data, f"paho closed after {packets}"
+                packets += decoder.feed(data)
+                if packets and not answered:
+                    connection.sendall(encode(Connack(), level))
+                    answered = True
+    client.loop(0.01)  # paho sees the close and releases its socket
+    return packets
+
+
+def test_packets_paho_encodes_in_311_decode_to_the_same_fields() -> None:
+    def act(client: paho.Client) -> None:
+        client.will_set("w/t", b"bye", 2, False)
+
+        def on_connect(*_: Any) -> None:
+            client.publish("a/b", b"x" * 5, 1, True)
+            client.subscribe([("a/#", 1), ("b", 0)])
+            client.unsubscribe(["a/#"])
+            client.disconnect()
+
+        client.on_connect = on_connect
+
+    assert paho_sends(MQTT_3_1_1, act, 5) == [
+        Connect("oracle", MQTT_3_1_1, True, 30, "u", b"p", Will("w/t", b"bye", 2, False)),
+        Publish("a/b", b"xxxxx", 1, retain=True, packet_id=1),
+        Subscribe(2, [Subscription("a/#", 1), Subscription("b", 0)]),
+        Unsubscribe(3, ["a/#"]),
+        Disconnect(),
+    ]
+
+
+def test_packets_paho_encodes_in_5_decode_to_the_same_fields() -> None:
+    def props(kind: int, **values: Any) -> PahoProperties:
+        made = PahoProperties(kind)
+        for name, value in values.items():
+            setattr(made, name, value)
+        return made
+
+    def act(client: paho.Client) -> None:
+        will = props(PacketTypes.WILLMESSAGE, WillDelayInterval=5, ContentType="text/plain")
+        client.will_set("w/t", b"bye", 1, True, properties=will)
+
+        def on_connect(*_: Any) -> None:
+            publish = props(
+                PacketTypes.PUBLISH,
+                MessageExpiryInterval=30,
+                PayloadFormatIndicator=1,
+                ContentType="application/json",
+                ResponseTopic="r/t",
+                CorrelationData=b"c",
+                UserProperty=[("k", "v"), ("k", "w")],
+            )
+            client.publish("a/b", b"x" * 5, 1, True, properties=publish)
+            options = SubscribeOptions(qos=1, noLocal=True, retainAsPublished=True, retainHandling=2)
+            client.subscribe(
+                [("a/#", options), ("b", SubscribeOptions(qos=0))],
+                properties=props(PacketTypes.SUBSCRIBE, SubscriptionIdentifier=7),
+            )
+            client.unsubscribe(["a/#"], properties=props(PacketTypes.UNSUBSCRIBE, UserProperty=[("u", "1")]))
+            client.disconnect(PahoReasonCode(PacketTypes.DISCONNECT, "Disconnect with will message"))
+
+        client.on_connect = on_connect
+
+    expected_connect = Connect(
+        "oracle",
+        MQTT_5,
+        True,
+        30,
+        "u",
+        b"p",
+        Will("w/t", b"bye", 1, True, Properties(will_delay_interval=5, content_type="text/plain")),
+        Properties(session_expiry_interval=60, receive_maximum=10, user_property=(("a", "b"),)),
     )
-    assert Decoder(level=MQTT_3_1_1).feed(data) == [
-        Publish("a/b", b"xxxxx", 1, retain=True, packet_id=7),
-        Subscribe(8, [Subscription("a/#", 1), Subscription("b", 0)]),
-        Unsubscribe(9, ["a/#"]),
+    connect = props(PacketTypes.CONNECT, SessionExpiryInterval=60, ReceiveMaximum=10, UserProperty=[("a", "b")])
+    assert paho_sends(MQTT_5, act, 5, connect) == [
+        expected_connect,
+        Publish(
+            "a/b",
+            b"xxxxx",
+            1,
+            retain=True,
+            packet_id=1,
+            properties=Properties(
+                payload_format_indicator=1,
+                message_expiry_interval=30,
+                content_type="application/json",
+                response_topic="r/t",
+                correlation_data=b"c",
+                user_property=(("k", "v"), ("k", "w")),
+            ),
+        ),
+        Subscribe(
+            2,
+            [Subscription("a/#", 1, True, True, 2), Subscription("b", 0)],
+            Properties(subscription_identifier=(7,)),
+        ),
+        Unsubscribe(3, ["a/#"], Properties(user_property=(("u", "1"),))),
+        Disconnect(ReasonCode.DISCONNECT_WITH_WILL_MESSAGE),
     ]
 
 

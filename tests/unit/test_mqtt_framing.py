@@ -316,6 +316,34 @@ def test_a_client_side_decoder_checks_what_servers_send(data: bytes, message: st
     assert message in refused(data, MQTT_3_1_1, role="client").message
 
 
+@pytest.mark.parametrize(
+    ("data", "level"),
+    [
+        (packet(0x10, connect_body(MQTT_5, client_id=b"\xc3\x28")), MQTT_5),
+        (packet(0x10, connect_body(MQTT_3_1_1, client_id=b"\xc3\x28")), MQTT_3_1_1),
+        (packet(0x10, connect_body(MQTT_5, rest=b"\x00")), MQTT_5),  # bytes past its content
+        (packet(0x10, connect_body(MQTT_5, flags=0x1E) + s(b"w") + s(b"p")), MQTT_5),  # will QoS 3
+        (b"\x10\x80\x80\x80\x01" + connect_body(MQTT_5), MQTT_5),  # too large, from what is there
+        (packet(0x10, s(b"MQTT") + b"\x07\x02\x00\x3c"), 0),  # a level no MQTT has
+        (packet(0x10, s(b"HTTP") + b"\x05\x02\x00\x3c"), 0),  # not MQTT
+        (packet(0x11, connect_body(MQTT_5)), 0),  # reserved flags: not read as a CONNECT
+        (packet(0x30, s(b"a") + b"x"), 0),  # not a CONNECT at all
+    ],
+)
+def test_a_refused_first_connect_tells_the_level_it_announced(data: bytes, level: int) -> None:
+    """So a server can answer a refused 5.0 CONNECT with a CONNACK >= 0x80 (issue 14)."""
+    decoder = Decoder(max_packet_size=1024)
+    with pytest.raises(CodecError) as caught:
+        decoder.feed(data)
+    assert caught.value.level == level
+    assert decoder.level == 0  # nothing was accepted
+
+
+def test_errors_after_the_connect_leave_the_level_to_the_decoder() -> None:
+    error = refused(packet(0x10, connect_body(MQTT_5)) + b"\x00\x00", 0)
+    assert error.level == 0  # decoder.level already holds 5
+
+
 def test_a_second_connect_is_refused_after_the_first_is_returned() -> None:
     error = refused(packet(0x10, connect_body()) * 2, 0)
     assert error.reason == PROTOCOL

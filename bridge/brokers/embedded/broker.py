@@ -1,262 +1,371 @@
-"""The amqtt `Broker` subclass: connection lifecycle and the client message loop.
+"""The embedded broker's core: sessions, CONNECT / SUBSCRIBE / PUBLISH flows, wills, expiry.
 
-amqtt 0.12.1 keeps the listeners, CONNECT parsing (`init_from_connect`),
-authentication plugins and packet codecs. Overridden `Broker` methods, and why:
-
-- `stream_connected()`: wraps the socket in `BridgeWriter` (abort without
-  draining) and tracks it, so `stop()` can close connections still in CONNECT.
-- `_initialize_client_session()`: amqtt deletes or resumes the session before
-  authentication, waits forever for CONNECT, and on a clean-session takeover
-  leaves the old connection running. Here it only reads CONNECT (with a time
-  limit); the session is resolved after authentication, under a per-client lock.
-- `_handle_client_session()`: amqtt resends every retained message for every
-  filter any client has on each connect, does not queue offline messages for
-  anonymous sessions, and races a takeover against the old connection's
-  teardown. Replaced by `_connect()` / `_serve()` / `_teardown()` below.
-- `_session_monitor()`: amqtt's drops disconnected anonymous sessions (and so
-  their subscriptions and queues); sessions here end by clean session only.
-- `_broadcast_message()` / `retain_message()`: amqtt plugins' internal
-  publishes go through the bridge's router and retained store.
-
-With `_handle_client_session()` replaced, amqtt's `_client_message_loop()`,
-`_handle_disconnect()`, `_handle_subscription()`, `_handle_unsubscription()`,
-`_handle_message_delivery()`, `add_subscription()` and its broadcast loop
-(`_run_broadcast()`, one task per delivery) are no longer reached.
+Connections (connection.py) decode and answer packets; everything that touches a session or
+the routing table happens here, in each connection's arrival order. Sessions outlive their
+connection by their expiry interval (3.1.1 clean session 0: for ever; 5.0: the session expiry
+interval); a takeover closes the old connection and waits for its teardown before the new one
+gets the session, under a per-client lock.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
-from amqtt.adapters import StreamReaderAdapter
-from amqtt.broker import Broker
-from amqtt.errors import AMQTTError, MQTTError, NoDataError
-from amqtt.mqtt.connack import CONNECTION_ACCEPTED, NOT_AUTHORIZED, ConnackPacket
-from amqtt.mqtt.suback import SubackPacket
-from amqtt.mqtt.subscribe import SubscribePacket
-from amqtt.mqtt.unsuback import UnsubackPacket
-
 from bridge.brokers.base import EventSink
+from bridge.brokers.embedded.connection import RECEIVE_MAXIMUM, TOPIC_ALIAS_MAXIMUM, Connection, Inbound
 from bridge.brokers.embedded.flows import FlowsMixin
-from bridge.brokers.embedded.handler import AckAgain, BridgeHandler, BridgeWriter, Inbound
 from bridge.brokers.embedded.lane import EventLane, Kept
-from bridge.brokers.embedded.router import Router
-from bridge.brokers.embedded.sessions import SessionState
-from bridge.events import ClientConnected, ClientDisconnected
+from bridge.brokers.embedded.limits import Limits
+from bridge.brokers.embedded.router import Message, Router
+from bridge.brokers.embedded.sessions import NEVER, PendingWill, SessionState, Subscription
+from bridge.events import ClientConnected, ClientDisconnected, Hookpoint
+from bridge.mqtt import (
+    EMPTY,
+    MQTT_5,
+    Connack,
+    Connect,
+    ConnectReturnCode,
+    Properties,
+    ReasonCode,
+    Suback,
+    Subscribe,
+    Unsuback,
+    Unsubscribe,
+    Will,
+    encode,
+    split_shared,
+)
 from bridge.msgid import MsgIdGenerator
 
 log = logging.getLogger("bridge.brokers.embedded")
-
-CONNECT_TIMEOUT = 10.0  # seconds a new connection has to send CONNECT
+R = ReasonCode
+# Wills are published when a connection ends for these reasons (not on DISCONNECT, takeover
+# or shutdown) [MQTT-3.1.2-8].
 _WILL_REASONS = frozenset({"closed", "keepalive_timeout"})
+# How long the deadline of a message published with an expiry is remembered after it passed,
+# so a fetch of that message from a database still knows it expired.
+_EXPIRED_MEMORY = 86400.0
+_SWEEP_INTERVAL = 0.5
 
 
-class HookBroker(FlowsMixin, Broker):  # type: ignore[misc]
-    def __init__(
-        self, config: dict[str, Any], *, node: str, msgids: MsgIdGenerator, sink: EventSink, max_queue: int
-    ) -> None:
-        super().__init__(config)
+class Broker(FlowsMixin):
+    def __init__(self, *, node: str, msgids: MsgIdGenerator, sink: EventSink, limits: Limits) -> None:
         self.node = node
         self.msgids = msgids
         self.sink = sink
-        self.max_queue = max_queue
+        self.limits = limits
+        self.refused: Counter[str] = Counter()
         self.router = Router()
         self.states: dict[str, SessionState] = {}
+        self.expiring: dict[str, float] = {}
         self.busy_lanes: set[EventLane] = set()  # client event lanes with events not yet at the sink
-        self.active: dict[str, BridgeHandler] = {}  # clientid -> connection until its teardown ends
+        self.active: dict[str, Connection] = {}  # clientid -> connection until its teardown ends
+        self.connections: set[Connection] = set()
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
-        self._writers: set[BridgeWriter] = set()
+        self._sweeper: asyncio.Task[None] | None = None
         self.dropped_by_ended_sessions = 0
+        # A sink may say which per-message events it has no use for (bridge.dispatcher.wants):
+        # building and posting a message.delivered nobody reads was a tenth of the publish path.
+        self._wants = getattr(sink, "wants", None)
 
-    # -- amqtt overrides -------------------------------------------------------
+    def wants(self, hookpoint: Hookpoint, clientid: str) -> bool:
+        return self._wants is None or bool(self._wants(hookpoint, clientid))
 
-    async def stream_connected(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener_name: str
-    ) -> None:
-        adapter = BridgeWriter(writer)
-        self._writers.add(adapter)
-        try:
-            await self._client_connected(listener_name, StreamReaderAdapter(reader), adapter)
-        except asyncio.CancelledError:
-            # Only close_all() cancels a connection (its sink would not return);
-            # asyncio's server callback would report the cancellation as an error.
-            log.warning("connection task cancelled at shutdown")
-        except Exception:
-            log.exception("connection handler failed")
-        finally:
-            self._writers.discard(adapter)
-            adapter.shut(graceful=True)
+    # -- connections -------------------------------------------------------------
 
-    async def _initialize_client_session(
-        self, reader: Any, writer: Any, remote_address: str, remote_port: int
-    ) -> tuple[BridgeHandler, Any]:
-        try:
-            handler, session = await asyncio.wait_for(
-                BridgeHandler.init_from_connect(reader, writer, self.plugins_manager), CONNECT_TIMEOUT
-            )
-        except (TimeoutError, MQTTError, AMQTTError, NoDataError, ValueError) as exc:
-            log.info("connection from %s:%s refused: %r", remote_address, remote_port, exc)
-            if isinstance(writer, BridgeWriter):
-                writer.shut(graceful=True)
-            raise NoDataError(str(exc)) from exc
-        handler.peername = _peername(remote_address, remote_port)
-        handler.node = self.node
-        return handler, session
-
-    async def _handle_client_session(
-        self, reader: Any, writer: Any, session: Any, handler: BridgeHandler, server: Any, listener_name: str
-    ) -> None:
-        handler.attach(session, reader, writer)
-        if not await self._authenticate(session, self.listeners_config[listener_name]):
-            await handler.send(ConnackPacket.build(0, NOT_AUTHORIZED))
+    def accept(self, conn: Connection) -> None:
+        if len(self.connections) >= self.limits.max_connections:
+            self.refused["max_connections"] += 1
+            log.warning("connection from %s refused: %d connections open", conn.peername, len(self.connections))
+            assert conn.transport is not None
+            conn.transport.abort()
+            conn.reason = "refused"
             return
-        handler.task = asyncio.current_task()
-        try:
-            connected = await self._connect(handler, session)
-            await connected
-            await self._serve(handler)
-        finally:
-            await self._teardown(handler)
+        self.connections.add(conn)
+        if self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
 
-    async def _session_monitor(self) -> None:
-        return
+    async def _sweep(self) -> None:
+        """Close connections past their connect timeout or keepalive; forget old expiries."""
+        while True:
+            await asyncio.sleep(_SWEEP_INTERVAL)
+            now = time.monotonic()
+            timeout = self.limits.connect_timeout
+            for conn in list(self.connections):
+                if conn.reason is not None:
+                    continue
+                if conn.state is None and not conn.inbox and now - conn.opened > timeout:
+                    self.refused["connect_timeout"] += 1
+                    log.info("connection from %s sent no CONNECT within %.0f s: closed", conn.peername, timeout)
+                    conn.close("connect_timeout")
+                elif conn.keepalive_limit and not conn.reading_paused and now - conn.last_packet > conn.keepalive_limit:
+                    self.refused["keepalive_timeout"] += 1
+                    idle = now - conn.last_packet
+                    log.info("client %s: no packet for %.1f s, closing (keepalive)", conn.who(), idle)
+                    conn.close("keepalive_timeout", R.KEEP_ALIVE_TIMEOUT)
+            if self.expiring:
+                stale = [m for m, deadline in self.expiring.items() if deadline + _EXPIRED_MEMORY < now]
+                for msgid in stale:
+                    del self.expiring[msgid]
 
-    async def _broadcast_message(
-        self, session: Any, topic: str | None, data: bytes | bytearray | None, force_qos: int | None = None
-    ) -> None:
-        if topic:
-            await self._publish(None, "", topic, bytes(data or b""), force_qos or 0, retain=False)
-
-    async def retain_message(
-        self, source_session: Any, topic_name: str | None, data: bytes | bytearray | None, qos: int | None = None
-    ) -> None:
-        if topic_name:
-            self.router.store_retained(self.msgids.next(), topic_name, bytes(data or b""), qos or 0, "")
-
-    # -- connection lifecycle --------------------------------------------------
-
-    async def _connect(self, conn: BridgeHandler, session: Any) -> asyncio.Future[Kept]:
-        """Take over, resume or create the session, send CONNACK, start the connection."""
-        clientid: str = session.client_id
+    async def connect(self, conn: Connection, packet: Connect) -> None:
+        """Refuse the CONNECT, or take over / resume / create the session and send CONNACK."""
+        level = conn.level = packet.protocol_level
+        clientid, assigned = packet.client_id, None
+        code = self._connect_refusal(packet)
+        if code is None and not clientid:
+            if level < MQTT_5 and not packet.clean_start:
+                code = ConnectReturnCode.IDENTIFIER_REJECTED  # [MQTT-3.1.3-8]
+            else:
+                clientid = assigned = f"hookbridge-{uuid.uuid4().hex}"
+        if code is not None:
+            if level == MQTT_5 and code < 0x80:
+                code = {2: R.CLIENT_IDENTIFIER_NOT_VALID}.get(code, R.UNSPECIFIED_ERROR)
+            conn.fail_connect(code)
+            return
+        if level == MQTT_5:
+            expiry = packet.properties.session_expiry_interval or 0
+        else:
+            expiry = 0 if packet.clean_start else NEVER
         async with self._client_lock(clientid):
             previous = self.active.get(clientid)
             if previous is not None:
                 log.info("client %r connected again: closing its previous connection", clientid)
-                previous.close("takeover")
+                previous.close("takeover", R.SESSION_TAKEN_OVER)
                 await previous.done.wait()
-            old = self.states.get(clientid)
-            present = bool(old is not None and not session.clean_session and not old.clean)
-            if present:
-                assert old is not None
-                state = old
-                state.username = session.username
-            else:
-                lane = old.lane if old is not None else EventLane(self.sink, clientid, self.busy_lanes)
-                if old is not None:
-                    self._discard(old)
-                state = SessionState(
-                    clientid,
-                    clean=bool(session.clean_session),
-                    username=session.username,
-                    lane=lane,
-                    max_queue=self.max_queue,
-                )
-                self.states[clientid] = state
-            conn.state, state.conn = state, conn
+            if conn.reason is not None:
+                return  # the new connection went away meanwhile
+            state, present = self._session(clientid, packet, expiry)
+            conn.state, state.conn, conn.will = state, conn, packet.will
             self.active[clientid] = conn
-            await conn.send(ConnackPacket.build(int(present), CONNECTION_ACCEPTED))
+            server_keep_alive = self._keepalive(conn, packet)
+            conn.write(encode(self._connack(conn, packet, present, assigned, server_keep_alive), level))
+            conn.connacked = True
             event = ClientConnected(
                 clientid=clientid,
-                username=session.username,
+                username=packet.username,
                 node=self.node,
                 peername=conn.peername,
-                timestamp=_now(),
-                clean_session=bool(session.clean_session),
+                timestamp=time.time(),
+                clean_session=packet.clean_start or state.clean,
             )
             connected = state.lane.post(event, wait=True)
-            await conn.start()
+            conn.resend_inflight()
+            conn.pump()
         assert connected is not None
-        return connected
+        await connected
 
-    async def _serve(self, conn: BridgeHandler) -> None:
-        """The client's message loop: its packets in the order they arrived."""
+    def _connect_refusal(self, packet: Connect) -> int | None:
+        """A CONNACK refusal code (3.1.1 return code or 5.0 reason) for a CONNECT, or None."""
+        limits, v5 = self.limits, packet.protocol_level == MQTT_5
+        if len(packet.client_id.encode()) > limits.max_clientid_len:
+            self.refused["clientid_too_long"] += 1
+            return R.CLIENT_IDENTIFIER_NOT_VALID if v5 else ConnectReturnCode.IDENTIFIER_REJECTED
+        if v5 and packet.properties.authentication_method is not None:
+            return R.BAD_AUTHENTICATION_METHOD
+        will = packet.will
+        if will is not None and (will.topic.startswith("$") or will.topic.count("/") >= limits.max_topic_levels):
+            return R.TOPIC_NAME_INVALID if v5 else ConnectReturnCode.NOT_AUTHORIZED
+        return None
+
+    def _session(self, clientid: str, packet: Connect, expiry: int) -> tuple[SessionState, bool]:
+        """The session this CONNECT gets, and whether it existed (CONNACK session present)."""
+        old = self.states.get(clientid)
+        if old is not None and not packet.clean_start:
+            old.cancel_timers()  # back before its expiry or will delay: neither happens
+            old.expiry, old.username, old.level = expiry, packet.username, packet.protocol_level
+            return old, True
+        lane = old.lane if old is not None else EventLane(self.sink, clientid, self.busy_lanes)
+        if old is not None:
+            self._discard(old)
+        state = SessionState(
+            clientid,
+            expiry=expiry,
+            username=packet.username,
+            lane=lane,
+            limits=self.limits,
+            refused=self.refused,
+            level=packet.protocol_level,
+        )
+        self.states[clientid] = state
+        return state, False
+
+    def _keepalive(self, conn: Connection, packet: Connect) -> int | None:
+        """Set the connection's keepalive limit; the Server Keep Alive to announce, if any."""
+        keepalive, cap, announced = packet.keepalive, self.limits.server_keep_alive, None
+        if cap and packet.protocol_level == MQTT_5 and (keepalive == 0 or keepalive > cap):
+            keepalive = announced = cap
+        conn.keepalive_limit = keepalive * 1.5  # [MQTT-3.1.2-24]
+        return announced
+
+    def _connack(
+        self, conn: Connection, packet: Connect, present: bool, assigned: str | None, keep_alive: int | None
+    ) -> Connack:
+        if packet.protocol_level != MQTT_5:
+            return Connack(present, 0)
+        props = packet.properties
+        if props.receive_maximum is not None:
+            conn.send_window = min(self.limits.max_inflight, props.receive_maximum)
+        conn.client_max_packet = props.maximum_packet_size or 0
+        return Connack(
+            present,
+            0,
+            Properties(
+                assigned_client_identifier=assigned,
+                server_keep_alive=keep_alive,
+                receive_maximum=RECEIVE_MAXIMUM,
+                topic_alias_maximum=TOPIC_ALIAS_MAXIMUM,
+                maximum_packet_size=self.limits.max_packet_size,
+            ),
+        )
+
+    # -- packets -------------------------------------------------------------------
+
+    async def publish_inbound(self, conn: Connection, item: Inbound) -> None:
         state = conn.state
         assert state is not None
-        while (item := await conn.inbox.get()) is not None:
-            if isinstance(item, Inbound):
-                accepted = functools.partial(conn.accepted, item) if item.ack is not None else None
-                if item.topic.startswith("$SYS/") or item.topic == "$SYS":
-                    log.info("client %r may not publish to %r: dropped", state.clientid, item.topic)
-                    if accepted is not None:
-                        await accepted(None)
-                else:
-                    await self._publish(state, conn.peername, item.topic, item.payload, item.qos, item.retain, accepted)
-            elif isinstance(item, AckAgain):
-                await conn.ack_when_kept(item.held.kept, item.ack)
-            elif isinstance(item, SubscribePacket):
-                await self._on_subscribe(conn, item)
-            else:
-                await self._on_unsubscribe(conn, item)
+        if item.refused:
+            log.info("client %r may not publish to %r: dropped", state.clientid, item.topic)
+            if item.ack is not None:
+                await conn.accepted(item, None)
+            return
+        message = Message(
+            self.msgids.next(),
+            item.topic,
+            item.payload,
+            item.qos,
+            item.retain,
+            state.clientid,
+            item.properties,
+            item.expires,
+        )
 
-    async def _on_subscribe(self, conn: BridgeHandler, packet: SubscribePacket) -> None:
+        async def accepted(kept: Kept) -> None:
+            await conn.accepted(item, kept)
+
+        await self._publish(state, conn.peername, message, accepted if item.qos else None)
+
+    async def subscribe(self, conn: Connection, packet: Subscribe) -> None:
         state = conn.state
         assert state is not None
+        v5, limits = conn.level == MQTT_5, self.limits
+        ids = packet.properties.subscription_identifier
+        identifier = ids[0] if ids else 0
         codes: list[int] = []
-        pending: list[asyncio.Future[Kept] | None] = []
-        for topic_filter, qos in packet.payload.topics:
-            future = self._add_subscription(state, topic_filter, qos, send_retained=True)
-            codes.append(0x80 if future is None else qos)
-            pending.append(future)
-        await conn.send(SubackPacket.build(packet.variable_header.packet_id, codes))
-        for future in pending:
+        pending: list[asyncio.Future[Kept]] = []
+        for option in packet.subscriptions:
+            full = option.topic_filter
+            _, topic_filter = split_shared(full)
+            if topic_filter.count("/") >= limits.max_topic_levels:
+                self.refused["topic_levels"] += 1
+                codes.append(R.TOPIC_FILTER_INVALID if v5 else 0x80)
+                continue
+            count = len(state.subscriptions)
+            if limits.max_subscriptions and full not in state.subscriptions and count >= limits.max_subscriptions:
+                self.refused["max_subscriptions"] += 1
+                codes.append(R.QUOTA_EXCEEDED if v5 else 0x80)
+                continue
+            sub = Subscription(full, option.qos, "", option.no_local, option.retain_as_published, identifier)
+            future = self._add_subscription(state, sub, retain_handling=option.retain_handling)
+            codes.append(0x80 if future is None else option.qos)
             if future is not None:
-                await future
-
-    async def _on_unsubscribe(self, conn: BridgeHandler, packet: Any) -> None:
-        state = conn.state
-        assert state is not None
-        pending = [self._remove_subscription(state, topic_filter) for topic_filter in packet.payload.topics]
-        await conn.send(UnsubackPacket.build(packet.variable_header.packet_id))
+                pending.append(future)
+        conn.write(encode(Suback(packet.packet_id, codes), conn.level))
         for future in pending:
             await future
 
-    async def _teardown(self, conn: BridgeHandler) -> None:
+    async def unsubscribe(self, conn: Connection, packet: Unsubscribe) -> None:
+        state = conn.state
+        assert state is not None
+        codes: list[int] = []
+        pending = []
+        for topic_filter in packet.topic_filters:
+            existed, future = self._remove_subscription(state, topic_filter)
+            codes.append(R.SUCCESS if existed else R.NO_SUBSCRIPTION_EXISTED)
+            pending.append(future)
+        conn.write(encode(Unsuback(packet.packet_id, codes), conn.level))
+        for future in pending:
+            await future
+
+    # -- ending ----------------------------------------------------------------------
+
+    async def teardown(self, conn: Connection) -> None:
+        """After a connection ended: its will, its session's end or expiry, client.disconnected."""
         try:
-            await conn.finish()
-            state, session = conn.state, conn.session
-            if state is None or session is None:
+            conn.finish()
+            state = conn.state
+            if state is None or state.conn is not conn:
                 return
-            reason = conn.reason or "closed"
             state.conn = None
-            if reason in _WILL_REASONS and session.will_flag and session.will_topic:
-                await self._publish(
-                    state,
-                    conn.peername,
-                    session.will_topic,
-                    bytes(session.will_message or b""),
-                    session.will_qos or 0,
-                    bool(session.will_retain),
-                )
+            reason = conn.reason or "closed"
+            will = conn.will if reason in _WILL_REASONS or (reason == "normal" and conn.will) else None
+            if will is not None:
+                delay = will.properties.will_delay_interval or 0
+                if delay and state.expiry:
+                    self._delay_will(state, PendingWill(will, conn.peername), min(delay, state.expiry))
+                else:
+                    await self._publish_will(state, conn.peername, will)
             if state.clean:
                 self._discard(state)
+            elif state.expiry != NEVER:
+                loop = asyncio.get_running_loop()
+                state.expiry_timer = loop.call_later(state.expiry, self._expire, state)
             event = ClientDisconnected(
                 clientid=state.clientid,
                 username=state.username,
                 node=self.node,
                 peername=conn.peername,
                 reason=reason,
-                timestamp=_now(),
+                timestamp=time.time(),
             )
             await state.lane.emit(event)
         finally:
             if conn.state is not None and self.active.get(conn.state.clientid) is conn:
                 del self.active[conn.state.clientid]
+            self.connections.discard(conn)
             conn.done.set()
+
+    def _delay_will(self, state: SessionState, pending: PendingWill, delay: float) -> None:
+        def due() -> None:
+            if state.will is pending:
+                state.will = None
+                asyncio.get_running_loop().create_task(self._publish_will(state, pending.peername, pending.will))
+
+        pending.timer = asyncio.get_running_loop().call_later(delay, due)
+        state.will = pending
+
+    async def _publish_will(self, state: SessionState, peername: str, will: Will) -> None:
+        props = will.properties
+        expires = 0.0
+        if props is not EMPTY:
+            if props.message_expiry_interval is not None:
+                expires = time.monotonic() + props.message_expiry_interval
+            props = replace(props, will_delay_interval=None)
+        message = Message(
+            self.msgids.next(), will.topic, will.payload, will.qos, will.retain, state.clientid, props, expires
+        )
+        await self._publish(state, peername, message)
+
+    def _expire(self, state: SessionState) -> None:
+        """A session's expiry interval passed with no connection: it ends (its will goes now)."""
+        if state.conn is not None or self.states.get(state.clientid) is not state:
+            return
+        pending = state.will
+        if pending is not None:
+            state.will = None
+            if pending.timer is not None:
+                pending.timer.cancel()
+            asyncio.get_running_loop().create_task(self._publish_will(state, pending.peername, pending.will))
+        log.info("session of client %r expired", state.clientid)
+        self._discard(state)
 
     def _discard(self, state: SessionState) -> None:
         self.dropped_by_ended_sessions += state.dropped
@@ -267,7 +376,7 @@ class HookBroker(FlowsMixin, Broker):  # type: ignore[misc]
             del self.states[state.clientid]
 
     @contextlib.asynccontextmanager
-    async def _client_lock(self, clientid: str) -> Any:
+    async def _client_lock(self, clientid: str) -> AsyncIterator[None]:
         lock, users = self._locks.get(clientid, (asyncio.Lock(), 0))
         self._locks[clientid] = (lock, users + 1)
         try:
@@ -281,33 +390,21 @@ class HookBroker(FlowsMixin, Broker):  # type: ignore[misc]
                 self._locks[clientid] = (lock, users - 1)
 
     async def close_all(self, grace: float) -> None:
-        """Stop listening, close every connection (reason "shutdown") and wait for their teardown."""
-        for server in self._servers.values():
-            if server.instance is not None:
-                server.instance.close()
-        connections = list(self.active.values())
+        """Close every connection (reason "shutdown") and wait for their teardown."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        connections = list(self.connections)
         for conn in connections:
-            conn.close("shutdown")
-        for writer in list(self._writers):
-            writer.shut(graceful=False)
+            conn.close("shutdown", R.SERVER_SHUTTING_DOWN)
         if connections:
-            _, late = await asyncio.wait([asyncio.create_task(c.done.wait()) for c in connections], timeout=grace)
+            waiters = [asyncio.ensure_future(c.done.wait()) for c in connections]
+            _, late = await asyncio.wait(waiters, timeout=grace)
             for waiter in late:
                 waiter.cancel()
             for conn in connections:
-                if not conn.done.is_set() and conn.task is not None:
-                    conn.task.cancel()
+                if not conn.done.is_set() and conn.serving is not None:
+                    conn.serving.cancel()
 
-    def listening_port(self) -> int:
-        for server in self._servers.values():
-            if server.instance is not None and server.instance.sockets:
-                return int(server.instance.sockets[0].getsockname()[1])
-        raise RuntimeError("the embedded broker is not listening")
-
-
-def _peername(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _now() -> float:
-    return time.time()
+    def describe(self) -> dict[str, Any]:
+        return {"connections": len(self.connections), "sessions": len(self.states)}

@@ -12,11 +12,12 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from bridge.brokers.base import Delivery, DeliveryError
 from bridge.brokers.embedded.lane import Kept
-from bridge.brokers.embedded.router import Router, Sequencer
-from bridge.brokers.embedded.sessions import Outgoing, SessionState
+from bridge.brokers.embedded.router import Message, Router
+from bridge.brokers.embedded.sessions import Outgoing, SessionState, Subscription
 from bridge.events import MessagePublish, SessionSubscribed, SessionUnsubscribed
+from bridge.mqtt import split_shared
+from bridge.mqtt.filters import subscription_filter_error
 from bridge.msgid import MsgIdGenerator
-from bridge.topics import filter_error
 
 _QOS = (0, 1, 2)
 
@@ -26,83 +27,89 @@ class FlowsMixin:
     msgids: MsgIdGenerator
     router: Router
     states: dict[str, SessionState]
+    expiring: dict[str, float]  # msgid -> monotonic deadline of messages published with an expiry
 
     async def _publish(
         self,
-        state: SessionState | None,
+        state: SessionState,
         peername: str,
-        topic: str,
-        payload: bytes,
-        qos: int,
-        retain: bool,
+        message: Message,
         accepted: Callable[[Kept], Awaitable[None]] | None = None,
     ) -> None:
         """Emit message.publish for a client's message, then route it (in msgid order).
 
         `accepted` runs once the bridge has the event, with its kept future (the client's
         PUBACK / PUBREC waits for that: SPEC 6.3), before routing, which may wait for earlier
-        messages. `state` is None for the broker's own messages (amqtt plugins): routed, no event.
+        messages. `message.msgid` must have been made by the caller just before.
         """
-        clientid = state.clientid if state is not None else ""
-        msgid = self.msgids.next()
-        if retain:
+        if message.expires:
+            self.expiring[message.msgid] = message.expires
+        if message.retain:
             # Stored in the same step as the id is made: a subscription whose
             # live_from is later than this id gets the message as retained.
-            self.router.store_retained(msgid, topic, payload, qos, clientid)
-        previous, mine = self.router.sequencer.enter()
+            self.router.store_retained(message)
+        sequencer = self.router.sequencer
+        ticket = sequencer.enter()
         try:
-            kept: Kept = None
-            if state is not None:
-                event = MessagePublish(
-                    msgid=msgid,
-                    clientid=clientid,
-                    username=state.username,
-                    topic=topic,
-                    qos=qos,
-                    payload=payload,
-                    retain=retain,
-                    node=self.node,
-                    peername=peername,
-                    timestamp=time.time(),
-                )
-                kept = await state.lane.emit(event)
+            event = MessagePublish(
+                msgid=message.msgid,
+                clientid=state.clientid,
+                username=state.username,
+                topic=message.topic,
+                qos=message.qos,
+                payload=message.payload,
+                retain=message.retain,
+                node=self.node,
+                peername=peername,
+                timestamp=time.time(),
+            )
+            kept = await state.lane.emit(event)
             if accepted is not None:
                 await accepted(kept)
-            await Sequencer.wait(previous)
-            self.router.route(msgid, topic, payload, qos, clientid)
+            if not sequencer.ready(ticket):
+                await sequencer.wait(ticket)
+            self.router.route(message)
         finally:
-            self.router.sequencer.leave(mine)
+            sequencer.leave(ticket)
 
     def _add_subscription(
-        self, state: SessionState, topic_filter: str, qos: int, *, send_retained: bool
+        self, state: SessionState, sub: Subscription, *, retain_handling: int
     ) -> asyncio.Future[Kept] | None:
         """Subscribe, queue the matching retained messages, post session.subscribed.
 
-        Returns the event's future (done once the sink took it), or None when
-        the filter or QoS is invalid (SUBACK failure code).
+        `sub.live_from` is set here. Returns the event's future (done once the sink took it),
+        or None when the filter or QoS is invalid (SUBACK failure code). `retain_handling` is
+        5.0's: 0 send retained messages, 1 only for a new subscription, 2 never (3 is used by
+        proxy subscriptions of an offline session: never).
         """
-        if filter_error(topic_filter) or qos not in _QOS:
+        if subscription_filter_error(sub.filter) or sub.qos not in _QOS:
             return None
         # Made in the same step as the subscription is added (no await between):
         # every message routed to it from now on has a greater id.
-        live_from = self.msgids.next()
-        is_new = self.router.subscribe(state, topic_filter, qos, live_from)
+        sub.live_from = self.msgids.next()
+        is_new = self.router.subscribe(state, sub)
+        live_from = sub.live_from
         if not is_new:
             # The subscription was replaced, not re-created: routing keeps its
             # original live_from so no message falls between the two.
             live_from = self.msgids.next()
         sent: list[str] = []
-        if send_retained:  # [MQTT-3.3.1-6], re-sent on a repeated SUBSCRIBE [MQTT-3.8.4-3]
-            for retained in self.router.retained_for(topic_filter):
+        group, topic_filter = split_shared(sub.filter)
+        # [MQTT-3.3.1-6], re-sent on a repeated SUBSCRIBE [MQTT-3.8.4-3]; never for a shared one.
+        if group is None and (retain_handling == 0 or (retain_handling == 1 and is_new)):
+            for retained in self.router.retained_for(topic_filter, time.monotonic()):
                 state.enqueue(
                     Outgoing(
                         retained.msgid,
                         retained.topic,
                         retained.payload,
-                        min(qos, retained.qos),
+                        min(sub.qos, retained.qos),
                         True,
                         retained.from_clientid,
-                        (topic_filter,),
+                        (sub.filter,),
+                        retained.properties,
+                        retained.expires,
+                        (sub.identifier,) if sub.identifier else (),
                     )
                 )
                 sent.append(retained.topic)
@@ -110,8 +117,8 @@ class FlowsMixin:
             clientid=state.clientid,
             username=state.username,
             node=self.node,
-            topic=topic_filter,
-            qos=qos,
+            topic=sub.filter,
+            qos=sub.qos,
             timestamp=time.time(),
             is_new=is_new,
             persistent=not state.clean,
@@ -120,8 +127,8 @@ class FlowsMixin:
         )
         return state.lane.post(event, wait=True)
 
-    def _remove_subscription(self, state: SessionState, topic_filter: str) -> asyncio.Future[Kept]:
-        self.router.unsubscribe(state, topic_filter)
+    def _remove_subscription(self, state: SessionState, topic_filter: str) -> tuple[bool, asyncio.Future[Kept]]:
+        existed = self.router.unsubscribe(state, topic_filter)
         event = SessionUnsubscribed(
             clientid=state.clientid,
             username=state.username,
@@ -131,11 +138,11 @@ class FlowsMixin:
         )
         future = state.lane.post(event, wait=True)
         assert future is not None
-        return future
+        return existed, future
 
     def proxy_subscribe(self, clientid: str, topic_filter: str, qos: int) -> bool:
         """Subscribe a session on its behalf; False when it has no session."""
-        error = filter_error(topic_filter)
+        error = subscription_filter_error(topic_filter)
         if error:
             raise ValueError(error)
         if qos not in _QOS:
@@ -145,18 +152,22 @@ class FlowsMixin:
             return False
         # The event is posted in the client's order but not awaited here: the
         # caller may be running inside the sink (a rule on client.connected).
-        self._add_subscription(state, topic_filter, qos, send_retained=state.connected)
+        self._add_subscription(state, Subscription(topic_filter, qos, ""), retain_handling=0 if state.connected else 2)
         return True
 
     def deliver_to(self, clientid: str, deliveries: Sequence[Delivery]) -> None:
-        """Queue messages to exactly one session, in order."""
+        """Queue messages to exactly one session, in order; an expired message is skipped."""
         state = self.states.get(clientid)
         if state is None:
             raise DeliveryError(f"client {clientid!r} has no session")
         for delivery in deliveries:
             if delivery.qos not in _QOS:
                 raise ValueError(f"qos must be 0, 1 or 2, not {delivery.qos!r}")
+        now = time.monotonic()
         for delivery in deliveries:
+            expires = self.expiring.get(delivery.msgid, 0.0)
+            if expires and expires <= now:
+                continue  # 5.0 message expiry: never delivered once expired, fetched or not
             state.enqueue(
                 Outgoing(
                     delivery.msgid,
@@ -166,5 +177,6 @@ class FlowsMixin:
                     delivery.retain,
                     delivery.from_clientid,
                     (delivery.filter,),
+                    expires=expires,
                 )
             )

@@ -39,6 +39,8 @@ class EventLane:
         self._busy = busy if busy is not None else set()
         self._queue: deque[tuple[Event, asyncio.Future[Kept] | None]] = deque()
         self._pump: asyncio.Task[None] | None = None
+        # Set while emit() hands an event to the sink itself (the fast path of an idle lane).
+        self._direct: asyncio.Future[None] | None = None
 
     def post(self, event: Event, *, wait: bool = False) -> asyncio.Future[Kept] | None:
         """Append `event` to the stream; with `wait`, return a future done once the sink took it
@@ -47,25 +49,50 @@ class EventLane:
         if wait:
             future = asyncio.get_running_loop().create_future()
         self._queue.append((event, future))
-        if self._pump is None:
-            self._busy.add(self)
-            self._pump = asyncio.create_task(self._run(), name=f"hookbridge-events-{self._clientid}")
+        if self._pump is None and self._direct is None:
+            self._start_pump()
         return future
+
+    def _start_pump(self) -> None:
+        self._busy.add(self)
+        self._pump = asyncio.create_task(self._run(), name=f"hookbridge-events-{self._clientid}")
 
     async def emit(self, event: Event) -> Kept:
         """Post `event` and wait until the sink has returned for it; returns its kept future."""
-        future = self.post(event, wait=True)
-        assert future is not None
-        return await future
+        if self._pump is not None or self._direct is not None:
+            future = self.post(event, wait=True)
+            assert future is not None
+            return await future
+        # Nothing queued before it: hand it to the sink from here (no task switch); events
+        # posted meanwhile queue behind it and the pump starts once the sink returned.
+        self._direct = asyncio.get_running_loop().create_future()
+        self._busy.add(self)
+        try:
+            return await self._sink(event)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("event sink failed on %s of client %r", type(event).__name__, self._clientid)
+            return _not_kept()
+        finally:
+            self._direct.set_result(None)
+            self._direct = None
+            if self._queue:
+                self._start_pump()
+            else:
+                self._busy.discard(self)
 
     @property
     def idle(self) -> bool:
-        return self._pump is None
+        return self._pump is None and self._direct is None
 
     async def drain(self) -> None:
         """Wait until every posted event reached the sink."""
-        while self._pump is not None:
-            await asyncio.shield(self._pump)
+        while self._pump is not None or self._direct is not None:
+            if self._direct is not None:
+                await asyncio.shield(self._direct)
+            elif self._pump is not None:
+                await asyncio.shield(self._pump)
 
     def cancel(self) -> None:
         if self._pump is not None:
@@ -83,8 +110,7 @@ class EventLane:
                 except Exception:
                     # A failing sink must not stop the broker; the dispatcher owns retries.
                     log.exception("event sink failed on %s of client %r", type(event).__name__, self._clientid)
-                    kept = asyncio.get_running_loop().create_future()
-                    kept.cancel()  # not kept: such a publish is never acknowledged
+                    kept = _not_kept()
                 self._queue.popleft()
                 if future is not None and not future.done():
                     future.set_result(kept)
@@ -97,3 +123,10 @@ class EventLane:
                     if future is not None and not future.done():
                         future.cancel()
                 self._queue.clear()
+
+
+def _not_kept() -> Kept:
+    """The kept future of an event the sink failed on: such a publish is never acknowledged."""
+    kept: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    kept.cancel()
+    return kept

@@ -1,11 +1,9 @@
-"""Per-session state the embedded broker keeps beside amqtt's own `Session`.
+"""What the embedded broker keeps per client id, connected or not.
 
-amqtt keeps subscriptions in one broker-wide table of (session, qos) pairs,
-queues offline messages without their identity and drops in-flight messages
-after a 5 s timeout. The bridge needs more per session: each subscription's
-`live_from` message id, one outbox that is both the send queue and the offline
-queue (bounded, oldest dropped first), the in-flight window keyed by packet
-id (so an ack maps back to its msgid), and the packet ids of QoS 2 messages a
+A session holds its subscriptions (each with the `live_from` message id the fetch protocol
+needs, and its MQTT 5.0 options), one outbox that is both the send queue and the offline queue
+(bounded by count and by bytes, oldest dropped first, each drop counted), the in-flight window
+keyed by packet id (so an ack maps back to its msgid), and the packet ids of QoS 2 messages the
 client has sent but not yet released.
 """
 
@@ -14,21 +12,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
-from dataclasses import dataclass
+from collections import Counter, deque
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from bridge.mqtt import EMPTY, MQTT_3_1_1, Properties, Will
+
 if TYPE_CHECKING:
-    from bridge.brokers.embedded.handler import BridgeHandler
+    from bridge.brokers.embedded.connection import Connection
     from bridge.brokers.embedded.lane import EventLane, Kept
+    from bridge.brokers.embedded.limits import Limits
 
 log = logging.getLogger("bridge.brokers.embedded")
 
-# Outgoing QoS 1/2 messages on the wire, unacknowledged, per session. MQTT 3.1.1
-# has no receive maximum; this is the broker's own window (EMQX uses 32).
-MAX_INFLIGHT = 32
 # At most one "queue full" warning per session per this many seconds.
 _DROP_LOG_INTERVAL = 5.0
+# Bytes a queued message costs beside its topic and payload (the objects holding it).
+MESSAGE_OVERHEAD = 200
+NEVER = 0xFFFFFFFF
+"""A session expiry interval that never ends (MQTT 5.0 3.1.2.11.2)."""
 
 
 @dataclass(slots=True)
@@ -42,17 +44,27 @@ class Outgoing:
     retain: bool  # the retain flag it is delivered with
     from_clientid: str
     filters: tuple[str, ...]
+    properties: Properties = EMPTY  # forwarded 5.0 properties (message expiry set when sent)
+    expires: float = 0.0  # monotonic deadline; 0: never
+    subscription_ids: tuple[int, ...] = ()
     packet_id: int = 0
     pubrec: bool = False  # QoS 2: PUBREC received, PUBREL sent, waiting for PUBCOMP
+
+    @property
+    def size(self) -> int:
+        return len(self.topic) + len(self.payload) + MESSAGE_OVERHEAD
 
 
 @dataclass(slots=True)
 class Subscription:
-    filter: str
+    filter: str  # as the client sent it: `$share/<group>/<filter>` for a shared one
     qos: int
     # Messages routed to this subscription have an id >= live_from: a message
     # that got its id before the subscription existed is never routed to it.
     live_from: str
+    no_local: bool = False
+    retain_as_published: bool = False
+    identifier: int = 0  # 5.0 subscription identifier; 0: none
 
 
 @dataclass(slots=True)
@@ -62,49 +74,93 @@ class IncomingQos2:
     kept: Kept = None  # done once the bridge kept the message: PUBREC may go out
 
 
+@dataclass(slots=True)
+class PendingWill:
+    """A will waiting out its delay (5.0 will delay interval) after its connection ended."""
+
+    will: Will
+    peername: str
+    timer: asyncio.TimerHandle | None = field(default=None)
+
+
 class SessionState:
     """What the broker knows about one client id, connected or not."""
 
-    def __init__(self, clientid: str, *, clean: bool, username: str | None, lane: EventLane, max_queue: int) -> None:
+    def __init__(
+        self,
+        clientid: str,
+        *,
+        expiry: int,
+        username: str | None,
+        lane: EventLane,
+        limits: Limits,
+        refused: Counter[str],
+        level: int = MQTT_3_1_1,
+    ) -> None:
         self.clientid = clientid
-        self.clean = clean
+        self.expiry = expiry  # seconds the session outlives its connection; 0: ends with it
         self.username = username
+        self.level = level
         self.lane = lane
-        self.max_queue = max_queue
+        self.limits = limits
+        self._refused = refused
         self.subscriptions: dict[str, Subscription] = {}
         self.outbox: deque[Outgoing] = deque()
+        self.outbox_bytes = 0
         self.inflight: dict[int, Outgoing] = {}  # insertion order is send order
         self.incoming_qos2: dict[int, IncomingQos2] = {}
-        self.conn: BridgeHandler | None = None
+        self.conn: Connection | None = None
+        self.will: PendingWill | None = None
+        self.expiry_timer: asyncio.TimerHandle | None = None
         self.dropped = 0
         self._last_drop_log = 0.0
         self._packet_id = 0
-        # Set when the outbox grows or the in-flight window shrinks.
-        self.changed = asyncio.Event()
+
+    @property
+    def clean(self) -> bool:
+        """True when the session ends with its connection (not persistent, for fetch too)."""
+        return self.expiry == 0
 
     @property
     def connected(self) -> bool:
         return self.conn is not None
 
     def enqueue(self, message: Outgoing) -> None:
-        """Queue a message for this session; when the queue is full drop its oldest (max_queue 0: never full)."""
-        if self.max_queue and len(self.outbox) >= self.max_queue:
-            self.outbox.popleft()
-            self.dropped += 1
-            now = time.monotonic()
-            if self.dropped == 1 or now - self._last_drop_log >= _DROP_LOG_INTERVAL:
-                self._last_drop_log = now
-                log.warning(
-                    "message queue of client %r is full (%d messages): dropped the oldest, %d dropped so far",
-                    self.clientid,
-                    self.max_queue,
-                    self.dropped,
-                )
+        """Queue a message for this session, dropping the oldest queued ones past the bounds."""
+        limits = self.limits
         self.outbox.append(message)
-        self.changed.set()
+        self.outbox_bytes += message.size
+        count_limit = limits.max_offline_messages
+        while len(self.outbox) > 1 and (
+            (count_limit and len(self.outbox) > count_limit) or self.outbox_bytes > limits.max_offline_bytes
+        ):
+            reason = "offline_messages" if count_limit and len(self.outbox) > count_limit else "offline_bytes"
+            self._drop_oldest(reason)
+        if self.conn is not None:
+            self.conn.pump()
 
-    def can_send(self) -> bool:
-        return bool(self.outbox) and len(self.inflight) < MAX_INFLIGHT
+    def _drop_oldest(self, reason: str) -> None:
+        dropped = self.outbox.popleft()
+        self.outbox_bytes -= dropped.size
+        self.dropped += 1
+        self._refused[reason] += 1
+        now = time.monotonic()
+        if self.dropped == 1 or now - self._last_drop_log >= _DROP_LOG_INTERVAL:
+            self._last_drop_log = now
+            log.warning(
+                "message queue of client %r is full (%d messages): dropped the oldest, %d dropped so far"
+                " (%s limit; %d bytes queued)",
+                self.clientid,
+                len(self.outbox),
+                self.dropped,
+                "count" if reason == "offline_messages" else "size",
+                self.outbox_bytes,
+            )
+
+    def pop(self) -> Outgoing:
+        message = self.outbox.popleft()
+        self.outbox_bytes -= message.size
+        return message
 
     def next_packet_id(self) -> int:
         """A packet id not used by any message in flight (1..65535)."""
@@ -117,13 +173,23 @@ class SessionState:
     def acked(self, packet_id: int) -> Outgoing | None:
         """Remove a QoS 1 message (PUBACK) or finish a QoS 2 one (PUBCOMP)."""
         message = self.inflight.pop(packet_id, None)
-        if message is not None:
-            self.changed.set()
+        if message is not None and self.conn is not None:
+            self.conn.pump()
         return message
+
+    def cancel_timers(self) -> None:
+        if self.expiry_timer is not None:
+            self.expiry_timer.cancel()
+            self.expiry_timer = None
+        if self.will is not None and self.will.timer is not None:
+            self.will.timer.cancel()
+        self.will = None
 
     def discard(self) -> None:
         """Forget everything queued (the session ends)."""
+        self.cancel_timers()
         self.outbox.clear()
+        self.outbox_bytes = 0
         self.inflight.clear()
         self.incoming_qos2.clear()
         self.subscriptions.clear()

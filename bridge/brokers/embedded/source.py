@@ -1,14 +1,17 @@
-"""`broker.mode = embedded`: an MQTT 3.1.1 broker inside the bridge process."""
+"""`broker.mode = embedded`: an MQTT 3.1.1 / 5.0 broker inside the bridge process."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections import Counter
+from collections.abc import Mapping, Sequence
 
 from bridge.brokers.base import BrokerSource, Capability, Delivery, EventSink
-from bridge.brokers.embedded.broker import HookBroker
+from bridge.brokers.embedded.broker import Broker
+from bridge.brokers.embedded.connection import Connection
+from bridge.brokers.embedded.limits import Limits
 from bridge.msgid import MsgIdGenerator
 
 log = logging.getLogger("bridge.brokers.embedded")
@@ -16,17 +19,9 @@ log = logging.getLogger("bridge.brokers.embedded")
 _STOP_TIMEOUT = 5.0
 
 
-def _amqtt_config(listen: str) -> dict[str, Any]:
-    return {
-        "listeners": {"default": {"type": "tcp", "bind": listen}},
-        # Only anonymous-friendly authentication: no $SYS, event or packet
-        # logger plugins (they cost a task per packet).
-        "plugins": {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}},
-    }
-
-
 class EmbeddedBroker(BrokerSource):
-    """An MQTT 3.1.1 broker (amqtt, corrected) whose hooks become bridge events.
+    """The bridge's own MQTT broker (bridge/brokers/embedded/, on the codec in bridge/mqtt/),
+    whose hooks become bridge events.
 
     Every hookpoint fires in-process; proxy subscriptions and deliveries to one
     session are exact. Sessions live in memory: a restart loses them.
@@ -44,16 +39,22 @@ class EmbeddedBroker(BrokerSource):
         *,
         node: str,
         msgids: MsgIdGenerator,
-        max_offline_messages: int = 100_000,  # per offline session; 0: no count limit (as Mosquitto)
+        limits: Limits | None = None,
+        max_offline_messages: int | None = None,
     ) -> None:
-        if max_offline_messages < 0:
-            raise ValueError("max_offline_messages must be 0 (no limit) or more")
+        limits = limits or Limits()
+        if max_offline_messages is not None:
+            if max_offline_messages < 0:
+                raise ValueError("max_offline_messages must be 0 (no limit) or more")
+            limits = dataclasses.replace(limits, max_offline_messages=max_offline_messages)
         self._listen = listen
         self._node = node
         self._msgids = msgids
-        self._max_queue = max_offline_messages
-        self._broker: HookBroker | None = None
+        self._limits = limits
+        self._broker: Broker | None = None
+        self._server: asyncio.Server | None = None
         self._port: int | None = None
+        self._refused: Counter[str] = Counter()
 
     @property
     def port(self) -> int:
@@ -70,20 +71,24 @@ class EmbeddedBroker(BrokerSource):
             return 0
         return broker.dropped_by_ended_sessions + sum(state.dropped for state in broker.states.values())
 
+    @property
+    def refused(self) -> Mapping[str, int]:
+        """What the broker's limits refused, closed or dropped, by reason (limits.REFUSALS)."""
+        return self._broker.refused if self._broker is not None else self._refused
+
     async def start(self, sink: EventSink) -> None:
         """Listen and serve; returns once the listener is bound."""
         if self._broker is not None:
             raise RuntimeError("the embedded broker is already started")
-        broker = HookBroker(
-            _amqtt_config(self._listen),
-            node=self._node,
-            msgids=self._msgids,
-            sink=sink,
-            max_queue=self._max_queue,
+        broker = Broker(node=self._node, msgids=self._msgids, sink=sink, limits=self._limits)
+        broker.refused = self._refused  # one counter for the life of this source
+        host, _, port = self._listen.rpartition(":")
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: Connection(broker), host.strip("[]") or None, int(port), backlog=1024
         )
-        await broker.start()
         self._broker = broker
-        self._port = broker.listening_port()
+        self._port = int(self._server.sockets[0].getsockname()[1])
         log.info("embedded MQTT broker listening on %s (port %d)", self._listen, self._port)
 
     async def stop(self) -> None:
@@ -91,8 +96,12 @@ class EmbeddedBroker(BrokerSource):
         broker, self._broker = self._broker, None
         if broker is None:
             return
+        if self._server is not None:
+            self._server.close()
         await broker.close_all(_STOP_TIMEOUT)
-        await broker.shutdown()
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
         lanes = [state.lane for state in broker.states.values()]
         if lanes:
             drained = asyncio.gather(*(lane.drain() for lane in lanes), return_exceptions=True)
@@ -134,7 +143,7 @@ class EmbeddedBroker(BrokerSource):
         return self._broker is not None and bool(self._broker.busy_lanes)
 
     @property
-    def _running(self) -> HookBroker:
+    def _running(self) -> Broker:
         if self._broker is None:
             raise RuntimeError("the embedded broker is not started")
         return self._broker

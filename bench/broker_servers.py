@@ -1,0 +1,162 @@
+"""The brokers `bench.broker_bench` measures, each a process of its own on a free loopback port.
+
+- Mosquitto 2.0 with a temporary config (no persistence, anonymous clients, no connection
+  limit), as tests/broker_suite/conftest.py starts it;
+- hookbridge's embedded broker as a user runs it, `python -m bridge run`, from a temporary
+  config and rules directory (no rules at all, or the shipped rules/redis.conf into a Redis).
+
+A broker is ready once it answers an MQTT CONNECT with a CONNACK (a listening socket is not
+enough: the bridge listens before it is up). Memory is the resident set of the broker's whole
+process tree, so a bridge that runs its database side in a second process is measured whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from bridge.mqtt import MQTT_3_1_1, Connect, encode
+
+ROOT = Path(__file__).resolve().parents[1]
+HOST = "127.0.0.1"
+# CONNACK of MQTT 3.1.1: type 2, remaining length 2, no session present, return code 0 (accepted).
+CONNACK_ACCEPTED = b"\x20\x02\x00\x00"
+
+
+def connect_packet(client_id: str) -> bytes:
+    """A minimal MQTT 3.1.1 CONNECT: clean session, no keepalive (an idle client never pings)."""
+    return encode(Connect(client_id=client_id, keepalive=0), MQTT_3_1_1)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Server:
+    name: str
+    port: int
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def rss(self) -> int:
+        """Resident bytes of the broker's process and all its descendants."""
+        return tree_rss(self.process.pid)
+
+
+def tree_rss(root: int) -> int:
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                # /proc/<pid>/stat: "pid (comm) state ppid ..."; comm may hold spaces, so split after ")"
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    tree, pending = [], [root]
+    while pending:
+        pid = pending.pop()
+        tree.append(pid)
+        pending.extend(child for child, parent in parents.items() if parent == pid)
+    return sum(_rss(pid) for pid in tree)
+
+
+def _rss(pid: int) -> int:
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0  # a process that exited while we looked
+
+
+def mosquitto_version() -> str:
+    done = subprocess.run(["mosquitto", "-h"], capture_output=True, text=True, check=False)
+    words = done.stdout.split()
+    return words[2] if len(words) > 2 and words[1] == "version" else "?"
+
+
+def _wait_ready(server: Server, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"{server.name} exited with {server.process.returncode}; see {server.log}")
+        try:
+            with socket.create_connection((HOST, server.port), timeout=2) as sock:
+                sock.sendall(connect_packet("bench-ready"))
+                if sock.recv(4) == CONNACK_ACCEPTED:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"{server.name} did not accept an MQTT connection on {server.port} in {timeout:.0f} s")
+
+
+@contextlib.contextmanager
+def _running(name: str, command: list[str], log: Path, port: int) -> Iterator[Server]:
+    with log.open("wb") as sink:
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, cwd=ROOT)
+    server = Server(name, port, process, log)
+    try:
+        _wait_ready(server)
+        yield server
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def mosquitto(workdir: Path) -> contextlib.AbstractContextManager[Server]:
+    """Mosquitto on a free port; its connection limit off (it still needs the fds: see raise_fd_limit)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    lines = [
+        f"listener {port} {HOST}",
+        "allow_anonymous true",
+        "persistence false",
+        "max_connections -1",
+        # Its default, 1,000 messages queued per client, drops QoS 1 messages for a subscriber
+        # that falls behind a publisher keeping 1,000 in flight (62 of 20,000 lost in a run here);
+        # the embedded broker's bound is broker.max_offline_messages, 100,000.
+        "max_queued_messages 100000",
+        f"log_dest file {workdir / 'mosquitto.log'}",  # the default log types, as a user has them
+    ]
+    if os.geteuid() == 0:
+        lines.append("user root")  # as root it would switch to `mosquitto`, who cannot write here
+    conf = workdir / "mosquitto.conf"
+    conf.write_text("\n".join(lines) + "\n")
+    return _running("mosquitto", ["mosquitto", "-c", str(conf)], workdir / "mosquitto.out", port)
+
+
+def hookbridge(
+    workdir: Path, *, redis_port: int | None = None, max_connections: int | None = None
+) -> contextlib.AbstractContextManager[Server]:
+    """`python -m bridge run` on a free port: no rules, or (redis_port given) the shipped
+    rules/redis.conf with its pool `pool1` pointed at that Redis."""
+    shutil.rmtree(workdir, ignore_errors=True)
+    (workdir / "rules").mkdir(parents=True)
+    port = free_port()
+    config = [
+        f"broker.listener.tcp = {HOST}:{port}",
+        "metrics.listener = off",
+        f"spool.dir = {workdir / 'spool'}",
+    ]
+    if max_connections is not None:
+        config.append(f"broker.max_connections = {max_connections}")
+    if redis_port is not None:
+        shutil.copy(ROOT / "rules" / "redis.conf", workdir / "rules")
+        config.append(f"backend.redis.pool1.server = {HOST}:{redis_port}")
+    (workdir / "bridge.conf").write_text("\n".join(config) + "\n")
+    command = [sys.executable, "-m", "bridge", "run", "-c", str(workdir / "bridge.conf"), "-r", str(workdir / "rules")]
+    return _running("hookbridge", command, workdir / "bridge.log", port)

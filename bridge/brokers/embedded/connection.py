@@ -1,0 +1,512 @@
+"""One client connection of the embedded broker: an asyncio protocol over the project's codec.
+
+Bytes come in through `data_received`, are decoded by a strict incremental `Decoder` (a bad
+packet closes the connection before any of it is handled) and become work items in `inbox`,
+which one task (`_serve`, started only while there is work, so an idle connection holds no
+task) hands to the broker in arrival order. Acknowledgements and pings are answered right here.
+
+Bounded per connection (bridge/brokers/embedded/limits.py): the decoder refuses a packet over
+`max_packet_size` as soon as its fixed header is read; a full inbox stops reading from the
+socket; acknowledgements waiting for their messages to be kept are bounded; bytes written and
+not yet taken by the client are bounded by `max_output_bytes` (delivery pauses, the session's
+queue bounds apply); outgoing QoS 1/2 messages are bounded by the in-flight window.
+
+Acknowledgement means kept (SPEC 6.3): a PUBACK / PUBREC goes out once every rule's action for
+the message is committed or spooled, in the order the messages came in [MQTT-4.6.0-2].
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from bridge.brokers.embedded.lane import Kept
+from bridge.brokers.embedded.sessions import IncomingQos2, Outgoing
+from bridge.events import Hookpoint, MessageAcked, MessageDelivered
+from bridge.mqtt import (
+    EMPTY,
+    MQTT_5,
+    CodecError,
+    Connack,
+    Connect,
+    ConnectReturnCode,
+    Decoder,
+    Disconnect,
+    PacketTooLarge,
+    Pingreq,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    ReasonCode,
+    Subscribe,
+    Unsubscribe,
+    UnsupportedProtocolVersion,
+    Will,
+    encode,
+    encode_puback,
+    encode_publish,
+)
+
+if TYPE_CHECKING:
+    from bridge.brokers.embedded.broker import Broker
+    from bridge.brokers.embedded.sessions import SessionState
+
+log = logging.getLogger("bridge.brokers.embedded")
+
+# Work items waiting for the connection's task before reading from the socket pauses.
+INBOX_SIZE = 256
+# Acknowledgements waiting for their messages to be kept, per connection; beyond this the
+# message loop waits too, its inbox fills and reading stops: what waits stays bounded.
+UNACKED_LIMIT = 1024
+# QoS 1/2 messages a 5.0 client may have unacknowledged towards the broker (announced in CONNACK
+# as Receive Maximum; a client over it is disconnected with 0x93). Acknowledgements wait until
+# the message is kept, so this is what lets a publisher pipeline writes.
+RECEIVE_MAXIMUM = UNACKED_LIMIT
+# Topic aliases a 5.0 client may set towards the broker (announced in CONNACK).
+TOPIC_ALIAS_MAXIMUM = 64
+R = ReasonCode
+# Seconds a connection closed with a DISCONNECT stays half-open so the client can read it.
+_LINGER = 1.0
+END = None  # the inbox item that ends the connection's task
+
+
+@dataclass(slots=True)
+class Inbound:
+    """An application message the client published, with the acknowledgement it is owed."""
+
+    topic: str
+    payload: bytes
+    qos: int
+    retain: bool
+    properties: Any
+    expires: float
+    ack: bytes | None = None  # PUBACK (QoS 1) or PUBREC (QoS 2), sent once the message is kept
+    packet_id: int = 0
+    refused: bool = False  # not to be published ($SYS): acknowledged only
+
+
+@dataclass(frozen=True, slots=True)
+class AckAgain:
+    """A resent QoS 2 PUBLISH of a message already passed on: PUBREC again once it is kept."""
+
+    held: IncomingQos2
+    ack: bytes
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        limits = broker.limits
+        self.transport: asyncio.Transport | None = None
+        self.decoder = Decoder(limits.max_packet_size)
+        self.level = 0
+        self.state: SessionState | None = None
+        self.will: Will | None = None
+        self.peername = ""
+        self.reason: str | None = None  # why the connection ended; None while it is open
+        self.inbox: deque[Any] = deque()
+        self.raw_pending = 0  # packets queued undecided until the session exists
+        self.serving: asyncio.Task[None] | None = None
+        self.done = asyncio.Event()
+        self.opened = self.last_packet = time.monotonic()
+        self.keepalive_limit = 0.0
+        self.acks: deque[tuple[Kept, bytes, int]] = deque()  # (kept, ack bytes, qos) in arrival order
+        self._ack_room: asyncio.Future[None] | None = None
+        self.aliases: dict[int, str] = {}
+        self.send_window = limits.max_inflight
+        self.client_max_packet = 0
+        self.incoming_unacked = 0  # QoS 1/2 messages from the client not yet fully acknowledged
+        self.reading_paused = self.writing_paused = False
+        self._pump_soon = self._flush_soon = False
+        self.connacked = False
+        self.lingering = False  # half-closed after a DISCONNECT, aborted after _LINGER
+
+    # -- asyncio protocol --------------------------------------------------------
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple):
+            host, port = peer[0], peer[1]
+            self.peername = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        transport.set_write_buffer_limits(high=self.broker.limits.max_output_bytes)
+        self.broker.accept(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.reason is not None:
+            return  # closing: what still comes is not read
+        try:
+            packets = self.decoder.feed(data)
+        except CodecError as error:
+            for packet in error.packets:
+                self._on_packet(packet)
+            if isinstance(error, UnsupportedProtocolVersion):
+                self.fail_connect(ConnectReturnCode.UNACCEPTABLE_PROTOCOL_VERSION)  # [MQTT-3.1.2-2]
+                return
+            self.broker.refused["packet_too_large" if isinstance(error, PacketTooLarge) else "malformed"] += 1
+            log.info("client %s: %s; closing", self.who(), error)
+            if error.level == MQTT_5 and not self.connacked:  # a refused 5.0 CONNECT: say why
+                self.level = MQTT_5
+                self.fail_connect(error.reason)
+                return
+            self.close("closed", error.reason)
+            return
+        if packets:
+            self.last_packet = time.monotonic()
+            for packet in packets:
+                self._on_packet(packet)
+
+    def eof_received(self) -> bool:
+        return False  # close the transport: MQTT has no half-closed connections
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.close("closed")
+
+    def pause_writing(self) -> None:
+        self.writing_paused = True
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
+        self.pump()
+
+    # -- reading -----------------------------------------------------------------
+
+    def _on_packet(self, packet: Any) -> None:
+        if self.reason is not None:
+            return
+        if self.state is None or self.raw_pending:
+            if type(packet) is not Connect:
+                self.raw_pending += 1
+            self._queue(packet)
+            return
+        item = self.handle(packet)
+        if item is not None:
+            self._queue(item)
+
+    def handle(self, packet: Any) -> Any:
+        """Answer what can be answered now; return the work item for the connection's task."""
+        kind = type(packet)
+        state = self.state
+        assert state is not None
+        if kind is Publish:
+            return self._on_publish(packet, state)
+        if kind is Puback:
+            message = state.inflight.get(packet.packet_id)
+            if message is not None and message.qos == 1:
+                state.acked(packet.packet_id)
+                self._post_receipt(MessageAcked, message)
+        elif kind is Pubrec:
+            message = state.inflight.get(packet.packet_id)
+            if message is not None and message.qos == 2 and not message.pubrec:
+                if packet.reason_code >= 0x80:  # 5.0: the receiver refused it; the flow ends here
+                    state.acked(packet.packet_id)
+                    return None
+                message.pubrec = True
+                self._post_receipt(MessageAcked, message)
+            code = 0 if message is not None else R.PACKET_IDENTIFIER_NOT_FOUND
+            self.write(encode(Pubrel(packet.packet_id, code), self.level))
+        elif kind is Pubrel:  # the message was passed on at PUBLISH: forget its id, complete
+            held = state.incoming_qos2.pop(packet.packet_id, None)
+            if held is not None:
+                self.incoming_unacked -= 1
+            code = 0 if held is not None else R.PACKET_IDENTIFIER_NOT_FOUND
+            self.write(encode(Pubcomp(packet.packet_id, code), self.level))
+        elif kind is Pubcomp:
+            state.acked(packet.packet_id)
+        elif kind is Pingreq:
+            self.write(b"\xd0\x00")
+        elif kind is Disconnect:
+            self._on_disconnect(packet, state)
+        elif kind in (Subscribe, Unsubscribe):
+            return packet
+        else:  # AUTH: enhanced authentication is not offered (5.0 4.12)
+            self.close("closed", R.PROTOCOL_ERROR)
+        return None
+
+    def _on_publish(self, packet: Publish, state: SessionState) -> Any:
+        topic, props = packet.topic, packet.properties
+        if self.level == MQTT_5 and props is not EMPTY:
+            alias = props.topic_alias
+            if alias is not None:
+                if alias > TOPIC_ALIAS_MAXIMUM:
+                    return self._refuse("topic alias over the maximum", R.TOPIC_ALIAS_INVALID)
+                if topic:
+                    self.aliases[alias] = topic
+                else:
+                    topic = self.aliases.get(alias, "")
+                    if not topic:
+                        return self._refuse(f"unknown topic alias {alias}", R.PROTOCOL_ERROR)
+                props = replace(props, topic_alias=None)
+                if props == EMPTY:
+                    props = EMPTY
+        limits = self.broker.limits
+        if topic.count("/") >= limits.max_topic_levels:
+            self.broker.refused["topic_levels"] += 1
+            return self._refuse(f"topic with more than {limits.max_topic_levels} levels", R.TOPIC_NAME_INVALID)
+        expires = 0.0
+        if props.message_expiry_interval is not None:
+            expires = time.monotonic() + props.message_expiry_interval
+        qos, packet_id = packet.qos, packet.packet_id
+        refused = topic == "$SYS" or topic.startswith("$SYS/")
+        if qos == 0:
+            return Inbound(topic, packet.payload, 0, packet.retain, props, expires, refused=refused)
+        ack_code = R.NOT_AUTHORIZED if refused and self.level == MQTT_5 else 0
+        if qos == 1:
+            ack = encode_puback(Puback(packet_id, ack_code), self.level)
+        else:
+            ack = encode(Pubrec(packet_id, ack_code), self.level)
+            held = state.incoming_qos2.get(packet_id)
+            if held is not None:  # a resent PUBLISH of a held packet id is the same message
+                return AckAgain(held, ack)
+        if self.incoming_unacked >= RECEIVE_MAXIMUM and self.level == MQTT_5:
+            self.broker.refused["receive_maximum"] += 1
+            return self._refuse("over the receive maximum", R.RECEIVE_MAXIMUM_EXCEEDED)
+        self.incoming_unacked += 1
+        if qos == 2:
+            state.incoming_qos2[packet_id] = IncomingQos2()
+        return Inbound(topic, packet.payload, qos, packet.retain, props, expires, ack, packet_id, refused)
+
+    def _on_disconnect(self, packet: Disconnect, state: SessionState) -> None:
+        if packet.reason_code != R.DISCONNECT_WITH_WILL_MESSAGE:
+            self.will = None  # a normal DISCONNECT discards the will [MQTT-3.1.2-10]
+        expiry = packet.properties.session_expiry_interval
+        if expiry is not None:
+            if state.expiry == 0 and expiry:
+                self.close("closed", R.PROTOCOL_ERROR)  # 5.0 3.14.2.2.2
+                return
+            state.expiry = expiry
+        self.close("normal")
+
+    def _refuse(self, why: str, code: int) -> None:
+        log.info("client %s: %s; closing", self.who(), why)
+        self.close("closed", code)
+
+    def _queue(self, item: Any) -> None:
+        self.inbox.append(item)
+        if len(self.inbox) >= INBOX_SIZE and not self.reading_paused and self.transport is not None:
+            self.reading_paused = True
+            self.transport.pause_reading()
+        if self.serving is None:
+            self.serving = asyncio.get_running_loop().create_task(self._serve())
+
+    async def _serve(self) -> None:
+        """Hand the inbox to the broker, one item at a time, in arrival order."""
+        broker = self.broker
+        try:
+            while self.inbox:
+                item = self.inbox.popleft()
+                if self.reading_paused and len(self.inbox) < INBOX_SIZE // 2 and self.reason is None:
+                    self.reading_paused = False
+                    self.last_packet = time.monotonic()  # time not spent reading does not count
+                    assert self.transport is not None
+                    self.transport.resume_reading()
+                kind = type(item)
+                if kind is Inbound:
+                    await broker.publish_inbound(self, item)
+                elif item is END:
+                    await broker.teardown(self)
+                    return
+                elif kind is Connect:
+                    await broker.connect(self, item)
+                elif kind is AckAgain:
+                    await self.ack_when_kept(item.held.kept, item.ack)
+                elif kind is Subscribe:
+                    await broker.subscribe(self, item)
+                elif kind is Unsubscribe:
+                    await broker.unsubscribe(self, item)
+                else:  # a packet that came before the session existed
+                    self.raw_pending -= 1
+                    if self.state is not None and self.reason is None:
+                        decided = self.handle(item)
+                        if decided is not None:
+                            self.inbox.appendleft(decided)
+        finally:
+            self.serving = None
+            if self.inbox:  # an item queued while the task was ending
+                self.serving = asyncio.get_running_loop().create_task(self._serve())
+
+    # -- acknowledging -------------------------------------------------------------
+
+    async def accepted(self, item: Inbound, kept: Kept) -> None:
+        """The bridge has the event of `item`: acknowledge it once `kept` is done."""
+        state = self.state
+        if item.qos == 2 and state is not None and (held := state.incoming_qos2.get(item.packet_id)) is not None:
+            held.kept = kept  # a resent PUBLISH of it is acknowledged once this is done
+        if item.ack is not None:
+            await self.ack_when_kept(kept, item.ack, item.qos)
+
+    async def ack_when_kept(self, kept: Kept, ack: bytes, qos: int = 2) -> None:
+        """Queue `ack` to go out once `kept` is done, after every ack queued before it."""
+        while len(self.acks) >= UNACKED_LIMIT and self.reason is None:
+            self._ack_room = asyncio.get_running_loop().create_future()
+            await self._ack_room
+        if self.reason is not None:
+            return  # closing: the client sends the message again on its next connection
+        self.acks.append((kept, ack, qos))
+        if kept is not None and not kept.done():
+            kept.add_done_callback(self._kept)
+        elif len(self.acks) == 1:
+            self._kept(None)
+
+    def _kept(self, _: Any) -> None:
+        if not self._flush_soon:
+            self._flush_soon = True
+            asyncio.get_running_loop().call_soon(self._flush_acks)
+
+    def _flush_acks(self) -> None:
+        self._flush_soon = False
+        out = []
+        acks = self.acks
+        while acks and (acks[0][0] is None or acks[0][0].done()):
+            kept, ack, qos = acks.popleft()
+            if kept is not None and kept.cancelled():
+                log.warning("client %s: a message was not kept; closing without acknowledging it", self.who())
+                acks.clear()
+                self.close("closed")
+                break
+            out.append(ack)
+            if qos == 1:
+                self.incoming_unacked -= 1
+        if out:
+            self.write(b"".join(out))
+        room = self._ack_room
+        if room is not None and not room.done() and (len(acks) < UNACKED_LIMIT or self.reason is not None):
+            room.set_result(None)
+
+    # -- sending -------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(data)
+
+    def pump(self) -> None:
+        """Send queued messages soon (batched: one write per loop step)."""
+        if not self._pump_soon and self.state is not None and self.connacked:
+            self._pump_soon = True
+            asyncio.get_running_loop().call_soon(self._pump)
+
+    def _pump(self) -> None:
+        self._pump_soon = False
+        state, transport = self.state, self.transport
+        if state is None or transport is None or self.reason is not None or state.conn is not self:
+            return
+        out: list[bytes] = []
+        room = self.broker.limits.max_output_bytes - transport.get_write_buffer_size()
+        now = 0.0
+        delivered = self.broker.wants(Hookpoint.MESSAGE_DELIVERED, state.clientid)
+        while state.outbox and len(state.inflight) < self.send_window and room > 0 and not self.writing_paused:
+            message = state.pop()
+            if message.expires:
+                now = now or time.monotonic()
+                if message.expires <= now:
+                    continue  # 5.0 message expiry: never delivered once expired
+            if message.qos:
+                message.packet_id = state.next_packet_id()
+                state.inflight[message.packet_id] = message
+            data = self._publish_bytes(message, dup=False, now=now)
+            if self.client_max_packet and len(data) > self.client_max_packet:
+                state.inflight.pop(message.packet_id, None)  # 5.0 3.1.2.25: discarded for this client
+                continue
+            out.append(data)
+            room -= len(data)
+            if delivered:
+                state.lane.post(self._receipt(MessageDelivered, message))
+        if out:
+            transport.write(b"".join(out))
+
+    def resend_inflight(self) -> None:
+        """[MQTT-4.4.0-1] resend unacknowledged PUBLISH (DUP) and PUBREL, in order."""
+        state = self.state
+        assert state is not None
+        out = []
+        for packet_id, message in state.inflight.items():
+            if message.pubrec:
+                out.append(encode(Pubrel(packet_id), self.level))
+            else:
+                out.append(self._publish_bytes(message, dup=True, now=time.monotonic()))
+        if out:
+            self.write(b"".join(out))
+
+    def _publish_bytes(self, message: Outgoing, *, dup: bool, now: float) -> bytes:
+        props = EMPTY
+        if self.level == MQTT_5:
+            props = message.properties
+            if message.expires:
+                props = replace(props, message_expiry_interval=max(0, int(message.expires - (now or time.monotonic()))))
+            if message.subscription_ids:
+                props = replace(props, subscription_identifier=message.subscription_ids)
+        publish = Publish(message.topic, message.payload, message.qos, message.retain, dup, message.packet_id, props)
+        return encode_publish(publish, self.level)
+
+    def _post_receipt(self, kind: type[MessageAcked], message: Outgoing) -> None:
+        state = self.state
+        assert state is not None
+        if self.broker.wants(Hookpoint.MESSAGE_ACKED, state.clientid):
+            state.lane.post(self._receipt(kind, message))
+
+    def _receipt(self, kind: type[Any], message: Outgoing) -> Any:
+        state = self.state
+        assert state is not None
+        return kind(
+            msgid=message.msgid,
+            clientid=state.clientid,
+            username=state.username,
+            from_clientid=message.from_clientid,
+            topic=message.topic,
+            qos=message.qos,
+            payload=message.payload,
+            retain=message.retain,
+            node=self.broker.node,
+            timestamp=time.time(),
+            filters=message.filters,
+        )
+
+    # -- closing -------------------------------------------------------------------
+
+    def close(self, reason: str, code: int | None = None) -> None:
+        """End the connection; the first reason given is the one reported. `code`: the 5.0
+        DISCONNECT reason sent first (after CONNACK only; a 3.1.1 client is just closed)."""
+        if self.reason is None:
+            self.reason = reason
+            transport = self.transport
+            if transport is not None and not transport.is_closing():
+                if code is not None and self.level == MQTT_5 and self.connacked:
+                    transport.write(encode(Disconnect(code), MQTT_5))
+                    # Closing with unread input would reset the connection, and a reset can
+                    # discard the DISCONNECT before the client reads it: half-close, drain what
+                    # still comes (ignored) for a moment, then close.
+                    transport.write_eof()
+                    self.lingering = True
+                    if self.reading_paused:
+                        transport.resume_reading()
+                    asyncio.get_running_loop().call_later(_LINGER, transport.abort)
+                elif reason in ("normal", "closed", "refused") or code is not None:
+                    transport.close()  # flush what is buffered (the PUBACK before a DISCONNECT)
+                else:
+                    transport.abort()
+            room = self._ack_room
+            if room is not None and not room.done():
+                room.set_result(None)
+            self._queue(END)
+
+    def fail_connect(self, code: int) -> None:
+        """Refuse the CONNECT with a CONNACK carrying `code` (a 3.1.1 return code below 5.0)."""
+        self.write(encode(Connack(False, code), self.level or 4))
+        self.close("refused")
+
+    def who(self) -> str:
+        if self.state is not None:
+            return repr(self.state.clientid)
+        return self.peername or "(unknown)"
+
+    def finish(self) -> None:
+        transport = self.transport
+        if transport is not None and not transport.is_closing() and not self.lingering:
+            transport.close()
