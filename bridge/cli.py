@@ -6,8 +6,10 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from bridge import logs
@@ -42,6 +44,22 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop when it is installed (the `fast` extra), else asyncio's own.
+
+    Measured with the embedded broker (bench/broker_bench.py, docs/benchmarks.md): the loop's
+    socket writes, reads and callbacks are a large share of a message's cost, and uvloop does
+    them in C. HOOKBRIDGE_LOOP=asyncio forces asyncio's loop (to compare, or to rule it out).
+    """
+    if os.environ.get("HOOKBRIDGE_LOOP", "") == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     try:
         bridge = Bridge.load(_paths(args))
@@ -49,7 +67,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _print_errors(exc)
     logs.setup(bridge.config["log.level"], bridge.config["log.format"], redactor=bridge.redactor)
     try:
-        asyncio.run(_serve(bridge))
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(_serve(bridge))
     except KeyboardInterrupt:
         pass
     except Exception as exc:  # a port in use, a refused password: say it in one line

@@ -12,6 +12,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+# The MQTT protocol level of the client an event is about: 3 (MQTT 3.1), 4 (3.1.1) or 5 (5.0).
+# Sources that cannot tell (a message seen through a subscription) leave 3.1.1's.
+DEFAULT_PROTO_VER = 4
+
+# MQTT 5.0 user properties, in the order the publisher sent them; a name may repeat.
+UserProperties = tuple[tuple[str, str], ...]
+
 
 class Hookpoint(StrEnum):
     CLIENT_CONNECTED = "client.connected"
@@ -31,6 +38,7 @@ class ClientConnected:
     peername: str
     timestamp: float  # Unix seconds, when the broker saw it
     clean_session: bool = True
+    proto_ver: int = DEFAULT_PROTO_VER
     hookpoint = Hookpoint.CLIENT_CONNECTED
 
 
@@ -42,6 +50,7 @@ class ClientDisconnected:
     peername: str
     reason: str
     timestamp: float
+    proto_ver: int = DEFAULT_PROTO_VER
     hookpoint = Hookpoint.CLIENT_DISCONNECTED
 
 
@@ -64,6 +73,7 @@ class SessionSubscribed:
     # Topics whose retained message the broker itself already sent for this
     # subscription; retain lookup skips them.
     retained_sent: frozenset[str] = frozenset()
+    proto_ver: int = DEFAULT_PROTO_VER
     hookpoint = Hookpoint.SESSION_SUBSCRIBED
 
 
@@ -74,6 +84,7 @@ class SessionUnsubscribed:
     node: str
     topic: str
     timestamp: float
+    proto_ver: int = DEFAULT_PROTO_VER
     hookpoint = Hookpoint.SESSION_UNSUBSCRIBED
 
 
@@ -89,6 +100,8 @@ class MessagePublish:
     node: str
     peername: str
     timestamp: float
+    proto_ver: int = DEFAULT_PROTO_VER  # the publisher's
+    user_properties: UserProperties = ()
     hookpoint = Hookpoint.MESSAGE_PUBLISH
 
 
@@ -109,6 +122,9 @@ class _Receipt:
     # The receiver's subscription filters this delivery was for (pubsub
     # offsets are kept per filter). External sources that cannot tell give ().
     filters: tuple[str, ...] = field(default=())
+    proto_ver: int = DEFAULT_PROTO_VER  # the receiver's
+    # The message's, as its publisher sent them (MQTT 5.0 forwards them unchanged).
+    user_properties: UserProperties = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,11 +157,11 @@ EVENT_TYPES: dict[Hookpoint, type[Any]] = {
     Hookpoint.MESSAGE_ACKED: MessageAcked,
 }
 
-_COMMON = ("clientid", "username", "node", "timestamp")
+_COMMON = ("clientid", "username", "node", "timestamp", "proto_ver")
 _MESSAGE = (*_COMMON, "msgid", "topic", "qos", "payload", "retain")
+_MESSAGE_HOOKS = (Hookpoint.MESSAGE_PUBLISH, Hookpoint.MESSAGE_DELIVERED, Hookpoint.MESSAGE_ACKED)
 
-# The placeholder table: which `${name}` each hookpoint offers. `${payload.a.b}`
-# is allowed wherever `payload` is.
+# The placeholder table: which `${name}` each hookpoint offers.
 PLACEHOLDERS: dict[Hookpoint, tuple[str, ...]] = {
     Hookpoint.CLIENT_CONNECTED: (*_COMMON, "peername"),
     Hookpoint.CLIENT_DISCONNECTED: (*_COMMON, "peername", "reason"),
@@ -156,13 +172,36 @@ PLACEHOLDERS: dict[Hookpoint, tuple[str, ...]] = {
     Hookpoint.MESSAGE_ACKED: (*_MESSAGE, "from_clientid"),
 }
 
+# Placeholders written `${<family>.<key>}`, and how the docs and errors spell the key.
+# `${payload.a.b}`: field b of object a of a JSON payload. `${user_property.<name>}`: the value
+# of the message's first MQTT 5.0 user property with that name (dots belong to the name).
+KEYED: dict[str, str] = {"payload": "<field>", "user_property": "<name>"}
+KEYED_PLACEHOLDERS: dict[Hookpoint, tuple[str, ...]] = {
+    hookpoint: tuple(KEYED) if hookpoint in _MESSAGE_HOOKS else () for hookpoint in Hookpoint
+}
+
+
+def offered_placeholders(hookpoint: Hookpoint) -> list[str]:
+    """Every placeholder a hookpoint offers, as written in a rule (for errors and docs)."""
+    plain = [f"${{{name}}}" for name in PLACEHOLDERS[hookpoint]]
+    return plain + [f"${{{family}.{KEYED[family]}}}" for family in KEYED_PLACEHOLDERS[hookpoint]]
+
 
 def placeholder_allowed(hookpoint: Hookpoint, name: str) -> bool:
-    """True when `${name}` (or `${payload.x.y}`) can be used on this hookpoint."""
-    offered = PLACEHOLDERS[hookpoint]
-    if name.startswith("payload."):
-        return "payload" in offered and all(name.split(".")[1:])
-    return name in offered
+    """True when `${name}` (or `${payload.x.y}`, `${user_property.x}`) can be used on this hookpoint."""
+    family, dot, key = name.partition(".")
+    if dot:
+        return family in KEYED_PLACEHOLDERS[hookpoint] and all(key.split("."))
+    return name in PLACEHOLDERS[hookpoint]
+
+
+def first_user_property(event: Event, name: str) -> str | None:
+    """The value of the event's first user property called `name`; None when it has none."""
+    properties: UserProperties = getattr(event, "user_properties", ())
+    for key, value in properties:
+        if key == name:
+            return value
+    return None
 
 
 def parse_json_payload(payload: bytes) -> Any:
@@ -177,7 +216,8 @@ def placeholder_value(event: Event, name: str, payload_json: Any = None) -> Any:
     """The value of `${name}` for this event.
 
     Returns str / int / bytes / None; `${payload.a.b}` is looked up in the JSON
-    payload (pass it in when already parsed) and is None when missing.
+    payload (pass it in when already parsed) and is None when missing, as is a
+    `${user_property.x}` the message does not carry.
     """
     if name == "timestamp":
         return int(event.timestamp * 1000)
@@ -193,6 +233,8 @@ def placeholder_value(event: Event, name: str, payload_json: Any = None) -> Any:
             else:
                 return None
         return doc
+    if name.startswith("user_property."):
+        return first_user_property(event, name[len("user_property.") :])
     return getattr(event, name)
 
 

@@ -60,6 +60,3 @@ def setup(
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    # amqtt logs every connection at INFO; keep its chatter out of the bridge's log.
-    logging.getLogger("amqtt").setLevel(max(logging.WARNING, root.level))
-    logging.getLogger("transitions").setLevel(logging.WARNING)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,9 +22,12 @@ import jinja2.meta
 import jinja2.sandbox
 
 from bridge.events import (
+    KEYED_PLACEHOLDERS,
     PLACEHOLDERS,
     Event,
     Hookpoint,
+    UserProperties,
+    offered_placeholders,
     parse_json_payload,
     placeholder_allowed,
     placeholder_value,
@@ -74,7 +77,7 @@ def compile_parts(text: str, hookpoint: Hookpoint, base_offset: int = 0) -> list
         if not _NAME.match(name):
             raise RenderError(f"bad placeholder ${{{match.group(1)}}}", base_offset + match.start())
         if not placeholder_allowed(hookpoint, name):
-            offered = ", ".join(f"${{{n}}}" for n in PLACEHOLDERS[hookpoint])
+            offered = ", ".join(offered_placeholders(hookpoint))
             raise RenderError(
                 f"unknown placeholder ${{{name}}} for {hookpoint} (it offers {offered})",
                 base_offset + match.start(),
@@ -142,6 +145,44 @@ class CommandTemplate:
 
 # --- Jinja2 templates --------------------------------------------------------
 
+
+class UserPropertyLookup:
+    """A template's `user_property`: `user_property.name` / `user_property['name']` is the first
+    value with that name, undefined (bound as null) when there is none.
+
+    Not a dict, and no public methods, on purpose: Jinja2 looks an attribute up before an
+    item, so on a dict `user_property.items` would be the method, not the property "items".
+    """
+
+    __slots__ = ("_first",)
+
+    def __init__(self, properties: UserProperties) -> None:
+        self._first: dict[str, str] = {}
+        for name, value in properties:
+            self._first.setdefault(name, value)
+
+    def __getitem__(self, name: str) -> str:
+        return self._first[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._first
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._first)
+
+    def __len__(self) -> int:
+        return len(self._first)
+
+
+def template_variables(hookpoint: Hookpoint) -> set[str]:
+    """What a Jinja2 template on this hookpoint can name: its placeholders, `json` (the parsed
+    payload), and on message hookpoints `user_property` and `user_properties` (the pairs)."""
+    names = {*PLACEHOLDERS[hookpoint], "json"}
+    if "user_property" in KEYED_PLACEHOLDERS[hookpoint]:
+        names |= {"user_property", "user_properties"}
+    return names
+
+
 _MARK = "\x00{}\x00"
 MARK_RE = re.compile("\x00(\\d+)\x00")  # a bound value's marker in rendered text
 
@@ -155,6 +196,8 @@ class _Binder:
     def __call__(self, value: Any) -> str:
         if isinstance(value, jinja2.Undefined):
             value = None
+        elif isinstance(value, UserPropertyLookup):
+            value = dict(value._first)  # output whole: a JSON object, like any dict
         self.values.append(value)
         return _MARK.format(len(self.values) - 1)
 
@@ -181,7 +224,7 @@ class StatementTemplate:
             ast = env.parse(source)
         except jinja2.TemplateSyntaxError as exc:
             raise RenderError(f"template syntax error: {exc.message}", line=exc.lineno) from None
-        allowed = {*PLACEHOLDERS[hookpoint], "json"}
+        allowed = template_variables(hookpoint)
         for name in sorted(jinja2.meta.find_undeclared_variables(ast) - allowed):
             line, col = _locate(source, name)
             raise RenderError(
@@ -196,6 +239,10 @@ class StatementTemplate:
         context = {name: values[name] for name in names}
         if "payload" in names:
             context["json"] = values.payload_json
+        if "user_property" in KEYED_PLACEHOLDERS[values.event.hookpoint]:
+            properties: UserProperties = getattr(values.event, "user_properties", ())
+            context["user_property"] = UserPropertyLookup(properties)
+            context["user_properties"] = [list(pair) for pair in properties]
         return context
 
     def render_text(self, values: Values) -> tuple[str, list[Any]]:

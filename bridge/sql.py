@@ -54,7 +54,8 @@ class SqlStatement:
     @classmethod
     def compile(cls, source: str, hookpoint: Hookpoint, marker: Marker = pg_marker) -> SqlStatement:
         source = re.sub(r"'(\$\{[^}]*\})'", r"\1", source)  # '${x}' -> ${x}
-        literals = _literal_spans(source)
+        # A quote inside a placeholder (`${user_property.it's}`) names a key, it opens no literal.
+        literals = _literal_spans(PLACEHOLDER.sub(lambda m: "_" * len(m.group(0)), source))
         for match in PLACEHOLDER.finditer(source):
             if any(start < match.start() < end for start, end in literals):
                 raise RenderError(

@@ -25,7 +25,7 @@ _RECEIVED_BY = {
     True: frozenset(P) - {P.CONNACK, P.SUBACK, P.UNSUBACK, P.PINGRESP},
     False: frozenset(P) - {P.CONNECT, P.SUBSCRIBE, P.UNSUBSCRIBE, P.PINGREQ},
 }
-_BAD_ASCII_TOPIC = re.compile(rb"[\x00-\x1f\x7f+#]")
+_BAD_ASCII_TOPIC = re.compile(rb"[\x00+#]")
 
 
 @functools.cache

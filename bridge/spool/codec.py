@@ -61,6 +61,8 @@ def decode(body: bytes) -> Record:
                 values[item.name] = frozenset(values.get(item.name, ()))
             elif item.name == "filters":
                 values[item.name] = tuple(values.get(item.name, ()))
+            elif item.name == "user_properties":
+                values[item.name] = tuple((str(k), str(v)) for k, v in values.get(item.name, ()))
         return Record(header["r"], event_type(**values), header["c"], header.get("s", 0), header.get("p", ""))
     except (struct.error, ValueError, KeyError, TypeError) as exc:
         raise RecordError(f"undecodable spool record: {exc}") from None

@@ -2,28 +2,10 @@
 
 paho-mqtt v2 speaks both MQTT 3.1.1 and 5.0; gmqtt is a second 5.0 client where forwarding is
 checked; raw bytes (`raw.py`) only where a library refuses to misbehave as the test needs.
-The `broker` fixture (conftest.py) runs every test against Mosquitto, and against the embedded
-broker where the test carries `@pytest.mark.embedded`. The embedded broker of issue 14 is held
-to this suite: as it gains a feature, mark that feature's tests `embedded`.
+The `broker` fixture (conftest.py) runs every test against Mosquitto and against the embedded
+broker (the project's own core, bridge/brokers/embedded/): both must pass all of it.
 
-Run it (through the shared test lock): `.venv/bin/pytest -q tests/broker_suite`; with
-`BROKER_SUITE_EMBEDDED=all` in the environment every test runs against the embedded broker too,
-which shows what a broker core in progress still fails.
-
-The embedded broker (amqtt 0.12.1 based) fails these today, so they run against Mosquitto only:
-
-- every test in test_mqtt5_session.py, test_mqtt5_flow.py and test_mqtt5_subscriptions.py
-  except `test_shared_subscription_from_a_311_client`: it refuses MQTT 5.0 (CONNACK 0x84,
-  unsupported protocol version), so no 5.0 feature can be reached: CONNACK / SUBACK / PUBACK
-  reason codes, assigned client identifier, server keep alive, session expiry, message expiry,
-  will delay, DISCONNECT reason codes both ways, receive maximum and maximum packet size both
-  ways, topic aliases, subscription options, subscription identifiers, shared subscriptions,
-  forwarded properties.
-- test_mqtt5_subscriptions.py::test_shared_subscription_from_a_311_client: no shared
-  subscriptions; `$share/<group>/<filter>` is an ordinary filter that matches no topic, so the
-  member gets nothing.
-
-Every MQTT 3.1.1 test in test_mqtt311.py passes against both brokers.
+Run it (through the shared test lock): `.venv/bin/pytest -q tests/broker_suite`.
 
 Where Mosquitto 2.0.11 (Debian 12) breaks a rule of the specification the test states the rule
 and carries `@pytest.mark.mosquitto_deviates(reason)`: a strict xfail for Mosquitto only, so the

@@ -1,5 +1,4 @@
-"""The `broker` fixture: every suite test runs against Mosquitto, and against the embedded broker
-where the test is marked `@pytest.mark.embedded` (the features it has today; see __init__.py).
+"""The `broker` fixture: every suite test runs against Mosquitto and against the embedded broker.
 
 - `mosquitto`: Debian's Mosquitto 2.0, one process for the session (support/mosquitto.py: a
   config of its own, no persistence, anonymous clients on loopback), with the limits the 5.0
@@ -32,15 +31,7 @@ max_keepalive 60
 """
 
 
-# BROKER_SUITE_EMBEDDED=all runs every test against the embedded broker too: what a new broker
-# core fails so far (the tests not marked `embedded` are expected to fail today).
-EVERYTHING = "BROKER_SUITE_EMBEDDED"
-
-
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "embedded: the test passes against today's embedded broker too (run it with both parameters)"
-    )
     config.addinivalue_line(
         "markers",
         "mosquitto_deviates(reason): Mosquitto 2.0.11 breaks this rule of the specification (a strict xfail there)",
@@ -54,10 +45,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if deviation is not None:
             # strict: the day a Mosquitto release conforms, the xfail turns into a failure to remove it
             mosquitto = pytest.param("mosquitto", marks=pytest.mark.xfail(strict=True, reason=deviation.args[0]))
-        names = [mosquitto]
-        if metafunc.definition.get_closest_marker("embedded") is not None or os.environ.get(EVERYTHING) == "all":
-            names.append("embedded")
-        metafunc.parametrize("broker_name", names)
+        metafunc.parametrize("broker_name", [mosquitto, "embedded"])
 
 
 @pytest.fixture(scope="session")

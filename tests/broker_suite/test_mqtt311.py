@@ -33,7 +33,6 @@ async def connected(
     return client
 
 
-@pytest.mark.embedded
 async def test_session_present_only_when_a_persistent_session_is_resumed(clients: Clients) -> None:
     cid = unique("sp")
     seen = []
@@ -45,7 +44,6 @@ async def test_session_present_only_when_a_persistent_session_is_resumed(clients
     assert seen == [False, True, False, False]
 
 
-@pytest.mark.embedded
 async def test_qos1_and_qos2_queued_for_an_offline_persistent_session(clients: Clients) -> None:
     cid, topic = unique("offline"), unique("q")
     sub = await connected(clients, cid, clean=False)
@@ -67,7 +65,6 @@ async def test_qos1_and_qos2_queued_for_an_offline_persistent_session(clients: C
     assert await back.until(f"{topic}/end", b"marker") == []
 
 
-@pytest.mark.embedded
 async def test_unacknowledged_qos1_redelivered_with_dup_on_reconnect(clients: Clients) -> None:
     cid, topic = unique("dup1"), unique("d")
     sub = await connected(clients, cid, clean=False, manual_ack=True)
@@ -83,7 +80,6 @@ async def test_unacknowledged_qos1_redelivered_with_dup_on_reconnect(clients: Cl
     assert (again.topic, again.payload, again.qos, again.dup) == (topic, b"unacked", 1, True)
 
 
-@pytest.mark.embedded
 async def test_unreceived_qos2_redelivered_with_dup_and_the_same_packet_id(broker: Broker, clients: Clients) -> None:
     """paho answers PUBREC on its own, so the subscriber that withholds it is raw bytes."""
     cid, topic = unique("dup2"), unique("d")
@@ -121,7 +117,6 @@ def _read_to_end(sock: socket.socket) -> bytes:
     return data
 
 
-@pytest.mark.embedded
 async def test_keepalive_enforced_and_the_will_published(clients: Clients) -> None:
     topic = unique("will")
     watcher = await connected(clients, unique("watch"))
@@ -141,7 +136,6 @@ async def test_keepalive_enforced_and_the_will_published(clients: Clients) -> No
     assert (await watcher.message()).payload == b"still here"
 
 
-@pytest.mark.embedded
 async def test_retained_set_replaced_deleted_and_delivered_to_wildcards(clients: Clients) -> None:
     root = unique("ret")
     early = await connected(clients, unique("early"))
@@ -180,7 +174,6 @@ async def test_retained_set_replaced_deleted_and_delivered_to_wildcards(clients:
         await late.disconnect()
 
 
-@pytest.mark.embedded
 @pytest.mark.mosquitto_deviates("Mosquitto 2.0.11 sends one copy at the QoS of the last subscription (MQTT-3.3.5-1)")
 async def test_overlapping_subscriptions_deliver_at_the_highest_granted_qos(clients: Clients) -> None:
     root = unique("over")
@@ -197,7 +190,6 @@ async def test_overlapping_subscriptions_deliver_at_the_highest_granted_qos(clie
     assert max(m.qos for m in copies) == 2
 
 
-@pytest.mark.embedded
 async def test_dollar_topics_not_matched_by_leading_wildcards(clients: Clients) -> None:
     """A `$` topic reaches a filter that names its first level, never `#` or `+/...` (4.7.2)."""
     name = unique("dollar")
@@ -215,7 +207,6 @@ async def test_dollar_topics_not_matched_by_leading_wildcards(clients: Clients) 
     assert [m.topic for m in got if m.topic.startswith("$")] == []
 
 
-@pytest.mark.embedded
 async def test_zero_length_client_id_accepted_with_clean_session(clients: Clients) -> None:
     topic = unique("anon")
     anonymous = await connected(clients, "")
@@ -224,7 +215,6 @@ async def test_zero_length_client_id_accepted_with_clean_session(clients: Client
     assert (await anonymous.message()).payload == b"to myself"
 
 
-@pytest.mark.embedded
 async def test_zero_length_client_id_refused_without_clean_session(broker: Broker) -> None:
     """paho refuses to send this CONNECT, so it is raw bytes."""
     client = await raw.RawClient.open(broker.port)

@@ -93,6 +93,16 @@ ACKED = {
     "topic": "t/a",
     "qos": 1,
     "flags": {"sys": False, "event": False},
+    # EMQX 5.1+: the object (first value per name) and the pairs (order and repeats kept)
+    "pub_props": {
+        "User-Property": {"app": "a1", "k": "v"},
+        "User-Property-Pairs": [
+            {"key": "app", "value": "a1"},
+            {"key": "k", "value": "v"},
+            {"key": "app", "value": "a2"},
+        ],
+        "Message-Expiry-Interval": 30,
+    },
     "publish_received_at": 1645002753259,
     "timestamp": 1645002753259,
     "node": "emqx@127.0.0.1",
@@ -205,18 +215,21 @@ async def test_system_messages_and_rule_events_become_events(
     await emqx.publish(f"{base}/connected", json.dumps(CONNECTED).encode())
     await emqx.publish(f"{base}/subscribed", json.dumps(SUBSCRIBED).encode())
     await emqx.publish(f"{base}/unsubscribed", json.dumps({**SUBSCRIBED, "subopts": {}}).encode())
-    await emqx.publish(
-        "hookbridge/events/message_delivered", json.dumps({**ACKED, "event": "message.delivered"}).encode(), qos=1
-    )
+    # an older EMQX: only the User-Property object
+    delivered_doc = {**ACKED, "event": "message.delivered", "pub_props": {"User-Property": {"app": "a1"}}}
+    await emqx.publish("hookbridge/events/message_delivered", json.dumps(delivered_doc).encode(), qos=1)
     await emqx.publish("hookbridge/events/message_acked", json.dumps(ACKED).encode(), qos=1)
     await emqx.publish(f"{base}/disconnected", json.dumps(DISCONNECTED).encode())
     await emqx.publish("hookbridge/events/x", b"not json", qos=1)
     await emqx.publish("t/1", b"an application message", qos=1)
 
     connected = await sink.wait_for(ClientConnected, clientid=cid)
-    assert connected == ClientConnected(cid, "foo", NODE, "127.0.0.1:1883", 1625572213.873, clean_session=False)
+    assert connected == ClientConnected(
+        cid, "foo", NODE, "127.0.0.1:1883", 1625572213.873, clean_session=False, proto_ver=5
+    )
     subscribed = await sink.wait_for(SessionSubscribed, clientid=cid)
     assert (subscribed.topic, subscribed.qos, subscribed.is_new, subscribed.node) == ("t/1", 1, True, NODE)
+    assert subscribed.proto_ver == 4  # EMQX's subscribed message has no proto_ver
     unsubscribed = await sink.wait_for(SessionUnsubscribed, clientid=cid)
     assert unsubscribed.topic == "t/1"
     delivered = await sink.wait_for(MessageDelivered)
@@ -230,8 +243,10 @@ async def test_system_messages_and_rule_events_become_events(
             1,
         )
         assert (receipt.payload, receipt.node, receipt.timestamp) == (b"hello", "emqx@127.0.0.1", 1645002753.259)
+    assert delivered.user_properties == (("app", "a1"),)
+    assert acked.user_properties == (("app", "a1"), ("k", "v"), ("app", "a2"))
     disconnected = await sink.wait_for(ClientDisconnected, clientid=cid)
-    assert disconnected.reason == "tcp_closed"
+    assert disconnected.reason == "tcp_closed" and disconnected.proto_ver == 5
     message = await sink.wait_for(MessagePublish, topic="t/1")
     assert message.payload == b"an application message" and len(message.msgid) == 32
     assert _src.ignored == 1  # the non-JSON event message: ignored and counted

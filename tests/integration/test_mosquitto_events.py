@@ -65,12 +65,13 @@ async def test_connect_subscribe_unsubscribe_disconnect_of_real_clients(
     await dev.connect()
     connected = await sink.wait_for(ClientConnected, clientid=cid)
     assert connected.username == "alice" and connected.clean_session is False
+    assert connected.proto_ver == 4  # paho speaks 3.1.1: Mosquitto logs "p2"
     assert connected.peername.startswith("127.0.0.1:") and connected.node == "n1"
 
     await dev.subscribe(("cmd/a", 1), ("cmd/+/b", 2), ("plain", 0))
     subscribed = [await sink.wait_for(SessionSubscribed, clientid=cid, count=n) for n in (1, 2, 3)]
     assert [(e.topic, e.qos) for e in subscribed] == [("cmd/a", 1), ("cmd/+/b", 2), ("plain", 0)]
-    assert all(e.username == "alice" and e.persistent for e in subscribed)
+    assert all(e.username == "alice" and e.persistent and e.proto_ver == 4 for e in subscribed)
 
     await dev.unsubscribe("cmd/a")
     unsubscribed = await sink.wait_for(SessionUnsubscribed, clientid=cid)
@@ -124,5 +125,21 @@ def test_log_line_formats() -> None:
     )
     e = log.parse("$SYS/broker/log/N", b"1700000001: Client c 1 has exceeded timeout, disconnecting.")
     assert isinstance(e, ClientDisconnected) and e.reason == "keepalive_timeout" and e.username == "bob"
+    assert e.proto_ver == 5  # from the connect line's "p5"
     assert log.parse("$SYS/broker/log/N", b"1700000001: New connection from 10.0.0.5:41000 on port 1883.") is None
     assert log.parse("$SYS/broker/log/M/subscribe", b"1700000002: me 1 x/#") is None  # the bridge itself
+
+
+def test_protocol_level_of_each_connect_line() -> None:
+    """Mosquitto 2.0.11 logs p1 / p2 / p5 for `mosquitto_pub -V mqttv31 / mqttv311 / mqttv5`."""
+    from bridge.brokers.mqtt.mosquitto_log import MosquittoLog
+
+    log = MosquittoLog("n", "me")
+    for proto, level in (("p1", 3), ("p2", 4), ("p5", 5), ("p9", 4)):
+        line = f"1700000000: New client connected from 10.0.0.5:41000 as {proto}c ({proto}, c0, k30)."
+        connected = log.parse("$SYS/broker/log/N", line.encode())
+        assert isinstance(connected, ClientConnected) and connected.proto_ver == level
+        subscribed = log.parse("$SYS/broker/log/M/subscribe", f"1700000001: {proto}c 1 x/#".encode())
+        assert isinstance(subscribed, SessionSubscribed) and subscribed.proto_ver == level
+        unsubscribed = log.parse("$SYS/broker/log/M/unsubscribe", f"1700000002: {proto}c x/#".encode())
+        assert isinstance(unsubscribed, SessionUnsubscribed) and unsubscribed.proto_ver == level

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import subprocess
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -211,3 +212,24 @@ def test_message_filters_never_overlap() -> None:
     assert subscription_filters([None, "x"]) == ["#"]
     assert subscription_filters(["a/+/c", "a/b/d"]) == ["a/+/c", "a/b/d"]
     assert json.dumps(subscription_filters(["s/1", "s/2"])) == '["s/1", "s/2"]'
+
+
+async def test_user_properties_of_a_5_0_publisher_reach_the_rules(
+    mosquitto: int, make_bridge: BridgeFactory, redis_db: redis_sync.Redis, tmp_path: Path
+) -> None:
+    """Mosquitto forwards a 5.0 PUBLISH's user properties to the bridge's 5.0 session; the
+    publisher's protocol level is not forwarded, so `${proto_ver}` is 4."""
+    topic = f"props/{uuid.uuid4().hex[:6]}"
+    rules = (
+        'backend.redis.hook.message.publish.1 = {"topic": "props/#", "action": {"commands": '
+        '["HSET up:${topic} app ${user_property.app} evil ${user_property.evil} none ${user_property.nope} v ${proto_ver}"]}}\n'
+    )
+    await _bridge(make_bridge, tmp_path, rules)
+    evil = "a b 'c' \"d\" DEL *"  # Mosquitto 2.0.11 drops a publisher whose properties hold \r\n
+    command = ["mosquitto_pub", "-p", str(mosquitto), "-V", "mqttv5", "-q", "1", "-t", topic, "-m", "x"]
+    for name, value in (("app", "first"), ("app", "second"), ("evil", evil)):
+        command += ["-D", "publish", "user-property", name, value]
+    run = functools.partial(subprocess.run, command, check=True, capture_output=True, timeout=10)
+    await asyncio.to_thread(run)
+    stored = await eventually(lambda: _read(redis_db.hgetall, f"up:{topic}"), lambda h: len(h) == 4)
+    assert stored == {b"app": b"first", b"evil": evil.encode(), b"none": b"", b"v": b"4"}

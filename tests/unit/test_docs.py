@@ -8,7 +8,7 @@ from pathlib import Path
 
 from actions.registry import FUNCTIONS
 from bridge.conf import docs
-from bridge.events import PLACEHOLDERS
+from bridge.events import Hookpoint, offered_placeholders
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,7 +21,7 @@ def test_rules_reference_names_every_function_and_placeholder() -> None:
     text = (ROOT / "docs" / "rules.md").read_text()
     missing = [name for name in FUNCTIONS if f"`{name}`" not in text]
     missing += sorted(
-        {f"${{{p}}}" for names in PLACEHOLDERS.values() for p in names}
+        {p for hookpoint in Hookpoint for p in offered_placeholders(hookpoint)}
         - {part for part in text.replace("`", " ").split() if part.startswith("${")}
     )
     assert missing == []

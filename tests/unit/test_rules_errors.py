@@ -41,7 +41,23 @@ CASES = [
     (
         'backend.redis.hook.session.subscribed.1 = {"action": {"commands": ["SET k:${clientid} ${payload}"]}}',
         f"{P}:1:87: unknown placeholder ${{payload}} for session.subscribed (it offers ${{clientid}}, "
-        "${username}, ${node}, ${timestamp}, ${topic}, ${qos})",
+        "${username}, ${node}, ${timestamp}, ${proto_ver}, ${topic}, ${qos})",
+    ),
+    (
+        'backend.redis.hook.client.connected.1 = {"action": {"commands": ["SET v:${clientid} ${proto_ver}", '
+        '"SET app:${clientid} ${user_property.app}"]}}',
+        f"{P}:1:121: unknown placeholder ${{user_property.app}} for client.connected (it offers ${{clientid}}, "
+        "${username}, ${node}, ${timestamp}, ${proto_ver}, ${peername})",
+    ),
+    (
+        'backend.redis.hook.message.publish.1 = {"action": {"commands": ["SET k ${user_property.}"]}}',
+        f"{P}:1:72: bad placeholder ${{user_property.}}",
+    ),
+    (
+        'backend.redis.hook.message.acked.1 = {"action": {"commands": ["SET k ${user_propertie.app}"]}}',
+        f"{P}:1:70: unknown placeholder ${{user_propertie.app}} for message.acked (it offers ${{clientid}}, "
+        "${username}, ${node}, ${timestamp}, ${proto_ver}, ${msgid}, ${topic}, ${qos}, ${payload}, ${retain}, "
+        "${from_clientid}, ${payload.<field>}, ${user_property.<name>})",
     ),
     (
         "backend.redis.hook.client.connected.1 = {" + OK_ACTION + ', "topik": "a"}',
@@ -199,7 +215,8 @@ def test_template_syntax_error_points_into_the_template(tmp_path: Path) -> None:
         f"{templates}/redis/bad.j2:2:1: template syntax error: Unexpected end of template. Jinja was looking "
         "for the following tags: 'elif' or 'else' or 'endif'. The innermost block that needs to be closed is 'if'.",
         f"{templates}/redis/var.j2:2:23: unknown variable 'secret' for message.publish (it offers clientid, json, "
-        "msgid, node, payload, peername, qos, retain, timestamp, topic, username)",
+        "msgid, node, payload, peername, proto_ver, qos, retain, timestamp, topic, user_properties, user_property, "
+        "username)",
     ]
 
 

@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from bridge.brokers.base import EventSink
+from bridge.brokers.embedded.access import Gate, Login, OpenGate, Verdict
 from bridge.brokers.embedded.connection import RECEIVE_MAXIMUM, TOPIC_ALIAS_MAXIMUM, Connection, Inbound
 from bridge.brokers.embedded.flows import FlowsMixin
 from bridge.brokers.embedded.lane import EventLane, Kept
@@ -54,11 +55,29 @@ _WILL_REASONS = frozenset({"closed", "keepalive_timeout"})
 # so a fetch of that message from a database still knows it expired.
 _EXPIRED_MEMORY = 86400.0
 _SWEEP_INTERVAL = 0.5
+# CONNACK codes (3.1.1 return code, 5.0 reason) per login refusal (access.LOGIN_REFUSALS).
+_LOGIN_CODES = {
+    "login_bad_credentials": (ConnectReturnCode.BAD_USER_NAME_OR_PASSWORD, R.BAD_USER_NAME_OR_PASSWORD),
+    "login_not_authorized": (ConnectReturnCode.NOT_AUTHORIZED, R.NOT_AUTHORIZED),
+    "login_backend_down": (ConnectReturnCode.SERVER_UNAVAILABLE, R.SERVER_UNAVAILABLE),
+}
 
 
 class Broker(FlowsMixin):
-    def __init__(self, *, node: str, msgids: MsgIdGenerator, sink: EventSink, limits: Limits) -> None:
+    def __init__(
+        self,
+        *,
+        node: str,
+        msgids: MsgIdGenerator,
+        sink: EventSink,
+        limits: Limits,
+        gate: Gate | None = None,
+        takeover: str = "any",
+    ) -> None:
         self.node = node
+        self.gate: Gate = gate or OpenGate()
+        # "same_user": a CONNECT for a client id whose session belongs to another user is refused.
+        self.takeover = takeover
         self.msgids = msgids
         self.sink = sink
         self.limits = limits
@@ -76,8 +95,8 @@ class Broker(FlowsMixin):
         # building and posting a message.delivered nobody reads was a tenth of the publish path.
         self._wants = getattr(sink, "wants", None)
 
-    def wants(self, hookpoint: Hookpoint, clientid: str) -> bool:
-        return self._wants is None or bool(self._wants(hookpoint, clientid))
+    def wants(self, hookpoint: Hookpoint, clientid: str, topic: str | None = None) -> bool:
+        return self._wants is None or bool(self._wants(hookpoint, clientid, topic))
 
     # -- connections -------------------------------------------------------------
 
@@ -131,11 +150,19 @@ class Broker(FlowsMixin):
                 code = {2: R.CLIENT_IDENTIFIER_NOT_VALID}.get(code, R.UNSPECIFIED_ERROR)
             conn.fail_connect(code)
             return
+        verdict = await self._login(conn, packet, clientid)
+        if verdict is None:
+            return
         if level == MQTT_5:
             expiry = packet.properties.session_expiry_interval or 0
         else:
             expiry = 0 if packet.clean_start else NEVER
         async with self._client_lock(clientid):
+            if not self._may_take(clientid, verdict):
+                self.refused["login_not_authorized"] += 1
+                log.warning("client id %r belongs to another user: CONNECT refused", clientid)
+                conn.fail_connect(R.NOT_AUTHORIZED if level == MQTT_5 else ConnectReturnCode.NOT_AUTHORIZED)
+                return
             previous = self.active.get(clientid)
             if previous is not None:
                 log.info("client %r connected again: closing its previous connection", clientid)
@@ -143,7 +170,7 @@ class Broker(FlowsMixin):
                 await previous.done.wait()
             if conn.reason is not None:
                 return  # the new connection went away meanwhile
-            state, present = self._session(clientid, packet, expiry)
+            state, present = self._session(clientid, packet, expiry, verdict)
             conn.state, state.conn, conn.will = state, conn, packet.will
             self.active[clientid] = conn
             server_keep_alive = self._keepalive(conn, packet)
@@ -151,11 +178,12 @@ class Broker(FlowsMixin):
             conn.connacked = True
             event = ClientConnected(
                 clientid=clientid,
-                username=packet.username,
+                username=state.username,
                 node=self.node,
                 peername=conn.peername,
                 timestamp=time.time(),
                 clean_session=packet.clean_start or state.clean,
+                proto_ver=state.level,
             )
             connected = state.lane.post(event, wait=True)
             conn.resend_inflight()
@@ -176,12 +204,32 @@ class Broker(FlowsMixin):
             return R.TOPIC_NAME_INVALID if v5 else ConnectReturnCode.NOT_AUTHORIZED
         return None
 
-    def _session(self, clientid: str, packet: Connect, expiry: int) -> tuple[SessionState, bool]:
+    async def _login(self, conn: Connection, packet: Connect, clientid: str) -> Verdict | None:
+        """Ask the gate; on a refusal answer the CONNECT and return None."""
+        login = Login(clientid, packet.username, packet.password, conn.listener, conn.peername, conn.cert_cn)
+        verdict = await self.gate.login(login)
+        if verdict.ok:
+            return verdict
+        self.refused[verdict.reason or "login_not_authorized"] += 1
+        log.info("client %r from %s: login refused (%s)", clientid, conn.peername, verdict.reason)
+        codes = _LOGIN_CODES.get(verdict.reason, _LOGIN_CODES["login_not_authorized"])
+        conn.fail_connect(codes[1] if packet.protocol_level == MQTT_5 else codes[0])
+        return None
+
+    def _may_take(self, clientid: str, verdict: Verdict) -> bool:
+        """broker.takeover = same_user: only the user that owns a client id's session may use it."""
+        if self.takeover != "same_user":
+            return True
+        state = self.states.get(clientid)
+        return state is None or state.owner == verdict.username
+
+    def _session(self, clientid: str, packet: Connect, expiry: int, verdict: Verdict) -> tuple[SessionState, bool]:
         """The session this CONNECT gets, and whether it existed (CONNACK session present)."""
         old = self.states.get(clientid)
         if old is not None and not packet.clean_start:
             old.cancel_timers()  # back before its expiry or will delay: neither happens
-            old.expiry, old.username, old.level = expiry, packet.username, packet.protocol_level
+            old.expiry, old.username, old.level = expiry, verdict.username, packet.protocol_level
+            old.permissions = verdict.permissions
             return old, True
         lane = old.lane if old is not None else EventLane(self.sink, clientid, self.busy_lanes)
         if old is not None:
@@ -189,12 +237,13 @@ class Broker(FlowsMixin):
         state = SessionState(
             clientid,
             expiry=expiry,
-            username=packet.username,
+            username=verdict.username,
             lane=lane,
             limits=self.limits,
             refused=self.refused,
             level=packet.protocol_level,
         )
+        state.permissions = verdict.permissions
         self.states[clientid] = state
         return state, False
 
@@ -264,6 +313,10 @@ class Broker(FlowsMixin):
         for option in packet.subscriptions:
             full = option.topic_filter
             _, topic_filter = split_shared(full)
+            if not state.permissions.may_subscribe(topic_filter):
+                self.refused["acl_subscribe_denied"] += 1
+                codes.append(R.NOT_AUTHORIZED if v5 else 0x80)
+                continue
             if topic_filter.count("/") >= limits.max_topic_levels:
                 self.refused["topic_levels"] += 1
                 codes.append(R.TOPIC_FILTER_INVALID if v5 else 0x80)
@@ -325,6 +378,7 @@ class Broker(FlowsMixin):
                 peername=conn.peername,
                 reason=reason,
                 timestamp=time.time(),
+                proto_ver=state.level,
             )
             await state.lane.emit(event)
         finally:

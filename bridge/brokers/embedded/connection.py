@@ -88,7 +88,7 @@ class Inbound:
     expires: float
     ack: bytes | None = None  # PUBACK (QoS 1) or PUBREC (QoS 2), sent once the message is kept
     packet_id: int = 0
-    refused: bool = False  # not to be published ($SYS): acknowledged only
+    refused: bool = False  # denied by the ACL (or $SYS): acknowledged, never published
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +100,10 @@ class AckAgain:
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, listener: str = "tcp") -> None:
         self.broker = broker
+        self.listener = listener  # which listener accepted it: tcp, ssl, ws, wss
+        self.cert_cn: str | None = None  # TLS: the client certificate's common name
         limits = broker.limits
         self.transport: asyncio.Transport | None = None
         self.decoder = Decoder(limits.max_packet_size)
@@ -253,7 +255,9 @@ class Connection(asyncio.Protocol):
         if props.message_expiry_interval is not None:
             expires = time.monotonic() + props.message_expiry_interval
         qos, packet_id = packet.qos, packet.packet_id
-        refused = topic == "$SYS" or topic.startswith("$SYS/")
+        refused = not state.permissions.may_publish(topic)
+        if refused:
+            self.broker.refused["acl_publish_denied"] += 1
         if qos == 0:
             return Inbound(topic, packet.payload, 0, packet.retain, props, expires, refused=refused)
         ack_code = R.NOT_AUTHORIZED if refused and self.level == MQTT_5 else 0
@@ -400,7 +404,7 @@ class Connection(asyncio.Protocol):
         out: list[bytes] = []
         room = self.broker.limits.max_output_bytes - transport.get_write_buffer_size()
         now = 0.0
-        delivered = self.broker.wants(Hookpoint.MESSAGE_DELIVERED, state.clientid)
+        wants = self.broker.wants
         while state.outbox and len(state.inflight) < self.send_window and room > 0 and not self.writing_paused:
             message = state.pop()
             if message.expires:
@@ -416,7 +420,7 @@ class Connection(asyncio.Protocol):
                 continue
             out.append(data)
             room -= len(data)
-            if delivered:
+            if wants(Hookpoint.MESSAGE_DELIVERED, state.clientid, message.topic):
                 state.lane.post(self._receipt(MessageDelivered, message))
         if out:
             transport.write(b"".join(out))
@@ -448,7 +452,7 @@ class Connection(asyncio.Protocol):
     def _post_receipt(self, kind: type[MessageAcked], message: Outgoing) -> None:
         state = self.state
         assert state is not None
-        if self.broker.wants(Hookpoint.MESSAGE_ACKED, state.clientid):
+        if self.broker.wants(Hookpoint.MESSAGE_ACKED, state.clientid, message.topic):
             state.lane.post(self._receipt(kind, message))
 
     def _receipt(self, kind: type[Any], message: Outgoing) -> Any:
@@ -466,6 +470,8 @@ class Connection(asyncio.Protocol):
             node=self.broker.node,
             timestamp=time.time(),
             filters=message.filters,
+            proto_ver=state.level,
+            user_properties=message.properties.user_property,
         )
 
     # -- closing -------------------------------------------------------------------

@@ -62,6 +62,8 @@ class FlowsMixin:
                 node=self.node,
                 peername=peername,
                 timestamp=time.time(),
+                proto_ver=state.level,
+                user_properties=message.properties.user_property,
             )
             kept = await state.lane.emit(event)
             if accepted is not None:
@@ -98,6 +100,8 @@ class FlowsMixin:
         # [MQTT-3.3.1-6], re-sent on a repeated SUBSCRIBE [MQTT-3.8.4-3]; never for a shared one.
         if group is None and (retain_handling == 0 or (retain_handling == 1 and is_new)):
             for retained in self.router.retained_for(topic_filter, time.monotonic()):
+                if not state.permissions.may_read(retained.topic):
+                    continue
                 state.enqueue(
                     Outgoing(
                         retained.msgid,
@@ -124,6 +128,7 @@ class FlowsMixin:
             persistent=not state.clean,
             live_from_msgid=live_from,
             retained_sent=frozenset(sent),
+            proto_ver=state.level,
         )
         return state.lane.post(event, wait=True)
 
@@ -135,6 +140,7 @@ class FlowsMixin:
             node=self.node,
             topic=topic_filter,
             timestamp=time.time(),
+            proto_ver=state.level,
         )
         future = state.lane.post(event, wait=True)
         assert future is not None
@@ -168,6 +174,8 @@ class FlowsMixin:
             expires = self.expiring.get(delivery.msgid, 0.0)
             if expires and expires <= now:
                 continue  # 5.0 message expiry: never delivered once expired, fetched or not
+            if not state.permissions.may_read(delivery.topic):
+                continue  # the ACL: not even a fetched message reaches a client that may not read it
             state.enqueue(
                 Outgoing(
                     delivery.msgid,

@@ -24,6 +24,12 @@ REFUSALS = (
     "offline_messages",  # a queued message dropped: the session held max_offline_messages
     "offline_bytes",  # a queued message dropped: the session held max_offline_bytes
     "slow_subscriber",  # a connection closed: its unread output went over max_output_bytes
+    # who may connect, publish and subscribe (access.py, SPEC 6.2)
+    "login_bad_credentials",
+    "login_not_authorized",
+    "login_backend_down",
+    "acl_publish_denied",
+    "acl_subscribe_denied",
 )
 
 

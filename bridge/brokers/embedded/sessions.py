@@ -16,6 +16,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from bridge.brokers.embedded.access import ALLOW_ALL, Permissions
 from bridge.mqtt import EMPTY, MQTT_3_1_1, Properties, Will
 
 if TYPE_CHECKING:
@@ -110,6 +111,10 @@ class SessionState:
         self.inflight: dict[int, Outgoing] = {}  # insertion order is send order
         self.incoming_qos2: dict[int, IncomingQos2] = {}
         self.conn: Connection | None = None
+        # What the client logged in as may do (bridge/brokers/embedded/access.py), asked on
+        # every subscribe, publish and delivery; replaced at each login.
+        self.permissions: Permissions = ALLOW_ALL
+        self.owner = username  # the user that created the session (broker.takeover = same_user)
         self.will: PendingWill | None = None
         self.expiry_timer: asyncio.TimerHandle | None = None
         self.dropped = 0

@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from bridge.brokers.base import BrokerSource, Capability, Delivery, EventSink
+from bridge.brokers.embedded.access import Gate
 from bridge.brokers.embedded.broker import Broker
 from bridge.brokers.embedded.connection import Connection
 from bridge.brokers.embedded.limits import Limits
@@ -41,6 +42,8 @@ class EmbeddedBroker(BrokerSource):
         msgids: MsgIdGenerator,
         limits: Limits | None = None,
         max_offline_messages: int | None = None,
+        gate: Gate | None = None,
+        takeover: str = "any",
     ) -> None:
         limits = limits or Limits()
         if max_offline_messages is not None:
@@ -51,6 +54,8 @@ class EmbeddedBroker(BrokerSource):
         self._node = node
         self._msgids = msgids
         self._limits = limits
+        self._gate = gate
+        self._takeover = takeover
         self._broker: Broker | None = None
         self._server: asyncio.Server | None = None
         self._port: int | None = None
@@ -80,7 +85,14 @@ class EmbeddedBroker(BrokerSource):
         """Listen and serve; returns once the listener is bound."""
         if self._broker is not None:
             raise RuntimeError("the embedded broker is already started")
-        broker = Broker(node=self._node, msgids=self._msgids, sink=sink, limits=self._limits)
+        broker = Broker(
+            node=self._node,
+            msgids=self._msgids,
+            sink=sink,
+            limits=self._limits,
+            gate=self._gate,
+            takeover=self._takeover,
+        )
         broker.refused = self._refused  # one counter for the life of this source
         host, _, port = self._listen.rpartition(":")
         loop = asyncio.get_running_loop()
@@ -102,6 +114,7 @@ class EmbeddedBroker(BrokerSource):
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
+        await broker.gate.close()
         lanes = [state.lane for state in broker.states.values()]
         if lanes:
             drained = asyncio.gather(*(lane.drain() for lane in lanes), return_exceptions=True)

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from bridge.events import (
+    DEFAULT_PROTO_VER,
     ClientConnected,
     ClientDisconnected,
     Event,
@@ -22,6 +23,7 @@ from bridge.events import (
     MessageDelivered,
     SessionSubscribed,
     SessionUnsubscribed,
+    UserProperties,
 )
 
 SYS_ROOT = "$SYS"
@@ -45,6 +47,27 @@ def _seconds(doc: dict[str, Any], *keys: str) -> float:
         if isinstance(value, int | float) and value > 0:
             return value / 1000.0
     return time.time()
+
+
+def _proto_ver(doc: dict[str, Any]) -> int:
+    """EMQX's `proto_ver` (3, 4 or 5); 3.1.1's when the payload has none (or an odd one)."""
+    value = doc.get("proto_ver")
+    return value if value in (3, 4, 5) and not isinstance(value, bool) else DEFAULT_PROTO_VER
+
+
+def _user_properties(doc: dict[str, Any]) -> UserProperties:
+    """The message's user properties from `pub_props`: `User-Property-Pairs` keeps their order and
+    repeats (EMQX 5.1 and later); older nodes give only the `User-Property` object."""
+    props = doc.get("pub_props")
+    if not isinstance(props, dict):
+        return ()
+    pairs = props.get("User-Property-Pairs")
+    if isinstance(pairs, list):
+        found = [(p.get("key"), p.get("value")) for p in pairs if isinstance(p, dict)]
+    else:
+        by_name = props.get("User-Property")
+        found = list(by_name.items()) if isinstance(by_name, dict) else []
+    return tuple((k, v) for k, v in found if isinstance(k, str) and isinstance(v, str))
 
 
 def _peer(doc: dict[str, Any]) -> str:
@@ -73,11 +96,18 @@ def sys_event(topic: str, payload: bytes, root: str = SYS_ROOT) -> Event | None:
     if what == "connected":
         clean = doc.get("clean_start", doc.get("clean_session", True))
         return ClientConnected(
-            clientid, username, node, _peer(doc), _seconds(doc, "connected_at", "ts"), clean_session=bool(clean)
+            clientid,
+            username,
+            node,
+            _peer(doc),
+            _seconds(doc, "connected_at", "ts"),
+            clean_session=bool(clean),
+            proto_ver=_proto_ver(doc),
         )
     if what == "disconnected":
         reason = str(doc.get("reason") or "normal")
-        return ClientDisconnected(clientid, username, node, _peer(doc), reason, _seconds(doc, "disconnected_at", "ts"))
+        seconds = _seconds(doc, "disconnected_at", "ts")
+        return ClientDisconnected(clientid, username, node, _peer(doc), reason, seconds, proto_ver=_proto_ver(doc))
     topic_filter = doc.get("topic")
     if not isinstance(topic_filter, str):
         return None
@@ -86,10 +116,19 @@ def sys_event(topic: str, payload: bytes, root: str = SYS_ROOT) -> Event | None:
         assert isinstance(opts, dict)
         is_new = opts.get("is_new", True)
         return SessionSubscribed(
-            clientid, username, node, topic_filter, int(opts.get("qos", 0)), _seconds(doc, "ts"), is_new=bool(is_new)
+            clientid,
+            username,
+            node,
+            topic_filter,
+            int(opts.get("qos", 0)),
+            _seconds(doc, "ts"),
+            is_new=bool(is_new),
+            proto_ver=_proto_ver(doc),
         )
     if what == "unsubscribed":
-        return SessionUnsubscribed(clientid, username, node, topic_filter, _seconds(doc, "ts"))
+        return SessionUnsubscribed(
+            clientid, username, node, topic_filter, _seconds(doc, "ts"), proto_ver=_proto_ver(doc)
+        )
     return None
 
 
@@ -124,5 +163,7 @@ def rule_event(payload: bytes) -> Event | None:
         retain=bool(flags.get("retain", False)),
         node=str(doc.get("node") or ""),
         timestamp=_seconds(doc, "timestamp", "publish_received_at"),
+        proto_ver=_proto_ver(doc),  # EMQX's message events do not carry the receiver's: 4 then
+        user_properties=_user_properties(doc),
     )
     return event

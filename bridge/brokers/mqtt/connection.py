@@ -23,10 +23,13 @@ from typing import Any
 from gmqtt import Client, Subscription
 from gmqtt.mqtt.handler import MqttPackageHandler
 
+from bridge.events import UserProperties
+
 log = logging.getLogger("bridge.brokers.mqtt")
 
-# (topic, payload, qos, dup, retain, packet id or None) -> a future done when the message may be acked
-MessageHandler = Callable[[str, bytes, int, bool, bool, int | None], "asyncio.Future[None]"]
+# (topic, payload, qos, dup, retain, packet id or None, user properties) -> a future done when the
+# message may be acked
+MessageHandler = Callable[[str, bytes, int, bool, bool, int | None, UserProperties], "asyncio.Future[None]"]
 
 BACKOFF_MIN = 0.1
 BACKOFF_MAX = 10.0
@@ -44,7 +47,8 @@ class _PacketIdHandler(MqttPackageHandler):  # type: ignore[misc]  # gmqtt is un
     _pubacks: list[int]  # packet ids whose PUBACK goes out at the end of this loop turn
 
     def _handle_qos_1_publish_packet(self, mid: int, packet: bytes, topic: str, properties: dict[str, Any]) -> None:
-        done = self.deliver(topic, packet, 1, bool(properties.get("dup")), bool(properties.get("retain")), mid)
+        dup, retain = bool(properties.get("dup")), bool(properties.get("retain"))
+        done = self.deliver(topic, packet, 1, dup, retain, mid, user_properties(properties))
         done.add_done_callback(lambda _: self._queue_puback(mid))
 
     # A committed batch acknowledges many messages in one loop turn: their PUBACKs go out in one
@@ -66,6 +70,11 @@ class _PacketIdHandler(MqttPackageHandler):  # type: ignore[misc]  # gmqtt is un
     def _handle_qos_2_publish_packet(self, mid: int, packet: bytes, topic: str, properties: dict[str, Any]) -> None:
         properties["packet_id"] = mid
         super()._handle_qos_2_publish_packet(mid, packet, topic, properties)
+
+
+def user_properties(properties: dict[str, Any]) -> UserProperties:
+    """A PUBLISH's MQTT 5.0 user properties, as gmqtt parsed them: (name, value) pairs in order."""
+    return tuple(properties.get("user_property", ()))
 
 
 def tls_context(cafile: str, certfile: str, keyfile: str, verify: bool) -> ssl.SSLContext:
@@ -216,5 +225,6 @@ class Connection:
             bool(properties.get("dup")),
             bool(properties.get("retain")),
             properties.get("packet_id"),
+            user_properties(properties),
         )
         return 0  # the PUBACK's reason code: success

@@ -12,8 +12,16 @@ from __future__ import annotations
 
 import re
 import time
+from typing import NamedTuple
 
-from bridge.events import ClientConnected, ClientDisconnected, Event, SessionSubscribed, SessionUnsubscribed
+from bridge.events import (
+    DEFAULT_PROTO_VER,
+    ClientConnected,
+    ClientDisconnected,
+    Event,
+    SessionSubscribed,
+    SessionUnsubscribed,
+)
 
 LOG_TOPICS = ("$SYS/broker/log/N", "$SYS/broker/log/M/subscribe", "$SYS/broker/log/M/unsubscribe")
 
@@ -30,18 +38,31 @@ _DISCONNECTED = (
     (re.compile(r"^Client (.*) disconnected, not authorised\.$", re.S), "not_authorized"),
     (re.compile(r"^Client (.*) already connected, closing old connection\.$", re.S), "takenover"),
 )
+# The `p` of a connect line is Mosquitto's protocol enum (1 MQTT 3.1, 2 3.1.1, 5 5.0), checked
+# on 2.0.11 with mosquitto_pub -V mqttv31 / mqttv311 / mqttv5; hookbridge reports MQTT's levels.
+_PROTO_VER = {"1": 3, "2": 4, "5": 5}
 # "subx 1 a/#" (client id, requested QoS, filter) and "subx a/#": client ids without spaces.
 _SUBSCRIBE = re.compile(r"^(\S+) ([0-2]) (.+)$", re.S)
 _UNSUBSCRIBE = re.compile(r"^(\S+) (.+)$", re.S)
 
 
+class _Client(NamedTuple):
+    """What a connect line told about a client, for the events of its later lines."""
+
+    username: str | None = None
+    peername: str = ""
+    clean: bool = True
+    proto_ver: int = DEFAULT_PROTO_VER
+
+
 class MosquittoLog:
-    """Turns log lines into events. Remembers each client's username and clean flag from its connect line."""
+    """Turns log lines into events. Remembers each client's username, clean flag and protocol
+    level from its connect line."""
 
     def __init__(self, node: str, ignore_clientid: str) -> None:
         self.node = node
         self.ignore = ignore_clientid  # the bridge's own session: not an application client
-        self._clients: dict[str, tuple[str | None, str, bool]] = {}  # clientid -> (username, peername, clean)
+        self._clients: dict[str, _Client] = {}
 
     def parse(self, topic: str, payload: bytes) -> Event | None:
         text = payload.decode("utf-8", "replace").rstrip("\n")
@@ -53,31 +74,43 @@ class MosquittoLog:
             m = _UNSUBSCRIBE.match(line)
             if m is None or m[1] == self.ignore:
                 return None
-            return SessionUnsubscribed(m[1], self._username(m[1]), self.node, m[2], ts)
+            client = self._clients.get(m[1], _Client())
+            return SessionUnsubscribed(m[1], client.username, self.node, m[2], ts, proto_ver=client.proto_ver)
         return self._notice(line, ts)
 
     def _notice(self, line: str, ts: float) -> Event | None:
         m = _CONNECTED.match(line)
         if m is not None:
-            peer, clientid, _proto, clean, _keepalive, username = m.groups()
+            peer, clientid, proto, clean, _keepalive, username = m.groups()
             if clientid == self.ignore:
                 return None
-            self._clients[clientid] = (username, peer, clean == "1")
-            return ClientConnected(clientid, username, self.node, peer, ts, clean_session=clean == "1")
+            client = _Client(username, peer, clean == "1", _PROTO_VER.get(proto, DEFAULT_PROTO_VER))
+            self._clients[clientid] = client
+            return ClientConnected(
+                clientid, username, self.node, peer, ts, clean_session=client.clean, proto_ver=client.proto_ver
+            )
         for pattern, reason in _DISCONNECTED:
             m = pattern.match(line)
             if m is not None and m[1] != self.ignore:
-                username, peer, _clean = self._clients.pop(m[1], (None, "", True))
-                return ClientDisconnected(m[1], username, self.node, peer, reason, ts)
+                client = self._clients.pop(m[1], _Client())
+                return ClientDisconnected(
+                    m[1], client.username, self.node, client.peername, reason, ts, proto_ver=client.proto_ver
+                )
         return None
 
     def _subscribed(self, line: str, ts: float) -> Event | None:
         m = _SUBSCRIBE.match(line)
         if m is None or m[1] == self.ignore:
             return None
-        _username, _peer, clean = self._clients.get(m[1], (None, "", True))
+        client = self._clients.get(m[1], _Client())
         # Mosquitto's line does not say whether the subscription already existed: report it as new.
-        return SessionSubscribed(m[1], self._username(m[1]), self.node, m[3], int(m[2]), ts, persistent=not clean)
-
-    def _username(self, clientid: str) -> str | None:
-        return self._clients.get(clientid, (None, "", True))[0]
+        return SessionSubscribed(
+            m[1],
+            client.username,
+            self.node,
+            m[3],
+            int(m[2]),
+            ts,
+            persistent=not client.clean,
+            proto_ver=client.proto_ver,
+        )

@@ -26,7 +26,7 @@ from bridge.brokers.mqtt.connection import Connection, MessageHandler
 from bridge.brokers.mqtt.filters import covers
 from bridge.brokers.mqtt.ledger import PacketLedger, digest, ledger_path
 from bridge.brokers.mqtt.mosquitto_log import LOG_TOPICS, MosquittoLog
-from bridge.events import Event, MessagePublish
+from bridge.events import Event, MessagePublish, UserProperties
 from bridge.msgid import MsgIdGenerator, timestamp_us
 
 log = logging.getLogger("bridge.brokers.mqtt")
@@ -180,12 +180,19 @@ class MqttSource(BrokerSource):
     # -- the message path -------------------------------------------------------------
 
     def _arrived(
-        self, topic: str, payload: bytes, qos: int, dup: bool, retain: bool, packet_id: int | None
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        dup: bool,
+        retain: bool,
+        packet_id: int | None,
+        user_properties: UserProperties,
     ) -> asyncio.Future[None]:
         """Take a message in arrival order; the future is done when it may be acknowledged."""
         events = self.control_events(topic, payload)
         if events is None:
-            events = [self._publish(topic, payload, qos, dup, retain, packet_id)]
+            events = [self._publish(topic, payload, qos, dup, retain, packet_id, user_properties)]
         prev, mine = self._tail, asyncio.get_running_loop().create_future()
         self._tail = mine
         self._inflight += 1
@@ -206,7 +213,16 @@ class MqttSource(BrokerSource):
             self._paused = False
             self._connection.pause_reading(False)
 
-    def _publish(self, topic: str, payload: bytes, qos: int, dup: bool, retain: bool, packet_id: int | None) -> Event:
+    def _publish(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        dup: bool,
+        retain: bool,
+        packet_id: int | None,
+        user_properties: UserProperties,
+    ) -> Event:
         msgid = self._msgids.next()
         ledger = self._ledger
         if packet_id is not None and ledger is not None:
@@ -219,8 +235,9 @@ class MqttSource(BrokerSource):
                     msgid,
                     ledger.reused,
                 )
-        # The publisher's client id is not carried by MQTT; the timestamp comes from the msgid
-        # so that a redelivery writes exactly what the first delivery wrote.
+        # The publisher's client id and protocol level are not carried by MQTT (proto_ver stays
+        # 4); its user properties are, forwarded unchanged by a 5.0 broker. The timestamp comes
+        # from the msgid so that a redelivery writes exactly what the first delivery wrote.
         return MessagePublish(
             msgid=msgid,
             clientid="",
@@ -232,6 +249,7 @@ class MqttSource(BrokerSource):
             node=self.node,
             peername="",
             timestamp=timestamp_us(msgid) / 1e6,
+            user_properties=user_properties,
         )
 
     async def _dispatch_loop(self) -> None:
