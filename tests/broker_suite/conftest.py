@@ -12,7 +12,6 @@ Tests share the Mosquitto process, so each one uses client ids and topics of its
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
