@@ -1,5 +1,6 @@
 // MQTT.js (the Node and browser client) against a broker: connect, subscribe, publish at QoS 0, 1
-// and 2, read the messages back, then leave, let a message queue for the persistent session, come
+// and 2, twice to one topic (5.0: by topic alias the second time), a retained message that a
+// later subscriber gets too, then leave, let a message queue for the persistent session, come
 // back and receive it. Judging is left to the caller (tests/interop/test_mqttjs.py): this prints one
 // JSON report of what the broker sent, every packet as MQTT.js decoded it.
 //
@@ -26,7 +27,7 @@ const SENT_PROPERTIES = {
 }
 const SUBSCRIPTION_ID = 7
 
-const report = { protocolVersion, step: 'start', subscriber: [], publisher: [], error: null }
+const report = { protocolVersion, step: 'start', subscriber: [], publisher: [], late: [], published: [], error: null }
 
 // A packet as JSON can hold it: Buffers (payload, correlation data) as text or hex.
 function plain(packet) {
@@ -54,8 +55,8 @@ const timer = setTimeout(() => fail(new Error(`no progress for ${TIMEOUT_MS} ms 
 // Connect and resolve with the CONNACK; every packet the client receives goes to `log`, which
 // `arrived` watches (a PUBLISH may come in the same read as the CONNACK, before any listener
 // added after the connect would see it).
-function connect(clientId, clean, log) {
-  const options = { protocolVersion, clientId, clean, reconnectPeriod: 0, connectTimeout: 5000, keepalive: 30 }
+function connect(clientId, clean, log, extra = {}) {
+  const options = { protocolVersion, clientId, clean, reconnectPeriod: 0, connectTimeout: 5000, keepalive: 30, ...extra }
   if (v5 && !clean) options.properties = { sessionExpiryInterval: 300 }
   const client = mqtt.connect(url, options)
   client.on('packetreceive', (packet) => {
@@ -101,7 +102,12 @@ async function main() {
   await subscriber.subscribeAsync(`${prefix}/#`, subscribeOptions)
 
   report.step = 'publisher connects'
-  const [publisher] = await connect(`${prefix}-pub`, true, report.publisher)
+  // 5.0: MQTT.js gives each topic an alias within the broker's Topic Alias Maximum and sends the
+  // alias alone from the second message on; the subscriber must see the topic every time.
+  const [publisher] = await connect(`${prefix}-pub`, true, report.publisher, { autoAssignTopicAlias: v5 })
+  publisher.on('packetsend', (packet) => {
+    if (packet.cmd === 'publish') report.published.push(plain(packet))
+  })
   for (const qos of [0, 1, 2]) {
     report.step = `publish QoS ${qos}`
     const options = { qos }
@@ -114,6 +120,20 @@ async function main() {
   // broker rightly sends the PUBREL again on return, which would blur what this run shows.
   await until(() => sent.includes('pubcomp'))
 
+  report.step = 'publish twice to one topic'
+  await publisher.publishAsync(`${prefix}/alias`, 'alias 1', { qos: 1 })
+  await publisher.publishAsync(`${prefix}/alias`, 'alias 2', { qos: 1 })
+  await until(() => publishes(report.subscriber) === 5)
+
+  report.step = 'publish a retained message'
+  await publisher.publishAsync(`${prefix}/retained`, 'kept', { qos: 1, retain: true })
+  await until(() => publishes(report.subscriber) === 6)
+  report.step = 'a later subscriber gets the retained message'
+  const [late] = await connect(`${prefix}-late`, true, report.late)
+  await late.subscribeAsync(`${prefix}/retained`, { qos: 1 })
+  await until(() => publishes(report.late) === 1)
+  await late.endAsync()
+
   report.step = 'subscriber leaves'
   await subscriber.endAsync()
   report.step = 'publish to the offline session'
@@ -123,10 +143,12 @@ async function main() {
   ;[subscriber, back] = await connect(`${prefix}-sub`, false, report.subscriber)
   report.step = 'receive the queued message'
   if (!back.sessionPresent) throw new Error('the session was not kept: CONNACK session present is 0')
-  await until(() => publishes(report.subscriber) === 4)
+  await until(() => publishes(report.subscriber) === 7)
 
   report.step = 'unsubscribe'
   await subscriber.unsubscribeAsync(`${prefix}/#`)
+  report.step = 'clear the retained message'
+  await publisher.publishAsync(`${prefix}/retained`, '', { qos: 1, retain: true })
   report.step = 'disconnect'
   await Promise.all([subscriber.endAsync(), publisher.endAsync()])
   report.step = 'done'
