@@ -46,8 +46,8 @@ def _retain_cleared(event: Any) -> bool:
     return bool(event.retain and not event.payload)
 
 
-def _new_subscription(event: Any) -> bool:
-    return bool(event.is_new)
+def _retain_lookup(event: Any) -> bool:
+    return bool(event.is_new and event.send_retained)
 
 
 def _offline_fetch(event: Any) -> bool:
@@ -96,7 +96,7 @@ FUNCTIONS: dict[str, FunctionSpec] = {
             {H.SESSION_SUBSCRIBED},
             "deliver matching retained messages to the new subscriber",
             needs=_DELIVER,
-            applies=_new_subscription,
+            applies=_retain_lookup,
         ),
         _spec(
             "on_message_fetch_for_queue",

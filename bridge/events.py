@@ -73,6 +73,9 @@ class SessionSubscribed:
     # Topics whose retained message the broker itself already sent for this
     # subscription; retain lookup skips them.
     retained_sent: frozenset[str] = frozenset()
+    # False when the subscriber asked for no retained messages now (5.0 retain handling 2, or 1
+    # for a subscription it already had); retain lookup then sends none either.
+    send_retained: bool = True
     proto_ver: int = DEFAULT_PROTO_VER
     hookpoint = Hookpoint.SESSION_SUBSCRIBED
 

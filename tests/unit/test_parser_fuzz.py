@@ -18,8 +18,7 @@ from hypothesis import strategies as st
 
 from actions.base import FunctionContext
 from bridge.app import BACKENDS, Bridge, Paths
-from bridge.brokers.embedded.broker import HookBroker
-from bridge.brokers.embedded.source import EmbeddedBroker
+from bridge.brokers.embedded.source import EmbeddedBroker, split_listen
 from bridge.conf import docs
 from bridge.conf.config import Config, parse_config
 from bridge.conf.errors import ConfErrors
@@ -162,8 +161,8 @@ def build_as_run(config: Config, rules: list[Rule]) -> None:
     """What `hookbridge run` constructs from the config and rules before it connects anything."""
     bridge = Bridge(config, rules, Paths(Path(config.path), Path("rules")))
     assert {rule.id for rule in bridge.engine.rules} == {rule.id for rule in rules}
-    if isinstance(bridge.broker, EmbeddedBroker):  # the listen address as amqtt will split it to bind
-        assert HookBroker._split_bindaddr_port(bridge.broker._listen, 1883) == config["broker.listener.tcp"]
+    if isinstance(bridge.broker, EmbeddedBroker):  # the listen address as the broker splits it to bind
+        assert split_listen(bridge.broker._listen) == config["broker.listener.tcp"]
     for pool in config.pools.values():
         backend = BACKENDS[pool.db](pool, FunctionContext(node=config["node.name"]))
         Runner(pool, backend, bridge.metrics, Path(config["spool.dir"]), bridge.spool_budget)

@@ -200,7 +200,10 @@ class Broker(FlowsMixin):
         if v5 and packet.properties.authentication_method is not None:
             return R.BAD_AUTHENTICATION_METHOD
         will = packet.will
-        if will is not None and (will.topic.startswith("$") or will.topic.count("/") >= limits.max_topic_levels):
+        if will is not None and will.topic.count("/") >= limits.max_topic_levels:
+            self.refused["topic_levels"] += 1
+            return R.TOPIC_NAME_INVALID if v5 else ConnectReturnCode.NOT_AUTHORIZED
+        if will is not None and will.topic.startswith("$"):
             return R.TOPIC_NAME_INVALID if v5 else ConnectReturnCode.NOT_AUTHORIZED
         return None
 

@@ -202,7 +202,8 @@ class Connection(asyncio.Protocol):
             message = state.inflight.get(packet.packet_id)
             if message is not None and message.qos == 1:
                 state.acked(packet.packet_id)
-                self._post_receipt(MessageAcked, message)
+                if packet.reason_code < 0x80:  # 5.0: the receiver refused it; the flow ends, no ack
+                    self._post_receipt(MessageAcked, message)
         elif kind is Pubrec:
             message = state.inflight.get(packet.packet_id)
             if message is not None and message.qos == 2 and not message.pubrec:
@@ -485,14 +486,7 @@ class Connection(asyncio.Protocol):
             if transport is not None and not transport.is_closing():
                 if code is not None and self.level == MQTT_5 and self.connacked:
                     transport.write(encode(Disconnect(code), MQTT_5))
-                    # Closing with unread input would reset the connection, and a reset can
-                    # discard the DISCONNECT before the client reads it: half-close, drain what
-                    # still comes (ignored) for a moment, then close.
-                    transport.write_eof()
-                    self.lingering = True
-                    if self.reading_paused:
-                        transport.resume_reading()
-                    asyncio.get_running_loop().call_later(_LINGER, transport.abort)
+                    self._linger(transport)
                 elif reason in ("normal", "closed", "refused") or code is not None:
                     transport.close()  # flush what is buffered (the PUBACK before a DISCONNECT)
                 else:
@@ -501,6 +495,20 @@ class Connection(asyncio.Protocol):
             if room is not None and not room.done():
                 room.set_result(None)
             self._queue(END)
+
+    def _linger(self, transport: Any) -> None:
+        """Closing with unread input would reset the connection, and a reset can discard the
+        DISCONNECT before the client reads it: half-close, drain what still comes (ignored) for
+        a moment, then close."""
+        try:
+            transport.write_eof()
+        except OSError:  # the peer is already gone (ENOTCONN): nothing to linger for
+            transport.abort()
+            return
+        self.lingering = True
+        if self.reading_paused:
+            transport.resume_reading()
+        asyncio.get_running_loop().call_later(_LINGER, transport.abort)
 
     def fail_connect(self, code: int) -> None:
         """Refuse the CONNECT with a CONNACK carrying `code` (a 3.1.1 return code below 5.0)."""

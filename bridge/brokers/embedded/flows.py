@@ -81,8 +81,8 @@ class FlowsMixin:
 
         `sub.live_from` is set here. Returns the event's future (done once the sink took it),
         or None when the filter or QoS is invalid (SUBACK failure code). `retain_handling` is
-        5.0's: 0 send retained messages, 1 only for a new subscription, 2 never (3 is used by
-        proxy subscriptions of an offline session: never).
+        5.0's: 0 send retained messages, 1 only for a new subscription, 2 never; 3 is a proxy
+        subscription of an offline session: the broker queues none, the retain lookup may.
         """
         if subscription_filter_error(sub.filter) or sub.qos not in _QOS:
             return None
@@ -98,7 +98,8 @@ class FlowsMixin:
         sent: list[str] = []
         group, topic_filter = split_shared(sub.filter)
         # [MQTT-3.3.1-6], re-sent on a repeated SUBSCRIBE [MQTT-3.8.4-3]; never for a shared one.
-        if group is None and (retain_handling == 0 or (retain_handling == 1 and is_new)):
+        send_retained = retain_handling == 0 or (retain_handling == 1 and is_new)
+        if group is None and send_retained:
             for retained in self.router.retained_for(topic_filter, time.monotonic()):
                 if not state.permissions.may_read(retained.topic):
                     continue
@@ -128,6 +129,7 @@ class FlowsMixin:
             persistent=not state.clean,
             live_from_msgid=live_from,
             retained_sent=frozenset(sent),
+            send_retained=send_retained or retain_handling == 3,
             proto_ver=state.level,
         )
         return state.lane.post(event, wait=True)
@@ -158,7 +160,7 @@ class FlowsMixin:
             return False
         # The event is posted in the client's order but not awaited here: the
         # caller may be running inside the sink (a rule on client.connected).
-        self._add_subscription(state, Subscription(topic_filter, qos, ""), retain_handling=0 if state.connected else 2)
+        self._add_subscription(state, Subscription(topic_filter, qos, ""), retain_handling=0 if state.connected else 3)
         return True
 
     def deliver_to(self, clientid: str, deliveries: Sequence[Delivery]) -> None:
@@ -176,6 +178,9 @@ class FlowsMixin:
                 continue  # 5.0 message expiry: never delivered once expired, fetched or not
             if not state.permissions.may_read(delivery.topic):
                 continue  # the ACL: not even a fetched message reaches a client that may not read it
+            # [MQTT-3.3.4-3]: sent as a result of the subscription, so it carries its identifier
+            sub = state.subscriptions.get(delivery.filter)
+            ids = (sub.identifier,) if sub is not None and sub.identifier else ()
             state.enqueue(
                 Outgoing(
                     delivery.msgid,
@@ -186,5 +191,6 @@ class FlowsMixin:
                     delivery.from_clientid,
                     (delivery.filter,),
                     expires=expires,
+                    subscription_ids=ids,
                 )
             )

@@ -24,7 +24,6 @@ REFUSALS = (
     "receive_maximum",  # a 5.0 client over the broker's receive maximum (DISCONNECT 0x93)
     "offline_messages",  # a queued message dropped: the session held max_offline_messages
     "offline_bytes",  # a queued message dropped: the session held max_offline_bytes
-    "slow_subscriber",  # a connection closed: its unread output went over max_output_bytes
     # who may connect, publish and subscribe (access.py, SPEC 6.2)
     "login_bad_credentials",
     "login_not_authorized",
@@ -48,12 +47,14 @@ class Limits:
     connect_timeout: float = 10.0
     """Seconds a new connection has to complete its CONNECT."""
     max_inflight: int = 32
-    """Outgoing QoS 1/2 messages unacknowledged per session; also the receive maximum the
-    broker announces to 5.0 clients for their incoming QoS 1/2 messages."""
+    """Outgoing QoS 1/2 messages unacknowledged per session (fewer when a 5.0 client announces
+    a lower Receive Maximum). The Receive Maximum the broker announces for a client's own
+    publishes is connection.RECEIVE_MAXIMUM."""
     max_offline_messages: int = 100_000
     """Messages queued per session; 0: no count limit (max_offline_bytes still bounds it)."""
     max_offline_bytes: int = 64 << 20
-    """Bytes (topic + payload) queued per session."""
+    """Bytes queued per session: topic + payload + about 200 bytes of bookkeeping per message
+    (sessions.MESSAGE_OVERHEAD); the newest message is always kept."""
     max_subscriptions: int = 1000
     """Topic filters per session; 0: no limit."""
     max_topic_levels: int = 64

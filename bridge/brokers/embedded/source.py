@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -18,6 +17,12 @@ from bridge.msgid import MsgIdGenerator
 log = logging.getLogger("bridge.brokers.embedded")
 
 _STOP_TIMEOUT = 5.0
+
+
+def split_listen(listen: str) -> tuple[str, int]:
+    """("host", port) of a listen address "host:port" ("[v6]:port" too)."""
+    host, _, port = listen.rpartition(":")
+    return host.strip("[]"), int(port)
 
 
 class EmbeddedBroker(BrokerSource):
@@ -41,15 +46,10 @@ class EmbeddedBroker(BrokerSource):
         node: str,
         msgids: MsgIdGenerator,
         limits: Limits | None = None,
-        max_offline_messages: int | None = None,
         gate: Gate | None = None,
         takeover: str = "any",
     ) -> None:
         limits = limits or Limits()
-        if max_offline_messages is not None:
-            if max_offline_messages < 0:
-                raise ValueError("max_offline_messages must be 0 (no limit) or more")
-            limits = dataclasses.replace(limits, max_offline_messages=max_offline_messages)
         self._listen = listen
         self._node = node
         self._msgids = msgids
@@ -94,10 +94,10 @@ class EmbeddedBroker(BrokerSource):
             takeover=self._takeover,
         )
         broker.refused = self._refused  # one counter for the life of this source
-        host, _, port = self._listen.rpartition(":")
+        host, port = split_listen(self._listen)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: Connection(broker), host.strip("[]") or None, int(port), backlog=1024
+            lambda: Connection(broker), host or None, port, backlog=1024
         )
         self._broker = broker
         self._port = int(self._server.sockets[0].getsockname()[1])
