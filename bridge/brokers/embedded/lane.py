@@ -39,8 +39,6 @@ class EventLane:
         self._busy = busy if busy is not None else set()
         self._queue: deque[tuple[Event, asyncio.Future[Kept] | None]] = deque()
         self._pump: asyncio.Task[None] | None = None
-        # Set while emit() hands an event to the sink itself (the fast path of an idle lane).
-        self._direct: asyncio.Future[None] | None = None
 
     def post(self, event: Event, *, wait: bool = False) -> asyncio.Future[Kept] | None:
         """Append `event` to the stream; with `wait`, return a future done once the sink took it
@@ -49,7 +47,7 @@ class EventLane:
         if wait:
             future = asyncio.get_running_loop().create_future()
         self._queue.append((event, future))
-        if self._pump is None and self._direct is None:
+        if self._pump is None:
             self._start_pump()
         return future
 
@@ -59,40 +57,23 @@ class EventLane:
 
     async def emit(self, event: Event) -> Kept:
         """Post `event` and wait until the sink has returned for it; returns its kept future."""
-        if self._pump is not None or self._direct is not None:
-            future = self.post(event, wait=True)
-            assert future is not None
-            return await future
-        # Nothing queued before it: hand it to the sink from here (no task switch); events
-        # posted meanwhile queue behind it and the pump starts once the sink returned.
-        self._direct = asyncio.get_running_loop().create_future()
-        self._busy.add(self)
-        try:
-            return await self._sink(event)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("event sink failed on %s of client %r", type(event).__name__, self._clientid)
-            return _not_kept()
-        finally:
-            self._direct.set_result(None)
-            self._direct = None
-            if self._queue:
-                self._start_pump()
-            else:
-                self._busy.discard(self)
+        # Always through the pump task. Calling the sink from here when the lane was idle saved a
+        # task switch per message, but with `spool.overflow = drop_oldest` and the pool down the
+        # runner's put then waited for good on a spool segment its lane was reading, and the
+        # publisher got no more PUBACKs (test_spool_overflow.py); through the pump it does not.
+        # Not understood to the end: noted in the issue 14 closing note.
+        future = self.post(event, wait=True)
+        assert future is not None
+        return await future
 
     @property
     def idle(self) -> bool:
-        return self._pump is None and self._direct is None
+        return self._pump is None
 
     async def drain(self) -> None:
         """Wait until every posted event reached the sink."""
-        while self._pump is not None or self._direct is not None:
-            if self._direct is not None:
-                await asyncio.shield(self._direct)
-            elif self._pump is not None:
-                await asyncio.shield(self._pump)
+        while self._pump is not None:
+            await asyncio.shield(self._pump)
 
     def cancel(self) -> None:
         if self._pump is not None:
