@@ -13,7 +13,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from actions.base import Backend, FunctionContext
 from actions.cassa.backend import CassaBackend
@@ -33,6 +33,9 @@ from bridge.redact import Redactor
 from bridge.rules import Rule, RuleContext, load_rules
 from bridge.runner import Runner
 from bridge.spool import Budget
+
+if TYPE_CHECKING:
+    from bridge.brokers.embedded.auth.aclsource import Acl
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +91,7 @@ class Bridge:
         # Masks secrets wherever the bridge prints (logs, /healthz); a reload adds new pools' ones.
         self.redactor = Redactor(config.secrets)
         self.msgids = MsgIdGenerator(config["node.name"])
+        self.acl: Acl | None = None  # broker.acl.*: re-read on SIGHUP
         self.broker = broker or self._make_broker(rules)
         self.engine = Engine(rules)
         self.runners: dict[str, Runner] = {}
@@ -112,13 +116,19 @@ class Bridge:
 
             return make_external_source(self.config, rules, self.msgids)
         from bridge.brokers.embedded import EmbeddedBroker
+        from bridge.brokers.embedded.auth.aclgate import AclGate
+        from bridge.brokers.embedded.auth.aclsource import acl_from_config
 
+        self.acl = acl_from_config(self.config)
+        takeover = self.config["broker.takeover"] or ("same_user" if self.acl is not None else "any")
         host, port = self.config["broker.listener.tcp"]
         return EmbeddedBroker(
             f"{host}:{port}",
             node=self.config["node.name"],
             msgids=self.msgids,
             max_offline_messages=self.config["broker.max_offline_messages"],
+            gate=AclGate(self.acl) if self.acl is not None else None,
+            takeover=takeover,
         )
 
     # -- lifecycle -----------------------------------------------------------
@@ -187,6 +197,9 @@ class Bridge:
         that cannot connect (a wrong password) refuses the whole reload, and the pools connected
         for it are closed again.
         """
+        if self.acl is not None:  # the ACL file reloads on its own: a rule error does not keep an old ACL
+            for problem in self.acl.reload():
+                log.error("ACL reload refused, the entries loaded before stay: %s", problem)
         try:
             config, rules = load_all(self.paths)
         except ConfErrors as exc:

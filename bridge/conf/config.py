@@ -127,6 +127,10 @@ def parse_config(path: str, text: str) -> Config:
             pool.settings["server"] = ("127.0.0.1", DEFAULT_PORTS[pool.db])
     if not errors:  # TLS files are loaded only once every value parsed
         errors.extend(_tls_errors(path, settings, pools, values_at))
+    if not errors:  # the ACL file is read like the TLS files: `check` rejects what `run` would
+        from bridge.brokers.embedded.auth.aclsource import acl_problems
+
+        errors.extend(acl_problems(path, settings, pools, values_at))
     if errors:
         raise ConfErrors(errors)
     return Config(path=path, settings=settings, pools=pools, secrets=secrets)

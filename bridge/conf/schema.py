@@ -40,6 +40,14 @@ MONGO_NAME = v.described(
     v.string(required=True, max_bytes=63, forbidden='/\\. "$*<>:|?'),
 )
 
+
+def _acl_backend(text: str) -> tuple[str, str] | None:
+    """`redis.<pool>`, `pgsql.<pool>` or `mongo.<pool>`: a configured pool"""
+    from bridge.brokers.embedded.auth.aclsource import parse_backend  # the broker loads only when asked
+
+    return parse_backend(v.parse_str(text))
+
+
 GLOBAL: dict[str, Setting] = {
     "node.name": Setting(
         v.string(required=True, max_bytes=255), "hookbridge@127.0.0.1", "name of this bridge node; stored as `node`"
@@ -56,6 +64,35 @@ GLOBAL: dict[str, Setting] = {
         v.int_in(0, 100_000_000),
         100_000,
         "embedded mode: QoS 1/2 messages kept per offline persistent session; 0: no limit",
+    ),
+    # -- who may publish and subscribe (SPEC 6.2; the embedded broker) ----------------------
+    "broker.acl.file": Setting(
+        v.parse_str,
+        "",
+        "embedded mode: ACL file in Mosquitto's `acl_file` format (`user`, `topic`, `pattern` with %c "
+        "and %u); reloaded on SIGHUP",
+        example="etc/acl",
+    ),
+    "broker.acl.backend": Setting(
+        _acl_backend,
+        None,
+        "embedded mode: the ACL in a database, in EMQX 4's layout (Redis `mqtt_acl:<username>` hashes, "
+        "table or collection `mqtt_acl`)",
+        example="redis.pool1",
+    ),
+    "broker.acl.nomatch": Setting(
+        v.enum_of("allow", "deny"),
+        "deny",
+        "embedded mode: what a publish or subscribe no ACL entry matches gets (`$SYS` topics are "
+        "readable only where an entry allows them)",
+    ),
+    "broker.takeover": Setting(
+        v.enum_of("any", "same_user"),
+        None,
+        "embedded mode: `same_user` refuses a CONNECT whose client id has a session of another user "
+        "(3.1.1 return code 5, 5.0 0x87); default `same_user` when an ACL or authentication is "
+        "configured, else `any`",
+        example="same_user",
     ),
     "broker.server": Setting(a.parse_hostport, ("127.0.0.1", 1883), "external modes: broker to connect to"),
     "broker.clientid": Setting(

@@ -1,0 +1,147 @@
+"""The configured ACL (`broker.acl.*`): what the login gate asks for a client's `Permissions`.
+
+    acl = acl_from_config(config)          # None when no ACL is configured
+    await acl.start()
+    permissions = await acl.permissions_for(username, clientid, superuser=False)  # at CONNECT
+    acl.reload()                           # SIGHUP: re-read the file; [] or its problems
+
+The file's entries and a database's are used together (denies first, then grants, then
+`broker.acl.nomatch`). A SIGHUP reload applies to connected clients too, at their next check:
+their permissions are rebuilt once when they see the file changed (`LivePermissions`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from bridge.brokers.embedded.access import Permissions
+from bridge.brokers.embedded.auth.acl import ClientPermissions, Entry
+from bridge.brokers.embedded.auth.acldb import STORES, AclBackendDown, CachedAcl
+from bridge.brokers.embedded.auth.aclfile import AclFile, load_acl
+from bridge.conf.config import Config, PoolConfig
+from bridge.conf.errors import ConfError, ConfErrors, Position
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Acl", "AclBackendDown", "acl_from_config", "acl_problems", "parse_backend"]
+
+
+def parse_backend(text: str) -> tuple[str, str] | None:
+    """`redis.pool1` -> ("redis", "pool1"); "" -> None. Raises ValueError."""
+    if not text:
+        return None
+    db, _, name = text.partition(".")
+    if db not in STORES or not name:
+        raise ValueError(f"{text!r}: use redis.<pool>, pgsql.<pool> or mongo.<pool>")
+    return db, name
+
+
+parse_backend.__doc__ = "`redis.<pool>`, `pgsql.<pool>` or `mongo.<pool>` (a configured pool)"
+
+
+class Acl:
+    def __init__(self, path: str, file: AclFile | None, store: CachedAcl | None, nomatch: bool) -> None:
+        self.path, self.file, self.store, self.nomatch = path, file, store, nomatch
+        self.version = 0  # bumped by each reload that changed the file's entries
+
+    async def start(self) -> None:
+        return None  # the database stores connect on first use: a server down now refuses logins, not the start
+
+    async def close(self) -> None:
+        if self.store is not None:
+            await self.store.close()
+
+    def file_entries(self, username: str | None) -> tuple[Entry, ...]:
+        return self.file.entries_for(username) if self.file is not None else ()
+
+    async def permissions_for(self, username: str | None, clientid: str, *, superuser: bool = False) -> Permissions:
+        """The client's permissions; raises AclBackendDown when its database does not answer."""
+        stored: list[Entry] = []
+        if self.store is not None and not superuser:
+            stored = await self.store.entries(username, clientid)
+        if self.file is None:
+            return ClientPermissions(stored, username, clientid, nomatch=self.nomatch, superuser=superuser)
+        return LivePermissions(self, stored, username, clientid, superuser)
+
+    def reload(self) -> list[str]:
+        """Re-read the ACL file (SIGHUP). On problems the entries loaded before stay."""
+        if self.file is None:
+            return []
+        try:
+            file = load_acl(self.path)
+        except ConfErrors as exc:
+            return [str(error) for error in exc.errors]
+        if file != self.file:
+            self.file = file
+            self.version += 1
+        return []
+
+
+class LivePermissions:
+    """A client's permissions from the ACL file (and its database rows), rebuilt after a reload."""
+
+    __slots__ = ("_acl", "_clientid", "_now", "_stored", "_username", "_version", "superuser")
+
+    def __init__(self, acl: Acl, stored: list[Entry], username: str | None, clientid: str, superuser: bool) -> None:
+        self._acl, self._stored, self._username, self._clientid = acl, stored, username, clientid
+        self.superuser = superuser
+        self._version = -1
+        self._now = self._build()
+
+    def _build(self) -> ClientPermissions:
+        acl = self._acl
+        self._version = acl.version
+        entries = [*acl.file_entries(self._username), *self._stored]
+        return ClientPermissions(entries, self._username, self._clientid, nomatch=acl.nomatch, superuser=self.superuser)
+
+    def _current(self) -> ClientPermissions:
+        if self._version != self._acl.version:
+            self._now = self._build()
+        return self._now
+
+    def may_publish(self, topic: str) -> bool:
+        return self._current().may_publish(topic)
+
+    def may_subscribe(self, topic_filter: str) -> bool:
+        return self._current().may_subscribe(topic_filter)
+
+    def may_read(self, topic: str) -> bool:
+        return self._current().may_read(topic)
+
+
+def acl_from_config(config: Config) -> Acl | None:
+    """The configured ACL, or None (no `broker.acl.file` nor `broker.acl.backend`)."""
+    path, backend = config["broker.acl.file"], config["broker.acl.backend"]
+    if not path and backend is None:
+        return None
+    file = load_acl(path) if path else None
+    store = None
+    if backend is not None:
+        pool: PoolConfig = config.pools[f"{backend[0]}.{backend[1]}"]
+        store = CachedAcl(STORES[backend[0]](pool), timeout=pool["request_timeout"])
+    return Acl(path, file, store, nomatch=config["broker.acl.nomatch"] == "allow")
+
+
+def acl_problems(
+    path: str, settings: dict[str, Any], pools: dict[str, PoolConfig], at: dict[str, Position]
+) -> list[ConfError]:
+    """What `run` would refuse in the `broker.acl.*` settings: checked by parse_config, so
+    `hookbridge check` reports the ACL file's problems with the config's."""
+    errors: list[ConfError] = []
+    file, backend = settings["broker.acl.file"], settings["broker.acl.backend"]
+    if (file or backend) and settings["broker.mode"] != "embedded":
+        key = "broker.acl.file" if file else "broker.acl.backend"
+        errors.append(
+            ConfError(at.get(key, Position(path, 1, 1)), f"{key}: the ACL applies to the embedded broker only")
+        )
+    if backend is not None and f"{backend[0]}.{backend[1]}" not in pools:
+        known = ", ".join(sorted(p for p in pools if p.split(".")[0] in STORES)) or "none"
+        where = at.get("broker.acl.backend", Position(path, 1, 1))
+        errors.append(ConfError(where, f"broker.acl.backend: no pool {backend[0]}.{backend[1]} (configured: {known})"))
+    if file:
+        try:
+            load_acl(file)
+        except ConfErrors as exc:
+            errors.extend(exc.errors)
+    return errors
