@@ -13,7 +13,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from actions.base import Backend, FunctionContext
 from actions.cassa.backend import CassaBackend
@@ -33,6 +33,9 @@ from bridge.redact import Redactor
 from bridge.rules import Rule, RuleContext, load_rules
 from bridge.runner import Runner
 from bridge.spool import Budget
+
+if TYPE_CHECKING:
+    from bridge.brokers.embedded.auth import AuthGate
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +91,7 @@ class Bridge:
         # Masks secrets wherever the bridge prints (logs, /healthz); a reload adds new pools' ones.
         self.redactor = Redactor(config.secrets)
         self.msgids = MsgIdGenerator(config["node.name"])
+        self.gate: AuthGate | None = None  # the embedded broker's users (SIGHUP reads them again)
         self.broker = broker or self._make_broker(rules)
         self.engine = Engine(rules)
         self.runners: dict[str, Runner] = {}
@@ -112,13 +116,17 @@ class Bridge:
 
             return make_external_source(self.config, rules, self.msgids)
         from bridge.brokers.embedded import EmbeddedBroker
+        from bridge.brokers.embedded.auth import make_gate, takeover_of
 
         host, port = self.config["broker.listener.tcp"]
+        self.gate = make_gate(self.config)
         return EmbeddedBroker(
             f"{host}:{port}",
             node=self.config["node.name"],
             msgids=self.msgids,
             max_offline_messages=self.config["broker.max_offline_messages"],
+            gate=self.gate,
+            takeover=takeover_of(self.config),
         )
 
     # -- lifecycle -----------------------------------------------------------
@@ -181,12 +189,16 @@ class Bridge:
         log.info("hookbridge stopped")
 
     async def reload(self) -> bool:
-        """Reload rules (SIGHUP). On any error the old rules stay and every error is logged.
+        """Reload rules and the broker's password file (SIGHUP). On any error the old rules stay and
+        every error is logged.
 
         Pools the new rules use for the first time are connected before anything changes; one
         that cannot connect (a wrong password) refuses the whole reload, and the pools connected
         for it are closed again.
         """
+        if self.gate is not None:
+            for problem in self.gate.reload():  # the password file: its old users stay on a problem
+                log.error("password file not reloaded: %s", problem)
         try:
             config, rules = load_all(self.paths)
         except ConfErrors as exc:
