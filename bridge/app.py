@@ -35,7 +35,7 @@ from bridge.runner import Runner
 from bridge.spool import Budget
 
 if TYPE_CHECKING:
-    from bridge.brokers.embedded.auth.aclsource import Acl
+    from bridge.brokers.embedded.auth import AuthGate
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class Bridge:
         # Masks secrets wherever the bridge prints (logs, /healthz); a reload adds new pools' ones.
         self.redactor = Redactor(config.secrets)
         self.msgids = MsgIdGenerator(config["node.name"])
-        self.acl: Acl | None = None  # broker.acl.*: re-read on SIGHUP
+        self.gate: AuthGate | None = None  # the embedded broker's users (SIGHUP reads them again)
         self.broker = broker or self._make_broker(rules)
         self.engine = Engine(rules)
         self.runners: dict[str, Runner] = {}
@@ -116,19 +116,17 @@ class Bridge:
 
             return make_external_source(self.config, rules, self.msgids)
         from bridge.brokers.embedded import EmbeddedBroker
-        from bridge.brokers.embedded.auth.aclgate import AclGate
-        from bridge.brokers.embedded.auth.aclsource import acl_from_config
+        from bridge.brokers.embedded.auth import make_gate, takeover_of
 
-        self.acl = acl_from_config(self.config)
-        takeover = self.config["broker.takeover"] or ("same_user" if self.acl is not None else "any")
         host, port = self.config["broker.listener.tcp"]
+        self.gate = make_gate(self.config)
         return EmbeddedBroker(
             f"{host}:{port}",
             node=self.config["node.name"],
             msgids=self.msgids,
             max_offline_messages=self.config["broker.max_offline_messages"],
-            gate=AclGate(self.acl) if self.acl is not None else None,
-            takeover=takeover,
+            gate=self.gate,
+            takeover=takeover_of(self.config),
         )
 
     # -- lifecycle -----------------------------------------------------------
@@ -191,15 +189,16 @@ class Bridge:
         log.info("hookbridge stopped")
 
     async def reload(self) -> bool:
-        """Reload rules (SIGHUP). On any error the old rules stay and every error is logged.
+        """Reload rules and the broker's password and ACL files (SIGHUP). On any error the old rules
+        stay and every error is logged.
 
         Pools the new rules use for the first time are connected before anything changes; one
         that cannot connect (a wrong password) refuses the whole reload, and the pools connected
         for it are closed again.
         """
-        if self.acl is not None:  # the ACL file reloads on its own: a rule error does not keep an old ACL
-            for problem in self.acl.reload():
-                log.error("ACL reload refused, the entries loaded before stay: %s", problem)
+        if self.gate is not None:
+            for problem in self.gate.reload():  # the password and ACL files: on a problem the old ones stay
+                log.error("not reloaded, the users and ACL entries read before stay: %s", problem)
         try:
             config, rules = load_all(self.paths)
         except ConfErrors as exc:

@@ -22,6 +22,7 @@ class Setting:
     doc: str
     secret: bool = False
     example: str | None = None  # how it looks in a file, for the docs
+    pool_ref: bool = False  # the value names a configured pool (`<db>.<pool>`): checked once pools are read
 
 
 def topic_filter(text: str) -> str:
@@ -34,18 +35,49 @@ def topic_filter(text: str) -> str:
 
 topic_filter.__doc__ = "MQTT topic filter"
 
+
+def password_file(text: str) -> str:
+    """A password file `run` can use: read and parsed now, so `check` reports its bad lines."""
+    from bridge.brokers.embedded.auth.passwords import load_password_file  # the broker imports conf
+
+    value = v.parse_str(text)
+    if value:
+        load_password_file(value)  # PasswordFileError is a ValueError: `path:line:col: ...` lines
+    return value
+
+
+password_file.__doc__ = "path of a file `mosquitto_passwd` writes; empty: none"
+
+
+def password_hash(text: str) -> str:
+    from bridge.brokers.embedded.auth.hashes import parse_password_hash
+
+    return str(parse_password_hash(text))  # validated here, made a PasswordHash by make_gate
+
+
+password_hash.__doc__ = (
+    "`plain`, `md5`, `sha`, `sha256`, `sha512`, `bcrypt`, `salt,<hash>`, `<hash>,salt` or "
+    "`pbkdf2,<mac>,<iterations>,<dklen>`"
+)
+
+
+def user_backend(text: str) -> str:
+    """`redis.<pool>`, `pgsql.<pool>`, `mongo.<pool>` or empty."""
+    value = v.parse_str(text).strip()
+    db, dot, pool = value.partition(".")
+    if value and (db not in ("redis", "pgsql", "mongo") or not dot or not pool):
+        raise ValueError(f"{value!r} is not redis.<pool>, pgsql.<pool> or mongo.<pool>")
+    return value
+
+
+user_backend.__doc__ = "`redis.<pool>`, `pgsql.<pool>`, `mongo.<pool>`; empty: none"
+
+
 # MongoDB database names: no path or shell characters, under 64 bytes.
 MONGO_NAME = v.described(
     'text, not empty, at most 63 bytes, without space or any of `/\\."$*<>:?` and `\\|`',
     v.string(required=True, max_bytes=63, forbidden='/\\. "$*<>:|?'),
 )
-
-
-def _acl_backend(text: str) -> tuple[str, str] | None:
-    """`redis.<pool>`, `pgsql.<pool>` or `mongo.<pool>`: a configured pool"""
-    from bridge.brokers.embedded.auth.aclsource import parse_backend  # the broker loads only when asked
-
-    return parse_backend(v.parse_str(text))
 
 
 GLOBAL: dict[str, Setting] = {
@@ -65,6 +97,28 @@ GLOBAL: dict[str, Setting] = {
         100_000,
         "embedded mode: QoS 1/2 messages kept per offline persistent session; 0: no limit",
     ),
+    # -- the embedded broker's users (SPEC 6.2; bridge/brokers/embedded/auth/) --
+    "broker.auth.password_file": Setting(
+        password_file,
+        "",
+        "embedded mode: users and passwords in Mosquitto's password file format ($7$ PBKDF2-SHA512 or $6$ "
+        "SHA-512, as `mosquitto_passwd` writes them); read again on SIGHUP",
+        example="etc/passwd",
+    ),
+    "broker.auth.backend": Setting(
+        user_backend,
+        "",
+        "embedded mode: the pool whose database holds the users (Redis hash `mqtt_user:<username>`, "
+        "PostgreSQL table / MongoDB collection `mqtt_user`); lookups are cached for 30 s",
+        example="redis.pool1",
+        pool_ref=True,
+    ),
+    "broker.auth.password_hash": Setting(
+        password_hash,
+        "sha256",
+        "embedded mode: how the database's `password` field was made from the password and its `salt` "
+        "field, as EMQX 4 (`salt,sha256`: salt before the password, `sha256,salt`: after it)",
+    ),
     # -- who may publish and subscribe (SPEC 6.2; the embedded broker) ----------------------
     "broker.acl.file": Setting(
         v.parse_str,
@@ -74,11 +128,12 @@ GLOBAL: dict[str, Setting] = {
         example="etc/acl",
     ),
     "broker.acl.backend": Setting(
-        _acl_backend,
-        None,
+        user_backend,
+        "",
         "embedded mode: the ACL in a database, in EMQX 4's layout (Redis `mqtt_acl:<username>` hashes, "
-        "table or collection `mqtt_acl`)",
+        "table or collection `mqtt_acl`); read once per login, cached for 30 s",
         example="redis.pool1",
+        pool_ref=True,
     ),
     "broker.acl.nomatch": Setting(
         v.enum_of("allow", "deny"),
@@ -89,10 +144,8 @@ GLOBAL: dict[str, Setting] = {
     "broker.takeover": Setting(
         v.enum_of("any", "same_user"),
         None,
-        "embedded mode: `same_user` refuses a CONNECT whose client id has a session of another user "
-        "(3.1.1 return code 5, 5.0 0x87); default `same_user` when an ACL or authentication is "
-        "configured, else `any`",
-        example="same_user",
+        "embedded mode: `same_user`: a CONNECT with the client id of another user's connection or session is "
+        "refused; `any`: it takes the session over. Default: `same_user` when `broker.auth.*` is set, else `any`",
     ),
     "broker.server": Setting(a.parse_hostport, ("127.0.0.1", 1883), "external modes: broker to connect to"),
     "broker.clientid": Setting(

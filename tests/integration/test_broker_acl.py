@@ -61,7 +61,8 @@ NOT_AUTHORIZED = {V311: 0x80, V5: 0x87}  # SUBACK per denied filter
 async def bridge(make_bridge: BridgeFactory, redis_db: redis_sync.Redis, tmp_path: Path) -> Bridge:
     acl = tmp_path / "acl"
     acl.write_text(ACL)
-    return await make_bridge(extra_config=f"broker.acl.file = {acl}\n")
+    # no passwords here: user names are labels (allowed on loopback), so takeover is asked for
+    return await make_bridge(extra_config=f"broker.acl.file = {acl}\nbroker.takeover = same_user\n")
 
 
 class AclClient(Client):

@@ -122,14 +122,14 @@ def test_check_reports_acl_file_problems_with_the_config(tmp_path: Path) -> None
     with pytest.raises(ConfErrors) as caught:
         parse_config("bridge.conf", config)
     text = str(caught.value)
-    assert "bridge.conf:2:22: broker.acl.backend: no pool redis.nope" in text
+    assert "bridge.conf:2:22: broker.acl.backend: no pool redis.nope" in text, text
     acl.write_text("topic write bad/#/x\n")
     with pytest.raises(ConfErrors) as caught:
         parse_config("bridge.conf", f"broker.acl.file = {acl}\n")
     assert str(caught.value).startswith(f"{acl}:1:13: ")
     with pytest.raises(ConfErrors) as caught:
         parse_config("bridge.conf", "broker.acl.backend = sqlite.x\n")
-    assert "bridge.conf:1:22: broker.acl.backend: 'sqlite.x': use redis.<pool>" in str(caught.value)
+    assert "bridge.conf:1:22: broker.acl.backend: 'sqlite.x' is not redis.<pool>" in str(caught.value)
 
 
 async def test_reload_applies_to_connected_clients_and_keeps_entries_on_errors(tmp_path: Path) -> None:

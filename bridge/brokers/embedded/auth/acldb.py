@@ -21,6 +21,13 @@ import time
 from collections import OrderedDict
 from typing import Any, Protocol
 
+import asyncpg
+import redis.asyncio as aioredis
+from pymongo import AsyncMongoClient
+
+from actions.mongo.backend import client_options
+from actions.pgsql.backend import tls_context
+from actions.redis.backend import tls_options
 from bridge.brokers.embedded.auth.acl import READ, READWRITE, WRITE, Entry
 from bridge.conf.config import PoolConfig
 
@@ -35,6 +42,8 @@ class AclBackendDown(Exception):
 
 
 class AclStore(Protocol):
+    per_client: bool  # whether the rows depend on the client id too (else on the user name only)
+
     async def entries(self, username: str | None, clientid: str) -> list[Entry]: ...
 
     async def close(self) -> None: ...
@@ -61,24 +70,23 @@ def _truthy(value: Any) -> bool:
 
 
 class RedisAcl:
+    per_client = False  # `mqtt_acl:<username>`: one read serves every client of a user
+
     def __init__(self, pool: PoolConfig) -> None:
-        import redis.asyncio as aioredis
-
-        from actions.redis.backend import _tls_options
-
         host, port = pool["server"]
-        tls = {key: value for key, value in _tls_options(pool).items() if key != "connection_class"}
-        self.redis: Any = aioredis.Redis(
+        connections = aioredis.ConnectionPool(
             host=host,
             port=port,
             db=pool["database"],
             username=pool["username"] or None,
             password=pool["password"] or None,
+            protocol=2,
+            max_connections=4,
             socket_connect_timeout=pool["request_timeout"],
             socket_timeout=pool["request_timeout"],
-            ssl=bool(pool["ssl"]),
-            **tls,
+            **tls_options(pool),
         )
+        self.redis: Any = aioredis.Redis(connection_pool=connections)
 
     async def entries(self, username: str | None, clientid: str) -> list[Entry]:
         if username is None:
@@ -92,6 +100,7 @@ class RedisAcl:
 
 
 class PgsqlAcl:
+    per_client = True
     QUERY = "SELECT topic, access, allow FROM mqtt_acl WHERE username = $1 OR username = '$all' OR clientid = $2"
 
     def __init__(self, pool: PoolConfig) -> None:
@@ -100,10 +109,6 @@ class PgsqlAcl:
 
     async def _connections(self) -> Any:
         if self.conns is None:
-            import asyncpg
-
-            from actions.pgsql.backend import _tls
-
             host, port = self.pool["server"]
             self.conns = await asyncpg.create_pool(
                 host=host,
@@ -111,9 +116,11 @@ class PgsqlAcl:
                 user=self.pool["username"] or None,
                 password=self.pool["password"] or None,
                 database=self.pool["database"],
-                ssl=_tls(self.pool),
+                ssl=tls_context(self.pool),
                 min_size=0,
-                max_size=max(2, min(4, self.pool["pool_size"])),
+                max_size=4,
+                timeout=self.pool["request_timeout"],
+                command_timeout=self.pool["request_timeout"],
             )
         return self.conns
 
@@ -129,13 +136,10 @@ class PgsqlAcl:
 
 
 class MongoAcl:
+    per_client = True
+
     def __init__(self, pool: PoolConfig) -> None:
-        from pymongo import AsyncMongoClient
-
-        from actions.mongo.backend import MongoBackend
-
-        options = MongoBackend._client_options(_Holder(pool))  # type: ignore[arg-type]
-        self.client: Any = AsyncMongoClient(**options)
+        self.client: Any = AsyncMongoClient(**client_options(pool))
         self.collection = self.client[pool["database"]]["mqtt_acl"]
 
     async def entries(self, username: str | None, clientid: str) -> list[Entry]:
@@ -158,13 +162,6 @@ class MongoAcl:
         await self.client.close()
 
 
-class _Holder:
-    """What MongoBackend._client_options reads: the pool's settings (one set of Mongo options)."""
-
-    def __init__(self, pool: PoolConfig) -> None:
-        self.pool = pool
-
-
 STORES: dict[str, type[RedisAcl] | type[PgsqlAcl] | type[MongoAcl]] = {
     "redis": RedisAcl,
     "pgsql": PgsqlAcl,
@@ -181,7 +178,7 @@ class CachedAcl:
         self.lookups = 0  # reads that reached the database (a test counts them)
 
     async def entries(self, username: str | None, clientid: str) -> list[Entry]:
-        key, now = (username, clientid), time.monotonic()
+        key, now = (username, clientid if self.store.per_client else ""), time.monotonic()
         hit = self._cache.get(key)
         if hit is not None and hit[0] > now:
             return hit[1]
@@ -195,6 +192,9 @@ class CachedAcl:
         while len(self._cache) > self.size:
             self._cache.popitem(last=False)
         return found
+
+    def clear(self) -> None:
+        self._cache.clear()
 
     async def close(self) -> None:
         await self.store.close()

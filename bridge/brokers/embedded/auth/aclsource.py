@@ -24,20 +24,7 @@ from bridge.conf.errors import ConfError, ConfErrors, Position
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Acl", "AclBackendDown", "acl_from_config", "acl_problems", "parse_backend"]
-
-
-def parse_backend(text: str) -> tuple[str, str] | None:
-    """`redis.pool1` -> ("redis", "pool1"); "" -> None. Raises ValueError."""
-    if not text:
-        return None
-    db, _, name = text.partition(".")
-    if db not in STORES or not name:
-        raise ValueError(f"{text!r}: use redis.<pool>, pgsql.<pool> or mongo.<pool>")
-    return db, name
-
-
-parse_backend.__doc__ = "`redis.<pool>`, `pgsql.<pool>` or `mongo.<pool>` (a configured pool)"
+__all__ = ["Acl", "AclBackendDown", "acl_from_config", "acl_problems"]
 
 
 class Acl:
@@ -55,7 +42,7 @@ class Acl:
     def file_entries(self, username: str | None) -> tuple[Entry, ...]:
         return self.file.entries_for(username) if self.file is not None else ()
 
-    async def permissions_for(self, username: str | None, clientid: str, *, superuser: bool = False) -> Permissions:
+    async def permissions_for(self, username: str | None, clientid: str, superuser: bool = False) -> Permissions:
         """The client's permissions; raises AclBackendDown when its database does not answer."""
         stored: list[Entry] = []
         if self.store is not None and not superuser:
@@ -65,7 +52,10 @@ class Acl:
         return LivePermissions(self, stored, username, clientid, superuser)
 
     def reload(self) -> list[str]:
-        """Re-read the ACL file (SIGHUP). On problems the entries loaded before stay."""
+        """Re-read the ACL file and forget cached database entries (SIGHUP). On problems in the
+        file its entries loaded before stay."""
+        if self.store is not None:
+            self.store.clear()
         if self.file is None:
             return []
         try:
@@ -113,32 +103,26 @@ class LivePermissions:
 def acl_from_config(config: Config) -> Acl | None:
     """The configured ACL, or None (no `broker.acl.file` nor `broker.acl.backend`)."""
     path, backend = config["broker.acl.file"], config["broker.acl.backend"]
-    if not path and backend is None:
+    if not path and not backend:
         return None
     file = load_acl(path) if path else None
     store = None
-    if backend is not None:
-        pool: PoolConfig = config.pools[f"{backend[0]}.{backend[1]}"]
-        store = CachedAcl(STORES[backend[0]](pool), timeout=pool["request_timeout"])
+    if backend:
+        pool: PoolConfig = config.pools[backend]
+        store = CachedAcl(STORES[pool.db](pool), timeout=pool["request_timeout"])
     return Acl(path, file, store, nomatch=config["broker.acl.nomatch"] == "allow")
 
 
-def acl_problems(
-    path: str, settings: dict[str, Any], pools: dict[str, PoolConfig], at: dict[str, Position]
-) -> list[ConfError]:
-    """What `run` would refuse in the `broker.acl.*` settings: checked by parse_config, so
-    `hookbridge check` reports the ACL file's problems with the config's."""
+def acl_problems(path: str, settings: dict[str, Any], at: dict[str, Position]) -> list[ConfError]:
+    """What `run` would refuse in the `broker.acl.*` settings (the pool a backend names is checked
+    with the other pool references): parse_config asks, so `hookbridge check` reports the ACL
+    file's problems with the config's."""
     errors: list[ConfError] = []
     file, backend = settings["broker.acl.file"], settings["broker.acl.backend"]
     if (file or backend) and settings["broker.mode"] != "embedded":
         key = "broker.acl.file" if file else "broker.acl.backend"
-        errors.append(
-            ConfError(at.get(key, Position(path, 1, 1)), f"{key}: the ACL applies to the embedded broker only")
-        )
-    if backend is not None and f"{backend[0]}.{backend[1]}" not in pools:
-        known = ", ".join(sorted(p for p in pools if p.split(".")[0] in STORES)) or "none"
-        where = at.get("broker.acl.backend", Position(path, 1, 1))
-        errors.append(ConfError(where, f"broker.acl.backend: no pool {backend[0]}.{backend[1]} (configured: {known})"))
+        where = at.get(key, Position(path, 1, 1))
+        errors.append(ConfError(where, f"{key}: the ACL applies to the embedded broker only"))
     if file:
         try:
             load_acl(file)
