@@ -8,6 +8,9 @@ the PUBACK means the rules have committed (SPEC 6.3), so what Redis holds is fin
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -23,7 +26,7 @@ from actions.redis import keys
 from bridge.app import Bridge
 from bridge.mqtt import MQTT_3_1_1, MQTT_5, Connack, Connect
 from support.bridges import BridgeFactory, mqtt_port
-from support.services import postgres_dsn, start_ferretdb, start_postgres
+from support.services import ROOT, postgres_dsn, start_ferretdb, start_postgres
 from tests.integration.conftest import RawClient
 
 ACL = """\
@@ -77,21 +80,33 @@ class Clients:
         self.made: list[AclClient] = []
 
     async def __call__(
-        self, clientid: str, username: str | None, version: MQTTProtocolVersion = V311, **kwargs: Any
+        self,
+        clientid: str,
+        username: str | None,
+        version: MQTTProtocolVersion = V311,
+        password: str | None = None,
+        **kwargs: Any,
     ) -> AclClient:
         client = AclClient(self.port, clientid, version=version, **kwargs)
         if username is not None:
-            client.paho.username_pw_set(username)
+            client.paho.username_pw_set(username, password)
         self.made.append(client)
         client.connack = (await client.connect()).reason
         return client
 
-    async def refusal(self, clientid: str, username: str | None, version: MQTTProtocolVersion, clean: bool) -> int:
+    async def refusal(
+        self,
+        clientid: str,
+        username: str | None,
+        version: MQTTProtocolVersion,
+        clean: bool,
+        password: bytes | None = None,
+    ) -> int:
         """The CONNACK code a CONNECT gets, as sent (paho turns a 3.1.1 return code into a 5.0 reason)."""
         level = MQTT_5 if version == V5 else MQTT_3_1_1
         raw = await RawClient.open(self.port, level)
         try:
-            await raw.send(Connect(clientid, level, clean, username=username))
+            await raw.send(Connect(clientid, level, clean, username=username, password=password))
             connack = await raw.recv()
             assert isinstance(connack, Connack)
             return connack.reason_code
@@ -328,3 +343,108 @@ async def test_database_down_refuses_logins(make_bridge: BridgeFactory, redis_db
         assert bridge.broker.refused["login_backend_down"] == 2
 
     await _with_clients(bridge, check)
+
+
+async def test_authenticated_users_superuser_and_takeover_by_default(
+    make_bridge: BridgeFactory, redis_db: redis_sync.Redis, tmp_path: Path
+) -> None:
+    """With users checked (EMQX 4 users in Redis), takeover is same_user without asking; a
+    superuser may do everything, `$SYS` included, whatever the ACL says."""
+    for user, superuser in (("root", 1), ("alice", 0), ("mallory", 0)):
+        redis_db.hset(f"mqtt_user:{user}", mapping={"password": f"pw-{user}", "is_superuser": superuser})
+    acl = tmp_path / "acl"
+    acl.write_text("user alice\ntopic readwrite #\nuser mallory\ntopic readwrite #\n")
+    config = f"broker.auth.backend = redis.pool1\nbroker.auth.password_hash = plain\nbroker.acl.file = {acl}\n"
+    bridge = await make_bridge(extra_config=config)
+
+    async def check(bridge: Bridge, connect: Clients) -> None:
+        root = await connect("root1", "root", V5, password="pw-root")
+        assert await root.subscribe("$SYS/#", 1) == [1]
+        alice = await connect("dev7", "alice", V311, password="pw-alice", clean=False)
+        assert alice.connack == 0
+        assert await alice.subscribe("$SYS/#", 1) == [0x80]  # `#` does not reach $SYS
+        assert await alice.subscribe("inbox/dev7", 1) == [1]
+        for version, code in ((V311, 5), (V5, 0x87)):
+            for clean in (True, False):
+                assert await connect.refusal("dev7", "mallory", version, clean, b"pw-mallory") == code
+        assert await connect.refusal("dev7", "mallory", V311, False, b"wrong") == 4
+        assert await root.publish("inbox/dev7", b"from root", 1) == 0
+        assert (await alice.message()).payload == b"from root"
+
+    await _with_clients(bridge, check)
+
+
+async def test_sighup_reload_reaches_connected_clients(
+    make_bridge: BridgeFactory, redis_db: redis_sync.Redis, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    acl = tmp_path / "acl"
+    acl.write_text("topic readwrite a/#\n")
+    bridge = await make_bridge(extra_config=f"broker.acl.file = {acl}\n")
+
+    async def check(bridge: Bridge, connect: Clients) -> None:
+        client = await connect("c1", None, V5)
+        assert await client.publish("a/1", b"x", 1) == 0
+        assert await client.publish("b/1", b"x", 1) == 0x87
+        acl.write_text("topic readwrite b/#\n")
+        assert await bridge.reload()
+        assert await client.publish("a/1", b"x", 1) == 0x87  # the same connection, the new file
+        assert await client.publish("b/1", b"x", 1) == 0
+        acl.write_text("topic readwrite c/#\ntopic sideways d\n")
+        await bridge.reload()
+        assert f"{acl}:2:7: 'sideways' is not an access" in caplog.text
+        assert await client.publish("b/1", b"x", 1) == 0  # a broken file changes nothing
+        assert await client.publish("c/1", b"x", 1) == 0x87
+
+    await _with_clients(bridge, check)
+
+
+async def test_redis_acl_read_once_per_user_for_many_logins(redis_port: int, redis_db: redis_sync.Redis) -> None:
+    """1,000 logins of one user (each its own client id) read `mqtt_acl:<user>` once (cache 30 s)."""
+    from bridge.brokers.embedded.auth.aclsource import acl_from_config
+    from support.conf import make_config
+
+    redis_db.hset("mqtt_acl:fleet", mapping={"fleet/%c/#": "3"})
+    acl = acl_from_config(make_config(redis_port, "broker.acl.backend = redis.pool1\n"))
+    assert acl is not None and acl.store is not None
+    before = redis_db.info("commandstats").get("cmdstat_hgetall", {}).get("calls", 0)
+    try:
+        for n in range(1000):
+            permissions = await acl.permissions_for("fleet", f"dev{n}")
+            assert permissions.may_publish(f"fleet/dev{n}/x") and not permissions.may_publish("fleet/other/x")
+    finally:
+        await acl.close()
+    assert redis_db.info("commandstats")["cmdstat_hgetall"]["calls"] - before == 1
+    assert acl.store.lookups == 1
+
+
+def test_check_and_run_report_every_acl_file_problem(tmp_path: Path, redis_port: int) -> None:
+    """`hookbridge check` and `run` refuse an ACL file with the same `path:line:col` lines."""
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "acl").write_text(
+        "# devices\ntopic read dev/#\nuser ann\ntopic raed dev/+/x\npattern write up/x%c\ntopik read a\n"
+    )
+    (tmp_path / "config" / "bridge.conf").write_text(
+        "broker.listener.tcp = 127.0.0.1:0\nmetrics.listener = off\nbroker.acl.file = config/acl\n"
+        "broker.acl.nomatch = maybe\n"
+    )
+    expected = [
+        "config/bridge.conf:4:22: broker.acl.nomatch: expected one of allow, deny, got 'maybe'",
+        "1 problem found",
+    ]
+    acl_lines = [
+        "config/acl:4:7: 'raed' is not an access (read, write, readwrite or deny); a filter with a space needs "
+        "the access word first (topic readwrite <filter>)",
+        "config/acl:5:15: 'x%c': %c and %u must each be a whole level of the pattern (like a/%c/b)",
+        "config/acl:6:1: unknown keyword 'topik' (use topic, pattern or user)",
+        "3 problems found",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for lines in (expected, acl_lines):
+        for command in ("check", "run"):
+            result = subprocess.run(
+                [sys.executable, "-m", "bridge", command], cwd=tmp_path, capture_output=True, text=True, env=env
+            )
+            assert (result.returncode, result.stderr.splitlines()) == (2, lines), command
+        config = (tmp_path / "config" / "bridge.conf").read_text()
+        (tmp_path / "config" / "bridge.conf").write_text(config.replace("maybe", "deny"))

@@ -108,7 +108,7 @@ def test_errors_all_at_once_with_positions() -> None:
         "etc/acl:4:1",
         "etc/acl:5:12",
         "etc/acl:6:15",
-        "etc/acl:7:9",
+        "etc/acl:7:7",
         "etc/acl:8:11",
     ], lines
     assert "unknown keyword 'bogus'" in lines[0]

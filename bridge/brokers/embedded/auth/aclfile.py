@@ -97,9 +97,9 @@ def parse_acl(path: str, text: str) -> AclFile:
             filter_col, topic_filter = words[1]
             if len(words) > 2:
                 error(
-                    words[2][0],
-                    f"unexpected {words[2][1]!r}: a filter with a space needs the access word first "
-                    f"({keyword} readwrite <filter>), and the access is read, write, readwrite or deny",
+                    filter_col,
+                    f"{access_word!r} is not an access (read, write, readwrite or deny); a filter with a "
+                    f"space needs the access word first ({keyword} readwrite <filter>)",
                 )
                 continue
             access_word = "readwrite"
