@@ -128,6 +128,9 @@ def test_check_reports_acl_file_problems_with_the_config(tmp_path: Path) -> None
         parse_config("bridge.conf", f"broker.acl.file = {acl}\n")
     assert str(caught.value).startswith(f"{acl}:1:13: ")
     with pytest.raises(ConfErrors) as caught:
+        parse_config("bridge.conf", f"node.name = n\nbroker.acl.file = {tmp_path / 'missing'}\n")
+    assert str(caught.value) == "bridge.conf:2:19: broker.acl.file: No such file or directory"
+    with pytest.raises(ConfErrors) as caught:
         parse_config("bridge.conf", "broker.acl.backend = sqlite.x\n")
     assert "bridge.conf:1:22: broker.acl.backend: 'sqlite.x' is not redis.<pool>" in str(caught.value)
 

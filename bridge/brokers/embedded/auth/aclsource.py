@@ -13,12 +13,13 @@ their permissions are rebuilt once when they see the file changed (`LivePermissi
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 from bridge.brokers.embedded.access import Permissions
 from bridge.brokers.embedded.auth.acl import ClientPermissions, Entry
 from bridge.brokers.embedded.auth.acldb import STORES, AclBackendDown, CachedAcl
-from bridge.brokers.embedded.auth.aclfile import AclFile, load_acl
+from bridge.brokers.embedded.auth.aclfile import AclFile, load_acl, parse_acl
 from bridge.conf.config import Config, PoolConfig
 from bridge.conf.errors import ConfError, ConfErrors, Position
 
@@ -125,7 +126,13 @@ def acl_problems(path: str, settings: dict[str, Any], at: dict[str, Position]) -
         errors.append(ConfError(where, f"{key}: the ACL applies to the embedded broker only"))
     if file:
         try:
-            load_acl(file)
+            text = Path(file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:  # said at the setting: the file has no line to point at
+            reason = exc.strerror if isinstance(exc, OSError) else f"not UTF-8 ({exc.reason})"
+            errors.append(ConfError(at.get("broker.acl.file", Position(path, 1, 1)), f"broker.acl.file: {reason}"))
+            return errors
+        try:
+            parse_acl(file, text)
         except ConfErrors as exc:
             errors.extend(exc.errors)
     return errors
