@@ -135,6 +135,29 @@ def test_check_reports_acl_file_problems_with_the_config(tmp_path: Path) -> None
     assert "bridge.conf:1:22: broker.acl.backend: 'sqlite.x' is not redis.<pool>" in str(caught.value)
 
 
+def test_acl_settings_only_in_embedded_mode(tmp_path: Path) -> None:
+    acl = tmp_path / "acl"
+    acl.write_text("topic read a/#\n")
+    with pytest.raises(ConfErrors) as caught:
+        parse_config("bridge.conf", f"broker.mode = mqtt\nbroker.acl.file = {acl}\n")
+    assert str(caught.value) == "bridge.conf:2:19: broker.acl.file: the ACL applies to the embedded broker only"
+
+
+@given(st.lists(st.text(alphabet="topicuserpatnwdy #+/%c$\t", max_size=30), max_size=8))
+def test_any_text_parses_or_says_where_it_is_wrong(lines: list[str]) -> None:
+    try:
+        table = parse_acl("acl", "\n".join(lines))
+    except ConfErrors as exc:
+        errors = exc.errors
+    else:
+        errors = []
+    assert all(error.where.path == "acl" and 1 <= error.where.line <= len(lines) for error in errors)
+    if errors:
+        return
+    for entry in (*table.anonymous, *table.patterns, *(e for es in table.users.values() for e in es)):
+        ClientPermissions([entry], "u", "c", nomatch=False).may_subscribe("a/b")
+
+
 async def test_reload_applies_to_connected_clients_and_keeps_entries_on_errors(tmp_path: Path) -> None:
     path = tmp_path / "acl"
     path.write_text("topic read a/#\n")
