@@ -117,6 +117,7 @@ class Bridge:
             return make_external_source(self.config, rules, self.msgids)
         from bridge.brokers.embedded import EmbeddedBroker
         from bridge.brokers.embedded.auth import make_gate, takeover_of
+        from bridge.brokers.embedded.limits import Limits
 
         host, port = self.config["broker.listener.tcp"]
         self.gate = make_gate(self.config)
@@ -124,7 +125,7 @@ class Bridge:
             f"{host}:{port}",
             node=self.config["node.name"],
             msgids=self.msgids,
-            max_offline_messages=self.config["broker.max_offline_messages"],
+            limits=Limits.from_config(self.config),
             gate=self.gate,
             takeover=takeover_of(self.config),
         )
@@ -277,9 +278,10 @@ class Bridge:
         )
         self.metrics.gauge(
             "hookbridge_broker_dropped_messages",
-            "Messages dropped from full offline session queues",
+            "Queued messages dropped because a session's queue was full (count or bytes), all sessions",
             lambda: {self.broker.mode: float(self.broker.dropped_messages)},
         )
+        self._refusals()
         self.metrics.gauge(
             "hookbridge_spool_bytes",
             "Bytes of spooled actions on disk, per pool",
@@ -299,6 +301,22 @@ class Bridge:
             "hookbridge_fetches_paging",
             "Offline fetches waiting for acks to send the next page",
             lambda: {"all": float(self.dispatcher.pager.paging)},
+        )
+
+    def _refusals(self) -> None:
+        """Embedded mode: what the broker refused (limits, logins, ACL), every reason shown from
+        the start so a rate can be alerted on before the first refusal."""
+        if self.broker.mode != "embedded":
+            return
+        from bridge.brokers.embedded.access import ACL_REFUSALS, LOGIN_REFUSALS
+        from bridge.brokers.embedded.limits import REFUSALS
+
+        reasons = dict.fromkeys((*REFUSALS, *LOGIN_REFUSALS, *ACL_REFUSALS), 0)
+        self.metrics.counter(
+            "hookbridge_broker_refused_total",
+            "Connections, packets, logins and queued messages the embedded broker refused or dropped, by reason",
+            lambda: {**reasons, **self.broker.refused},  # a reason counted but not declared shows too
+            label="reason",
         )
 
     def health(self) -> tuple[bool, dict[str, Any]]:
