@@ -107,3 +107,19 @@ def test_check_rejects_a_bad_password_file_and_an_unknown_pool(tmp_path: Path) -
         "(run `mosquitto_passwd -U` on the file)",
         "bridge.conf:2:23: broker.auth.backend: no pool redis.users; no pool is configured",
     ]
+
+
+@pytest.mark.parametrize(
+    ("listener", "anonymous", "takeover"),
+    [("127.0.0.1:1883", True, "same_user"), ("[::1]:1883", True, "same_user"), ("0.0.0.0:1883", False, "same_user")],
+)
+def test_defaults_follow_the_listener_and_the_users(listener: str, anonymous: bool, takeover: str) -> None:
+    from bridge.brokers.embedded.auth import allow_anonymous, takeover_of
+
+    with_users = parse_config(
+        "c", f"broker.listener.tcp = {listener}\nbroker.auth.backend = redis.p\nbackend.redis.p.server = 127.0.0.1:1\n"
+    )
+    without = parse_config("c", f"broker.listener.tcp = {listener}\n")
+    assert allow_anonymous(with_users) is anonymous and allow_anonymous(without) is anonymous
+    assert takeover_of(with_users) == takeover and takeover_of(without) == "any"
+    assert takeover_of(parse_config("c", "broker.takeover = same_user\n")) == "same_user"
