@@ -97,7 +97,7 @@ class AuthGate:
     async def _check(self, username: str, password: bytes | None) -> _Proved | None:
         """The user if the password is right; None if unknown or wrong; BackendDown if not known."""
         if self.password_file is not None and username in self.password_file:
-            return _Proved(username) if self.password_file.check(username, password) else None
+            return _Proved(username) if await self.password_file.check(username, password) else None
         if self.users is None or password is None:
             return None
         record = await self.users.find(username)
