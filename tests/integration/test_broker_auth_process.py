@@ -76,6 +76,8 @@ def test_sighup_reads_the_password_file_again_and_no_password_is_shown(bridge: B
     assert login(port, "alice", FILE_NEW) == 0
     assert login(port, "alice", FILE_OLD) == 0x86
 
+    assert bridge.metric("hookbridge_broker_refused_total", reason="login_bad_credentials") == 2
+    assert bridge.metric("hookbridge_broker_refused_total", reason="login_backend_down") == 2
     log = bridge.log.read_text()
     assert "login of user 'bob' refused: the user database did not answer" in log
     assert "client 'p-redis://dev:***@h' from" in log
