@@ -166,15 +166,13 @@ GLOBAL: dict[str, Setting] = {
         password_file,
         "",
         "embedded mode: users and passwords in Mosquitto's password file format ($7$ PBKDF2-SHA512 or $6$ "
-        "SHA-512, as `mosquitto_passwd` writes them); read again on SIGHUP",
-        example="etc/passwd",
+        "SHA-512, as `mosquitto_passwd` writes them), e.g. `etc/passwd`; read again on SIGHUP",
     ),
     "broker.auth.backend": Setting(
         user_backend,
         "",
         "embedded mode: the pool whose database holds the users (Redis hash `mqtt_user:<username>`, "
-        "PostgreSQL table / MongoDB collection `mqtt_user`); lookups are cached for 30 s",
-        example="redis.pool1",
+        "PostgreSQL table / MongoDB collection `mqtt_user`), e.g. `redis.pool1`; lookups are cached for 30 s",
         pool_ref=True,
     ),
     "broker.auth.password_hash": Setting(
