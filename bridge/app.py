@@ -23,6 +23,7 @@ from actions.redis.backend import RedisBackend
 from bridge.brokers.base import BrokerSource, Capability
 from bridge.conf.config import Config, load_config
 from bridge.conf.errors import ConfError, ConfErrors, Position
+from bridge.conf.schema import GLOBAL
 from bridge.delivery import DeliveryLog
 from bridge.dispatcher import Dispatcher
 from bridge.engine import Engine
@@ -136,8 +137,12 @@ class Bridge:
         for pool_id in sorted(self.engine.pools):
             self.runners[pool_id] = await self._start_pool(pool_id, self.engine.rules)
         unused = set(self.config.pools) - self.engine.pools
+        read_by = {self.config[key]: key for key, setting in GLOBAL.items() if setting.pool_ref and self.config[key]}
         for pool_id in sorted(unused):
-            log.info("pool %s is configured but no rule uses it; not connecting", pool_id)
+            if pool_id in read_by:  # the broker's users or ACL: read on their own connection, when needed
+                log.info("pool %s: no rule writes to it; %s reads from it", pool_id, read_by[pool_id])
+            else:
+                log.info("pool %s is configured but no rule uses it; not connecting", pool_id)
         self._gauges()
         # Brokers ack a message once every job of it is done (SPEC 6.3): the dispatcher then
         # returns a future per event, resolved through the runners' commit hooks.

@@ -79,6 +79,7 @@ def test_sighup_reads_the_password_file_again_and_no_password_is_shown(bridge: B
     assert bridge.metric("hookbridge_broker_refused_total", reason="login_bad_credentials") == 2
     assert bridge.metric("hookbridge_broker_refused_total", reason="login_backend_down") == 2
     log = bridge.log.read_text()
+    assert "pool redis.users: no rule writes to it; broker.auth.backend reads from it" in log
     assert "login of user 'bob' refused: the user database did not answer" in log
     assert "client 'p-redis://dev:***@h' from" in log
     assert "login refused (login_bad_credentials)" in log
