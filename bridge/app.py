@@ -23,6 +23,7 @@ from actions.redis.backend import RedisBackend
 from bridge.brokers.base import BrokerSource, Capability
 from bridge.conf.config import Config, load_config
 from bridge.conf.errors import ConfError, ConfErrors, Position
+from bridge.conf.schema import GLOBAL
 from bridge.delivery import DeliveryLog
 from bridge.dispatcher import Dispatcher
 from bridge.engine import Engine
@@ -117,6 +118,7 @@ class Bridge:
             return make_external_source(self.config, rules, self.msgids)
         from bridge.brokers.embedded import EmbeddedBroker
         from bridge.brokers.embedded.auth import make_gate, takeover_of
+        from bridge.brokers.embedded.limits import Limits
 
         host, port = self.config["broker.listener.tcp"]
         self.gate = make_gate(self.config)
@@ -124,7 +126,7 @@ class Bridge:
             f"{host}:{port}",
             node=self.config["node.name"],
             msgids=self.msgids,
-            max_offline_messages=self.config["broker.max_offline_messages"],
+            limits=Limits.from_config(self.config),
             gate=self.gate,
             takeover=takeover_of(self.config),
         )
@@ -135,8 +137,12 @@ class Bridge:
         for pool_id in sorted(self.engine.pools):
             self.runners[pool_id] = await self._start_pool(pool_id, self.engine.rules)
         unused = set(self.config.pools) - self.engine.pools
+        read_by = {self.config[key]: key for key, setting in GLOBAL.items() if setting.pool_ref and self.config[key]}
         for pool_id in sorted(unused):
-            log.info("pool %s is configured but no rule uses it; not connecting", pool_id)
+            if pool_id in read_by:  # the broker's users or ACL: read on their own connection, when needed
+                log.info("pool %s: no rule writes to it; %s reads from it", pool_id, read_by[pool_id])
+            else:
+                log.info("pool %s is configured but no rule uses it; not connecting", pool_id)
         self._gauges()
         # Brokers ack a message once every job of it is done (SPEC 6.3): the dispatcher then
         # returns a future per event, resolved through the runners' commit hooks.
@@ -277,9 +283,10 @@ class Bridge:
         )
         self.metrics.gauge(
             "hookbridge_broker_dropped_messages",
-            "Messages dropped from full offline session queues",
+            "Queued messages dropped because a session's queue was full (count or bytes), all sessions",
             lambda: {self.broker.mode: float(self.broker.dropped_messages)},
         )
+        self._refusals()
         self.metrics.gauge(
             "hookbridge_spool_bytes",
             "Bytes of spooled actions on disk, per pool",
@@ -299,6 +306,22 @@ class Bridge:
             "hookbridge_fetches_paging",
             "Offline fetches waiting for acks to send the next page",
             lambda: {"all": float(self.dispatcher.pager.paging)},
+        )
+
+    def _refusals(self) -> None:
+        """Embedded mode: what the broker refused (limits, logins, ACL), every reason shown from
+        the start so a rate can be alerted on before the first refusal."""
+        if self.broker.mode != "embedded":
+            return
+        from bridge.brokers.embedded.access import ACL_REFUSALS, LOGIN_REFUSALS
+        from bridge.brokers.embedded.limits import REFUSALS
+
+        reasons = dict.fromkeys((*REFUSALS, *LOGIN_REFUSALS, *ACL_REFUSALS), 0)
+        self.metrics.counter(
+            "hookbridge_broker_refused_total",
+            "Connections, packets, logins and queued messages the embedded broker refused or dropped, by reason",
+            lambda: {**reasons, **self.broker.refused},  # a reason counted but not declared shows too
+            label="reason",
         )
 
     def health(self) -> tuple[bool, dict[str, Any]]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 RULE_COUNTERS = ("matched", "succeeded", "failed", "retried", "spooled", "dropped")
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -40,6 +41,16 @@ class Histogram:
         return lines
 
 
+@dataclass(frozen=True, slots=True)
+class ReadAtScrape:
+    """A family whose numbers another object keeps (a runner, the broker), read at each scrape."""
+
+    help_text: str
+    read: Callable[[], Mapping[str, float]]  # {label value: number}
+    label: str = "pool"
+    kind: str = "gauge"  # or "counter": a number that only grows
+
+
 class Metrics:
     """All the bridge's numbers. Gauges are callables read at scrape time."""
 
@@ -47,16 +58,20 @@ class Metrics:
         self.rules: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(RULE_COUNTERS, 0))
         self.rule_pool: dict[str, str] = {}
         self.write_latency: dict[str, Histogram] = defaultdict(Histogram)
-        self.gauges: dict[str, tuple[str, Callable[[], dict[str, float]]]] = {}
+        self.gauges: dict[str, ReadAtScrape] = {}
         self.events: dict[str, int] = defaultdict(int)
         self.spool_problems: dict[str, int] = defaultdict(int)  # torn tails, undecodable records, per pool
 
     def count(self, rule_id: str, counter: str, n: int = 1) -> None:
         self.rules[rule_id][counter] += n
 
-    def gauge(self, name: str, help_text: str, read: Callable[[], dict[str, float]]) -> None:
+    def gauge(self, name: str, help_text: str, read: Callable[[], Mapping[str, float]], *, label: str = "pool") -> None:
         """Register a gauge family; `read` returns {label value: number} keyed by pool/state."""
-        self.gauges[name] = (help_text, read)
+        self.gauges[name] = ReadAtScrape(help_text, read, label)
+
+    def counter(self, name: str, help_text: str, read: Callable[[], Mapping[str, float]], *, label: str) -> None:
+        """Register a counter family kept elsewhere; `read` returns {label value: count so far}."""
+        self.gauges[name] = ReadAtScrape(help_text, read, label, kind="counter")
 
     def render(self) -> str:
         lines = [
@@ -83,7 +98,7 @@ class Metrics:
         lines += [
             f"hookbridge_spool_problems_total{_labels(pool=p)} {n}" for p, n in sorted(self.spool_problems.items())
         ]
-        for name, (help_text, read) in sorted(self.gauges.items()):
-            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
-            lines += [f"{name}{_labels(pool=key)} {value}" for key, value in sorted(read().items())]
+        for name, family in sorted(self.gauges.items()):
+            lines += [f"# HELP {name} {family.help_text}", f"# TYPE {name} {family.kind}"]
+            lines += [f"{name}{_labels(**{family.label: key})} {value}" for key, value in sorted(family.read().items())]
         return "\n".join(lines) + "\n"

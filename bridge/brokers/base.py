@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -93,6 +93,14 @@ class BrokerSource(abc.ABC):
     def dropped_messages(self) -> int:
         """Messages the source dropped because a bound was hit (counted, never silent)."""
         return 0
+
+    @property
+    def refused(self) -> Mapping[str, int]:
+        """What the source refused, closed or dropped because one of its limits was hit, by reason.
+
+        The embedded broker counts under the names of `bridge.brokers.embedded.limits.REFUSALS`;
+        a source without such limits refuses nothing."""
+        return {}
 
     @property
     def inflight(self) -> int:

@@ -12,6 +12,7 @@ from typing import Any
 
 from bridge.conf import addresses as a
 from bridge.conf import values as v
+from bridge.mqtt.decoder import DEFAULT_MAX_PACKET_SIZE as MQTT_MAX_PACKET  # the largest MQTT can frame
 from bridge.topics import filter_error
 
 
@@ -92,25 +93,87 @@ GLOBAL: dict[str, Setting] = {
     "broker.listener.tcp": Setting(
         a.parse_listener, ("127.0.0.1", 1883), "embedded mode: MQTT listener address", example="127.0.0.1:1883"
     ),
+    # The embedded broker's limits (bridge/brokers/embedded/limits.py): one setting per `Limits`
+    # field, same name and default; a test holds the two together.
+    "broker.max_packet_size": Setting(
+        v.size_in(128, MQTT_MAX_PACKET),
+        1 << 20,
+        "embedded mode: largest MQTT packet a client may send, header included; a bigger one closes "
+        "its connection (MQTT 5 clients are told this limit when they connect)",
+        example="1MB",
+    ),
+    "broker.max_connections": Setting(
+        v.int_in(1, 1_000_000),
+        10_000,
+        "embedded mode: clients connected at once; one more is closed as soon as it connects",
+    ),
+    "broker.connect_timeout": Setting(
+        v.duration_in(0.1, 3600),
+        10.0,
+        "embedded mode: time a new connection has to send its CONNECT before it is closed",
+        example="10s",
+    ),
+    "broker.max_inflight": Setting(
+        v.int_in(1, 65535),
+        32,
+        "embedded mode: QoS 1/2 messages sent to a client and not yet acknowledged, per session; more "
+        "wait in its queue, in order",
+    ),
     "broker.max_offline_messages": Setting(
         v.int_in(0, 100_000_000),
         100_000,
-        "embedded mode: QoS 1/2 messages kept per offline persistent session; 0: no limit",
+        "embedded mode: QoS 1/2 messages queued per session (offline, or behind its in-flight window); "
+        "when full the oldest is dropped and counted; 0: no count limit",
+    ),
+    "broker.max_offline_bytes": Setting(
+        v.size_in(1 << 10, 1 << 40),
+        64 << 20,
+        "embedded mode: bytes of messages queued per session (topic, payload and about 200 bytes of "
+        "bookkeeping each); when full the oldest message is dropped and counted",
+        example="64MB",
+    ),
+    "broker.max_subscriptions": Setting(
+        v.int_in(0, 1_000_000),
+        1000,
+        "embedded mode: topic filters one session may hold; a SUBSCRIBE beyond it is refused for that "
+        "filter; 0: no limit",
+    ),
+    "broker.max_topic_levels": Setting(
+        v.int_in(1, 65535),
+        64,
+        'embedded mode: levels of a topic or filter ("a/b/c" has 3); a PUBLISH with more closes the '
+        "connection, a SUBSCRIBE filter with more is refused",
+    ),
+    "broker.max_clientid_len": Setting(
+        v.int_in(23, 65535),
+        256,
+        "embedded mode: longest client id, in UTF-8 bytes; a longer one is refused at CONNECT",
+    ),
+    "broker.max_output_bytes": Setting(
+        v.size_in(1 << 10, 1 << 30),
+        4 << 20,
+        "embedded mode: bytes sent to a client and not yet read by it; above this, delivery to that "
+        "client pauses and its messages wait in its queue (the publishers are not slowed)",
+        example="4MB",
+    ),
+    "broker.server_keep_alive": Setting(
+        v.int_in(0, 65535),
+        0,
+        "embedded mode: seconds; above 0, MQTT 5 clients asking for a longer keepalive (or none) are "
+        "told this one and held to it; 0: each client's own keepalive",
     ),
     # -- the embedded broker's users (SPEC 6.2; bridge/brokers/embedded/auth/) --
     "broker.auth.password_file": Setting(
         password_file,
         "",
         "embedded mode: users and passwords in Mosquitto's password file format ($7$ PBKDF2-SHA512 or $6$ "
-        "SHA-512, as `mosquitto_passwd` writes them); read again on SIGHUP",
-        example="etc/passwd",
+        "SHA-512, as `mosquitto_passwd` writes them), e.g. `etc/passwd`; read again on SIGHUP",
     ),
     "broker.auth.backend": Setting(
         user_backend,
         "",
         "embedded mode: the pool whose database holds the users (Redis hash `mqtt_user:<username>`, "
-        "PostgreSQL table / MongoDB collection `mqtt_user`); lookups are cached for 30 s",
-        example="redis.pool1",
+        "PostgreSQL table / MongoDB collection `mqtt_user`), e.g. `redis.pool1`; lookups are cached for 30 s",
         pool_ref=True,
     ),
     "broker.auth.password_hash": Setting(

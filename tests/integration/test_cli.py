@@ -154,6 +154,7 @@ def test_run_serves_metrics_health_reloads_and_stops(home: Path, redis_db: redis
         assert 'hookbridge_rule_succeeded_total{rule="redis.client.connected.1",pool="redis.pool1"} 1' in text
         assert 'hookbridge_events_total{hookpoint="client.connected"} 1' in text
         assert 'hookbridge_broker_dropped_messages{pool="embedded"} 0.0' in text
+        assert 'hookbridge_broker_refused_total{reason="max_connections"} 0' in text
 
         # a broken reload keeps the old rules; a good one replaces them
         (home / "rules" / "r.conf").write_text(BAD_RULES)

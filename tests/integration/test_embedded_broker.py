@@ -18,6 +18,7 @@ import pytest
 
 from bridge.brokers.base import Capability, Delivery, DeliveryError
 from bridge.brokers.embedded import EmbeddedBroker
+from bridge.brokers.embedded.limits import Limits
 from bridge.events import (
     ClientConnected,
     ClientDisconnected,
@@ -266,7 +267,7 @@ async def test_offline_queue_is_bounded_oldest_dropped(
     raw_connect: Callable[..., Awaitable[tuple[RawClient, Any]]],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    broker, sink = await start_broker(max_offline_messages=5)
+    broker, sink = await start_broker(limits=Limits(max_offline_messages=5))
     env = Env(broker, sink, paho_clients, raw_connect)
     sub = await env.client("ob", clean_session=False)
     await sub.subscribe(("ob/t", 1))
@@ -293,7 +294,7 @@ async def test_max_offline_messages_0_keeps_every_message(
     raw_connect: Callable[..., Awaitable[tuple[RawClient, Any]]],
 ) -> None:
     """0 means no count limit (as Mosquitto's max_queued_messages 0 and SPEC 6.1), not "keep none"."""
-    broker, sink = await start_broker(max_offline_messages=0)
+    broker, sink = await start_broker(limits=Limits(max_offline_messages=0))
     env = Env(broker, sink, paho_clients, raw_connect)
     sub = await env.client("ol", clean_session=False)
     await sub.subscribe(("ol/t", 1))

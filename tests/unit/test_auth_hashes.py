@@ -3,6 +3,7 @@ and files the real `mosquitto_passwd` writes."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import shutil
 import subprocess
@@ -107,3 +108,33 @@ def test_check_rejects_a_bad_password_file_and_an_unknown_pool(tmp_path: Path) -
         "(run `mosquitto_passwd -U` on the file)",
         "bridge.conf:2:23: broker.auth.backend: no pool redis.users; no pool is configured",
     ]
+
+
+@pytest.mark.parametrize(
+    ("listener", "anonymous", "takeover"),
+    [("127.0.0.1:1883", True, "same_user"), ("[::1]:1883", True, "same_user"), ("0.0.0.0:1883", False, "same_user")],
+)
+def test_defaults_follow_the_listener_and_the_users(listener: str, anonymous: bool, takeover: str) -> None:
+    from bridge.brokers.embedded.auth import allow_anonymous, takeover_of
+
+    with_users = parse_config(
+        "c", f"broker.listener.tcp = {listener}\nbroker.auth.backend = redis.p\nbackend.redis.p.server = 127.0.0.1:1\n"
+    )
+    without = parse_config("c", f"broker.listener.tcp = {listener}\n")
+    assert allow_anonymous(with_users) is anonymous and allow_anonymous(without) is anonymous
+    assert takeover_of(with_users) == takeover and takeover_of(without) == "any"
+    assert takeover_of(parse_config("c", "broker.takeover = same_user\n")) == "same_user"
+
+
+async def test_a_file_hash_with_many_iterations_is_checked_in_a_worker_thread_too(tmp_path: Path) -> None:
+    from bridge.brokers.embedded.auth.passwords import PasswordFile
+
+    salt = b"0123456789ab"
+    digest = hashlib.pbkdf2_hmac("sha512", b"pw", salt, 20_000, 64)
+    (tmp_path / "passwd").write_text(
+        f"slow:$7$20000${base64.b64encode(salt).decode()}${base64.b64encode(digest).decode()}\n"
+    )
+    users = PasswordFile(str(tmp_path / "passwd"))
+    assert await users.check("slow", b"pw")
+    assert not await users.check("slow", b"pw2")
+    assert not await users.check("nobody", b"pw")

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import subprocess
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
+from bridge.brokers.embedded.limits import Limits
 from bridge.conf.config import parse_config
 from bridge.conf.errors import ConfErrors
+from bridge.conf.schema import GLOBAL
 
 P = "config/bridge.conf"
 
@@ -99,6 +102,39 @@ VALUE_CASES = [
     (
         "broker.max_offline_messages = -1",
         "1:31: broker.max_offline_messages: expected an integer from 0 to 100000000, got '-1'",
+    ),
+    # the embedded broker's limits (SPEC 6.1)
+    (
+        "broker.max_packet_size = 268435461",
+        "1:26: broker.max_packet_size: expected a size from 128B to 268435460B, got '268435461'",
+    ),
+    (
+        "broker.max_packet_size = 1GB",
+        "1:26: broker.max_packet_size: expected a size from 128B to 268435460B, got '1GB'",
+    ),
+    ("broker.max_connections = 0", "1:26: broker.max_connections: expected an integer from 1 to 1000000, got '0'"),
+    ("broker.connect_timeout = 0s", "1:26: broker.connect_timeout: expected a duration from 100ms to 1h, got '0s'"),
+    ("broker.connect_timeout = 2h", "1:26: broker.connect_timeout: expected a duration from 100ms to 1h, got '2h'"),
+    ("broker.max_inflight = 0", "1:23: broker.max_inflight: expected an integer from 1 to 65535, got '0'"),
+    ("broker.max_inflight = 65536", "1:23: broker.max_inflight: expected an integer from 1 to 65535, got '65536'"),
+    ("broker.max_offline_bytes = 0", "1:28: broker.max_offline_bytes: expected a size from 1KB to 1TB, got '0'"),
+    (
+        "broker.max_offline_bytes = 64 MiB",
+        "1:28: broker.max_offline_bytes: expected a size from 1KB to 1TB such as 64MB, got '64 MiB'",
+    ),
+    (
+        "broker.max_subscriptions = -1",
+        "1:28: broker.max_subscriptions: expected an integer from 0 to 1000000, got '-1'",
+    ),
+    ("broker.max_topic_levels = 0", "1:27: broker.max_topic_levels: expected an integer from 1 to 65535, got '0'"),
+    (
+        "broker.max_clientid_len = 22",
+        "1:27: broker.max_clientid_len: expected an integer from 23 to 65535, got '22'",
+    ),
+    ("broker.max_output_bytes = 2GB", "1:27: broker.max_output_bytes: expected a size from 1KB to 1GB, got '2GB'"),
+    (
+        "broker.server_keep_alive = 65536",
+        "1:28: broker.server_keep_alive: expected an integer from 0 to 65535, got '65536'",
     ),
     (
         "backend.redis.pool1.database = -1",
@@ -246,3 +282,34 @@ def test_spool_dir_that_cannot_be_written(tmp_path: Path) -> None:
         assert errors_of(f"spool.dir = {readonly}/spool\n") == [f"{P}:1:13: spool.dir: cannot write to {readonly}"]
     finally:
         subprocess.run(["umount", str(readonly)], check=True)
+
+
+def test_every_broker_limit_is_a_setting_with_the_limits_default() -> None:
+    """Limits is the broker's contract; its settings carry the same names and defaults."""
+    limit_fields = {field.name: field.default for field in fields(Limits)}
+    settings = {key.removeprefix("broker."): GLOBAL[f"broker.{key}"].default for key in limit_fields}
+    assert settings == limit_fields
+    assert Limits.from_config(parse_config(P, "")) == Limits()
+
+
+def test_limits_come_from_the_settings_at_their_edges() -> None:
+    config = parse_config(
+        P,
+        "broker.max_packet_size = 268435460\nbroker.max_connections = 1\nbroker.connect_timeout = 100ms\n"
+        "broker.max_inflight = 65535\nbroker.max_offline_messages = 0\nbroker.max_offline_bytes = 1KB\n"
+        "broker.max_subscriptions = 0\nbroker.max_topic_levels = 1\nbroker.max_clientid_len = 23\n"
+        "broker.max_output_bytes = 1GB\nbroker.server_keep_alive = 65535\n",
+    )
+    assert Limits.from_config(config) == Limits(
+        max_packet_size=268_435_460,
+        max_connections=1,
+        connect_timeout=0.1,
+        max_inflight=65535,
+        max_offline_messages=0,
+        max_offline_bytes=1024,
+        max_subscriptions=0,
+        max_topic_levels=1,
+        max_clientid_len=23,
+        max_output_bytes=1 << 30,
+        server_keep_alive=65535,
+    )

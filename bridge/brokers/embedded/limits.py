@@ -8,7 +8,8 @@ counted under one of the `REFUSALS` names, exported at /metrics as
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any, Protocol
 
 # Why the broker refused or closed something, as /metrics labels them.
 REFUSALS = (
@@ -31,6 +32,12 @@ REFUSALS = (
     "acl_publish_denied",
     "acl_subscribe_denied",
 )
+
+
+class Settings(Protocol):
+    """What `from_config` reads: `bridge.conf.config.Config`, or any mapping of setting names."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,3 +66,11 @@ class Limits:
     server_keep_alive: int = 0
     """Seconds; 0: the client's own keepalive is used. Above 0, 5.0 clients asking for more
     (or for none) get this value in CONNACK (Server Keep Alive) and it is enforced."""
+
+    @classmethod
+    def from_config(cls, config: Settings) -> Limits:
+        """The limits the `broker.<field>` settings give: every field has a setting of its name.
+
+        Typed by what it reads, so the broker does not import the config package (the app
+        imports both)."""
+        return cls(**{field.name: config[f"broker.{field.name}"] for field in fields(cls)})

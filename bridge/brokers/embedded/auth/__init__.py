@@ -64,11 +64,16 @@ def _loopback(host: str) -> bool:
 
 
 def allow_anonymous(config: Config) -> bool:
-    """`broker.allow_anonymous`, or its default: only when the listener is loopback."""
+    """`broker.allow_anonymous`, or its default (SPEC 6.2): only when every listener is loopback."""
     value = config.settings.get("broker.allow_anonymous")
     if value is not None:
         return bool(value)
-    return _loopback(config["broker.listener.tcp"][0])
+    listeners = [
+        address
+        for key, address in config.settings.items()
+        if key.startswith("broker.listener.") and key.count(".") == 2 and address is not None
+    ]
+    return all(_loopback(host) for host, _port in listeners)
 
 
 def takeover_of(config: Config) -> str:

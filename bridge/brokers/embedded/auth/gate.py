@@ -12,6 +12,7 @@ does not answer refuses the login (`login_backend_down`), it never lets one in.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -22,6 +23,8 @@ from bridge.brokers.embedded.auth.passwords import PasswordFile, PasswordFileErr
 from bridge.brokers.embedded.auth.users import BackendDown, CachedUsers
 
 log = logging.getLogger("bridge.brokers.embedded.auth")
+
+DOWN_REPORT_INTERVAL = 10.0  # seconds between two warnings that the user database is down
 
 # (username or None, clientid, superuser) -> what the client may do (the ACL's seam)
 PermissionsFor = Callable[[str | None, str, bool], Awaitable[Permissions]]
@@ -50,6 +53,8 @@ class AuthGate:
         self.password_hash = password_hash or PasswordHash("sha256")
         self._permissions_for = permissions_for
         self.acl = acl  # reloaded and closed with the users; permissions_for reads it
+        self._down_reported_at = -DOWN_REPORT_INTERVAL
+        self._down_unreported = 0
 
     @property
     def authenticates(self) -> bool:
@@ -79,11 +84,21 @@ class AuthGate:
         try:
             proved = await self._check(login.username, login.password)
         except BackendDown as exc:
-            log.warning("login of user %r refused: the user database did not answer (%s)", login.username, exc)
+            self._report_down(login.username, exc)
             return Verdict(False, "login_backend_down")
         if proved is None:
             return Verdict(False, "login_bad_credentials")
         return await self._let_in(login, proved)
+
+    def _report_down(self, username: str, exc: BackendDown) -> None:
+        """One warning per DOWN_REPORT_INTERVAL: a fleet reconnecting must not flood the log."""
+        now = time.monotonic()
+        if now - self._down_reported_at < DOWN_REPORT_INTERVAL:
+            self._down_unreported += 1
+            return
+        more = f"; {self._down_unreported} more logins refused since the last report" if self._down_unreported else ""
+        log.warning("login of user %r refused: the user database did not answer (%s)%s", username, exc, more)
+        self._down_reported_at, self._down_unreported = now, 0
 
     async def _let_in(self, login: Login, proved: _Proved) -> Verdict:
         permissions = await self._permissions_for(proved.username, login.clientid, proved.superuser)
@@ -92,7 +107,7 @@ class AuthGate:
     async def _check(self, username: str, password: bytes | None) -> _Proved | None:
         """The user if the password is right; None if unknown or wrong; BackendDown if not known."""
         if self.password_file is not None and username in self.password_file:
-            return _Proved(username) if self.password_file.check(username, password) else None
+            return _Proved(username) if await self.password_file.check(username, password) else None
         if self.users is None or password is None:
             return None
         record = await self.users.find(username)

@@ -1,0 +1,194 @@
+"""The `broker.*` limit settings reach the embedded broker of a whole bridge, and what they refuse
+or drop is counted in /metrics (SPEC 6.1 "Limits", issue 14). Clients here are bare sockets
+speaking the project's codec, in both protocol versions; the broker's own tests cover every
+limit in detail, these check the path config -> Limits -> broker -> /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import re
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bridge.app import Bridge
+from bridge.mqtt import (
+    MQTT_3_1_1,
+    MQTT_5,
+    Connack,
+    Connect,
+    Decoder,
+    Disconnect,
+    Packet,
+    Puback,
+    Publish,
+    ReasonCode,
+    Suback,
+    Subscribe,
+    Subscription,
+    encode,
+)
+from support.bridges import BridgeFactory, mqtt_port
+
+TIMEOUT = 10.0
+
+
+class CodecClient:
+    """One connection: sends the packets it is given, returns the broker's one by one."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, level: int) -> None:
+        self.reader, self.writer, self.level = reader, writer, level
+        self.decoder = Decoder(level=level, role="client")
+        self.pending: collections.deque[Packet] = collections.deque()
+
+    async def send(self, packet: Packet) -> None:
+        self.writer.write(encode(packet, self.level))
+        await self.writer.drain()
+
+    async def recv(self) -> Packet | None:
+        """The broker's next packet; None once it closed the connection."""
+        while not self.pending:
+            try:
+                data = await asyncio.wait_for(self.reader.read(1 << 16), TIMEOUT)
+            except ConnectionResetError:
+                return None
+            if not data:
+                return None
+            self.pending.extend(self.decoder.feed(data))
+        return self.pending.popleft()
+
+    def close(self) -> None:
+        self.writer.transport.abort()
+
+
+def refused(bridge: Bridge) -> dict[str, int]:
+    """hookbridge_broker_refused_total as /metrics shows it, {reason: count}."""
+    text = bridge.metrics.render()
+    return {
+        m[1]: int(m[2]) for m in re.finditer(r'^hookbridge_broker_refused_total\{reason="(\w+)"\} (\d+)$', text, re.M)
+    }
+
+
+def dropped(bridge: Bridge) -> str:
+    found = re.search(r'^hookbridge_broker_dropped_messages\{pool="embedded"\} (\S+)$', bridge.metrics.render(), re.M)
+    assert found, "hookbridge_broker_dropped_messages is missing"
+    return found[1]
+
+
+class Dialer:
+    """Opens clients, and aborts every one it opened at the end of the test."""
+
+    def __init__(self) -> None:
+        self.made: list[CodecClient] = []
+
+    async def open(self, port: int, connect: Connect) -> tuple[CodecClient, Packet | None]:
+        """A connection that sent `connect`, and the broker's answer (None: it closed)."""
+        client = CodecClient(*await asyncio.open_connection("127.0.0.1", port), connect.protocol_level)
+        self.made.append(client)
+        await client.send(connect)
+        return client, await client.recv()
+
+    async def accepted(self, port: int, client_id: str, level: int, clean: bool = True) -> CodecClient:
+        """A client whose CONNECT was accepted."""
+        client, connack = await self.open(port, Connect(client_id, protocol_level=level, clean_start=clean))
+        assert isinstance(connack, Connack) and connack.reason_code == 0, connack
+        return client
+
+
+@pytest.fixture
+async def clients() -> AsyncIterator[Dialer]:
+    """Ask for it before make_bridge: its clients are aborted after the bridge stopped."""
+    dialer = Dialer()
+    yield dialer
+    for client in dialer.made:
+        client.close()
+
+
+async def test_max_packet_size_closes_the_sender_and_is_counted(clients: Dialer, make_bridge: BridgeFactory) -> None:
+    bridge = await make_bridge(rules="", extra_config="broker.max_packet_size = 1KB\n")
+    port = mqtt_port(bridge)
+    assert refused(bridge)["packet_too_large"] == 0
+    watcher = await clients.accepted(port, "ps-watch", MQTT_3_1_1)
+    await watcher.send(Subscribe(1, [Subscription("ps/#", 1)]))
+    assert await watcher.recv() == Suback(1, [1])
+
+    v5, connack = await clients.open(port, Connect("ps-v5", protocol_level=MQTT_5))
+    assert isinstance(connack, Connack) and connack.properties.maximum_packet_size == 1024
+    await v5.send(Publish("ps/big", b"x" * 2000, qos=1, packet_id=1))
+    disconnect = await v5.recv()
+    assert isinstance(disconnect, Disconnect) and disconnect.reason_code == ReasonCode.PACKET_TOO_LARGE
+    assert await v5.recv() is None
+
+    v4 = await clients.accepted(port, "ps-v4", MQTT_3_1_1)
+    await v4.send(Publish("ps/big", b"x" * 2000, qos=1, packet_id=1))
+    assert await v4.recv() is None  # 3.1.1 has no DISCONNECT from the server: closed
+    assert refused(bridge)["packet_too_large"] == 2
+
+    small = await clients.accepted(port, "ps-small", MQTT_3_1_1)
+    await small.send(Publish("ps/small", b"fits", qos=1, packet_id=1))
+    assert await small.recv() == Puback(1)
+    delivered = await watcher.recv()  # the first and only message the watcher gets
+    assert isinstance(delivered, Publish) and (delivered.topic, delivered.payload) == ("ps/small", b"fits")
+
+
+async def test_max_offline_bytes_drops_the_oldest_counted_and_logged(
+    clients: Dialer, make_bridge: BridgeFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    bridge = await make_bridge(rules="", extra_config="broker.max_offline_bytes = 1KB\n")
+    port = mqtt_port(bridge)
+    keeper = await clients.accepted(port, "ob-keeper", MQTT_3_1_1, clean=False)
+    await keeper.send(Subscribe(1, [Subscription("ob/t", 1)]))
+    assert await keeper.recv() == Suback(1, [1])
+    await keeper.send(Disconnect())
+    assert await keeper.recv() is None
+    watcher = await clients.accepted(port, "ob-watch", MQTT_3_1_1)
+    await watcher.send(Subscribe(1, [Subscription("ob/t", 0)]))
+    assert await watcher.recv() == Suback(1, [0])
+
+    publisher = await clients.accepted(port, "ob-pub", MQTT_3_1_1)
+    # over 512 bytes each with the topic (and the broker's bookkeeping): one fits in 1KB
+    payloads = [bytes([ord("a") + i]) * 600 for i in range(5)]
+    with caplog.at_level(logging.WARNING):
+        for packet_id, payload in enumerate(payloads, 1):
+            await publisher.send(Publish("ob/t", payload, qos=1, packet_id=packet_id))
+            assert await publisher.recv() == Puback(packet_id)
+        # routed to every subscriber at once: when the watcher has the last, the keeper's queue had all
+        for payload in payloads:
+            got = await watcher.recv()
+            assert isinstance(got, Publish) and got.payload == payload
+    assert refused(bridge)["offline_bytes"] == 4
+    assert dropped(bridge) == "4.0"
+    assert any("ob-keeper" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+
+    keeper, connack = await clients.open(port, Connect("ob-keeper", clean_start=False))
+    assert isinstance(connack, Connack) and connack.session_present
+    kept = [await keeper.recv() for _ in payloads[4:]]
+    assert [p.payload for p in kept if isinstance(p, Publish)] == payloads[4:]
+
+
+@pytest.mark.parametrize(("level", "code"), [(MQTT_3_1_1, 2), (MQTT_5, ReasonCode.CLIENT_IDENTIFIER_NOT_VALID)])
+async def test_max_clientid_len_refuses_at_connect(
+    clients: Dialer, make_bridge: BridgeFactory, level: int, code: int
+) -> None:
+    bridge = await make_bridge(rules="", extra_config="broker.max_clientid_len = 23\n")
+    port = mqtt_port(bridge)
+    await clients.accepted(port, "c" * 23, level)
+    client, connack = await clients.open(port, Connect("c" * 24, protocol_level=level))
+    assert isinstance(connack, Connack) and connack.reason_code == code
+    assert await client.recv() is None
+    assert refused(bridge)["clientid_too_long"] == 1
+
+
+@pytest.mark.parametrize(("level", "code"), [(MQTT_3_1_1, 0x80), (MQTT_5, ReasonCode.QUOTA_EXCEEDED)])
+async def test_max_subscriptions_refuses_the_filter_over_it(
+    clients: Dialer, make_bridge: BridgeFactory, level: int, code: int
+) -> None:
+    bridge = await make_bridge(rules="", extra_config="broker.max_subscriptions = 2\n")
+    client = await clients.accepted(mqtt_port(bridge), "subs", level)
+    await client.send(Subscribe(1, [Subscription("a", 1), Subscription("b", 1), Subscription("c", 1)]))
+    assert await client.recv() == Suback(1, [1, 1, code])
+    await client.send(Subscribe(2, [Subscription("a", 0)]))  # the same filter again replaces it: no new one
+    assert await client.recv() == Suback(2, [0])
+    assert refused(bridge)["max_subscriptions"] == 1
