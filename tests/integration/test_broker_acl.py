@@ -432,11 +432,12 @@ def test_check_and_run_report_every_acl_file_problem(tmp_path: Path, redis_port:
         "config/bridge.conf:4:22: broker.acl.nomatch: expected one of allow, deny, got 'maybe'",
         "1 problem found",
     ]
+    at = "config/bridge.conf:3:19: broker.acl.file: "
     acl_lines = [
-        "config/acl:4:7: 'raed' is not an access (read, write, readwrite or deny); a filter with a space needs "
+        at + "config/acl:4:7: 'raed' is not an access (read, write, readwrite or deny); a filter with a space needs "
         "the access word first (topic readwrite <filter>)",
-        "config/acl:5:15: 'x%c': %c and %u must each be a whole level of the pattern (like a/%c/b)",
-        "config/acl:6:1: unknown keyword 'topik' (use topic, pattern or user)",
+        at + "config/acl:5:15: 'x%c': %c and %u must each be a whole level of the pattern (like a/%c/b)",
+        at + "config/acl:6:1: unknown keyword 'topik' (use topic, pattern or user)",
         "3 problems found",
     ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

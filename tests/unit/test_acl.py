@@ -126,7 +126,13 @@ def test_check_reports_acl_file_problems_with_the_config(tmp_path: Path) -> None
     acl.write_text("topic write bad/#/x\n")
     with pytest.raises(ConfErrors) as caught:
         parse_config("bridge.conf", f"broker.acl.file = {acl}\n")
-    assert str(caught.value).startswith(f"{acl}:1:13: ")
+    assert str(caught.value).startswith(f"bridge.conf:1:19: broker.acl.file: {acl}:1:13: ")
+    lines = "\n".join(f"user{n}:$7$101$c2FsdA==$aGFzaA==" for n in range(30))
+    with pytest.raises(ConfErrors) as caught:
+        parse_acl("passwd", lines)  # a password file named by mistake: no hash is echoed
+    shown = [str(error) for error in caught.value.errors]
+    assert len(shown) == 21 and shown[-1] == "passwd:21:1: 10 more problems not shown"
+    assert shown[0] == "passwd:1:1: not an ACL line (use topic, pattern or user)" and "$7$" not in str(caught.value)
     with pytest.raises(ConfErrors) as caught:
         parse_config("bridge.conf", f"node.name = n\nbroker.acl.file = {tmp_path / 'missing'}\n")
     assert str(caught.value) == "bridge.conf:2:19: broker.acl.file: No such file or directory"

@@ -15,6 +15,7 @@ and a SIGHUP reload judge a file the same way.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +23,8 @@ from bridge.brokers.embedded.auth.acl import CLIENTID, READ, READWRITE, USERNAME
 from bridge.conf.errors import ConfError, ConfErrors, Position
 from bridge.topics import filter_error
 
+MAX_ERRORS = 20  # a file that is not an ACL file at all says so in a screenful
+_WORD = re.compile(r"[A-Za-z_]{1,20}")
 ACCESS = {"read": READ, "write": WRITE, "readwrite": READWRITE, "deny": READWRITE}
 
 
@@ -81,7 +84,10 @@ def parse_acl(path: str, text: str) -> AclFile:
             section = users.setdefault(name, [])
             continue
         if keyword not in ("topic", "pattern"):
-            error(col, f"unknown keyword {keyword!r} (use topic, pattern or user)")
+            # quoted only when it looks like a word: a file named by mistake (a password file)
+            # must not end up in the log line by line
+            named = f"unknown keyword {keyword!r}" if _WORD.fullmatch(keyword) else "not an ACL line"
+            error(col, f"{named} (use topic, pattern or user)")
             continue
         if len(words) < 2:
             error(len(line), f"`{keyword}` needs a topic filter")
@@ -111,6 +117,9 @@ def parse_acl(path: str, text: str) -> AclFile:
             continue
         entry = Entry(ACCESS[access_word], topic_filter, allow=access_word != "deny", substitute=keyword == "pattern")
         (patterns if keyword == "pattern" else section).append(entry)
+    if len(errors) > MAX_ERRORS:
+        hidden = len(errors) - MAX_ERRORS
+        errors = [*errors[:MAX_ERRORS], ConfError(errors[MAX_ERRORS].where, f"{hidden} more problems not shown")]
     if errors:
         raise ConfErrors(errors)
     return AclFile(tuple(anonymous), {name: tuple(entries) for name, entries in users.items()}, tuple(patterns))

@@ -133,6 +133,7 @@ def acl_problems(path: str, settings: dict[str, Any], at: dict[str, Position]) -
             return errors
         try:
             parse_acl(file, text)
-        except ConfErrors as exc:
-            errors.extend(exc.errors)
+        except ConfErrors as exc:  # at the setting, like the password file: `conf:l:c: key: acl:l:c: ...`
+            where = at.get("broker.acl.file", Position(path, 1, 1))
+            errors.extend(ConfError(where, f"broker.acl.file: {error}") for error in exc.errors)
     return errors
