@@ -139,6 +139,9 @@ async def test_subscribe_denied_per_filter(connect: Clients, version: Any) -> No
     assert await limited.subscribe("$SYS/#", 0) == [NOT_AUTHORIZED[version]]
     assert await limited.subscribe("devices/lim1/+", 1) == [1]  # %c
     assert await limited.subscribe("devices/other/+", 1) == [NOT_AUTHORIZED[version]]
+    # a shared subscription is judged by its filter after $share/<group>/
+    assert await limited.subscribe("$share/g/nosub/hidden", 1) == [NOT_AUTHORIZED[version]]
+    assert await limited.subscribe("$share/g/dev/+/x", 1) == [1]
     # the granted subscriptions work; the refused ones deliver nothing
     writer = await connect("w1", "writer")
     await writer.publish("other/x", b"no", 1)
