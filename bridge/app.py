@@ -13,7 +13,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from actions.base import Backend, FunctionContext
 from actions.cassa.backend import CassaBackend
@@ -23,6 +23,7 @@ from actions.redis.backend import RedisBackend
 from bridge.brokers.base import BrokerSource, Capability
 from bridge.conf.config import Config, load_config
 from bridge.conf.errors import ConfError, ConfErrors, Position
+from bridge.conf.schema import GLOBAL
 from bridge.delivery import DeliveryLog
 from bridge.dispatcher import Dispatcher
 from bridge.engine import Engine
@@ -33,6 +34,9 @@ from bridge.redact import Redactor
 from bridge.rules import Rule, RuleContext, load_rules
 from bridge.runner import Runner
 from bridge.spool import Budget
+
+if TYPE_CHECKING:
+    from bridge.brokers.embedded.auth import AuthGate
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +92,7 @@ class Bridge:
         # Masks secrets wherever the bridge prints (logs, /healthz); a reload adds new pools' ones.
         self.redactor = Redactor(config.secrets)
         self.msgids = MsgIdGenerator(config["node.name"])
+        self.gate: AuthGate | None = None  # the embedded broker's users (SIGHUP reads them again)
         self.broker = broker or self._make_broker(rules)
         self.engine = Engine(rules)
         self.runners: dict[str, Runner] = {}
@@ -112,11 +117,18 @@ class Bridge:
 
             return make_external_source(self.config, rules, self.msgids)
         from bridge.brokers.embedded import EmbeddedBroker
+        from bridge.brokers.embedded.auth import make_gate, takeover_of
         from bridge.brokers.embedded.limits import Limits
 
         host, port = self.config["broker.listener.tcp"]
+        self.gate = make_gate(self.config)
         return EmbeddedBroker(
-            f"{host}:{port}", node=self.config["node.name"], msgids=self.msgids, limits=Limits.from_config(self.config)
+            f"{host}:{port}",
+            node=self.config["node.name"],
+            msgids=self.msgids,
+            limits=Limits.from_config(self.config),
+            gate=self.gate,
+            takeover=takeover_of(self.config),
         )
 
     # -- lifecycle -----------------------------------------------------------
@@ -125,8 +137,12 @@ class Bridge:
         for pool_id in sorted(self.engine.pools):
             self.runners[pool_id] = await self._start_pool(pool_id, self.engine.rules)
         unused = set(self.config.pools) - self.engine.pools
+        read_by = {self.config[key]: key for key, setting in GLOBAL.items() if setting.pool_ref and self.config[key]}
         for pool_id in sorted(unused):
-            log.info("pool %s is configured but no rule uses it; not connecting", pool_id)
+            if pool_id in read_by:  # the broker's users or ACL: read on their own connection, when needed
+                log.info("pool %s: no rule writes to it; %s reads from it", pool_id, read_by[pool_id])
+            else:
+                log.info("pool %s is configured but no rule uses it; not connecting", pool_id)
         self._gauges()
         # Brokers ack a message once every job of it is done (SPEC 6.3): the dispatcher then
         # returns a future per event, resolved through the runners' commit hooks.
@@ -179,12 +195,16 @@ class Bridge:
         log.info("hookbridge stopped")
 
     async def reload(self) -> bool:
-        """Reload rules (SIGHUP). On any error the old rules stay and every error is logged.
+        """Reload rules and the broker's password and ACL files (SIGHUP). On any error the old rules
+        stay and every error is logged.
 
         Pools the new rules use for the first time are connected before anything changes; one
         that cannot connect (a wrong password) refuses the whole reload, and the pools connected
         for it are closed again.
         """
+        if self.gate is not None:
+            for problem in self.gate.reload():  # the password and ACL files: on a problem the old ones stay
+                log.error("not reloaded, the users and ACL entries read before stay: %s", problem)
         try:
             config, rules = load_all(self.paths)
         except ConfErrors as exc:

@@ -41,11 +41,40 @@ _KNOWN_TOPICS_MAX = 100_000
 Entry = tuple[int, Write]  # the job's index in the batch, one of its writes
 
 
+def client_options(pool: Any) -> dict[str, Any]:
+    """AsyncMongoClient's settings from a pool's keys (also the broker's user lookups)."""
+    options: dict[str, Any] = {
+        "host": [f"{host}:{port}" for host, port in pool["server"]],
+        "maxPoolSize": max(2, pool["pool_size"]),
+        "serverSelectionTimeoutMS": 5000,  # a down server fails a batch in 5 s; the runner retries
+        "connectTimeoutMS": 5000,
+        "tz_aware": True,
+        "appname": "hookbridge",
+    }
+    login = pool["login"] or pool["username"]
+    if login:
+        options.update(username=login, password=pool["password"], authSource=pool["auth_source"])
+    if pool["replica_set"]:
+        options["replicaSet"] = pool["replica_set"]
+    elif pool["type"] == "single" and len(pool["server"]) == 1:
+        options["directConnection"] = True
+    if pool["ssl"]:
+        options["tls"] = True
+        if pool["ssl.cafile"]:
+            options["tlsCAFile"] = pool["ssl.cafile"]
+        if pool["ssl.certfile"]:
+            options["tlsCertificateKeyFile"] = _certificate_key_file(pool["ssl.certfile"], pool["ssl.keyfile"])
+        if not pool["ssl.verify"]:
+            options["tlsAllowInvalidCertificates"] = True
+            options["tlsAllowInvalidHostnames"] = True
+    return options
+
+
 class MongoBackend(Backend):
     db = "mongo"
 
     async def connect(self) -> None:
-        self.client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(**self._client_options())
+        self.client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(**client_options(self.pool))
         self.database = self.client[self.pool["database"]]
         self.ttl: bool | None = None  # does mqtt_msg have a TTL index? None: not known yet
         self._known_topics: set[str] = set()
@@ -58,34 +87,6 @@ class MongoBackend(Backend):
             if not self.is_recoverable(exc) or _tls_refused(exc):
                 raise
             log.warning("pool %s: MongoDB not reachable yet (%s); actions wait and retry", self.pool.id, exc)
-
-    def _client_options(self) -> dict[str, Any]:
-        pool = self.pool
-        options: dict[str, Any] = {
-            "host": [f"{host}:{port}" for host, port in pool["server"]],
-            "maxPoolSize": max(2, pool["pool_size"]),
-            "serverSelectionTimeoutMS": 5000,  # a down server fails a batch in 5 s; the runner retries
-            "connectTimeoutMS": 5000,
-            "tz_aware": True,
-            "appname": "hookbridge",
-        }
-        login = pool["login"] or pool["username"]
-        if login:
-            options.update(username=login, password=pool["password"], authSource=pool["auth_source"])
-        if pool["replica_set"]:
-            options["replicaSet"] = pool["replica_set"]
-        elif pool["type"] == "single" and len(pool["server"]) == 1:
-            options["directConnection"] = True
-        if pool["ssl"]:
-            options["tls"] = True
-            if pool["ssl.cafile"]:
-                options["tlsCAFile"] = pool["ssl.cafile"]
-            if pool["ssl.certfile"]:
-                options["tlsCertificateKeyFile"] = _certificate_key_file(pool["ssl.certfile"], pool["ssl.keyfile"])
-            if not pool["ssl.verify"]:
-                options["tlsAllowInvalidCertificates"] = True
-                options["tlsAllowInvalidHostnames"] = True
-        return options
 
     async def _ensure_schema(self) -> None:
         if not self._schema_pending:

@@ -43,7 +43,7 @@ _RECOVERABLE = (
 Unit = tuple[list[int], list[Write]]  # job indexes and the statements that write them
 
 
-def _tls(pool: Any) -> ssl.SSLContext | bool:
+def tls_context(pool: Any) -> ssl.SSLContext | bool:
     if not pool["ssl"]:
         return False
     context = ssl.create_default_context(cafile=pool["ssl.cafile"] or None)
@@ -72,7 +72,7 @@ class PgsqlBackend(Backend):
             user=self.pool["username"] or None,
             password=self.pool["password"] or None,
             database=self.pool["database"],
-            ssl=_tls(self.pool),
+            ssl=tls_context(self.pool),
             min_size=0,  # connect on first use: a server that is down now must not stop the start
             max_size=max(2, self.pool["pool_size"]),
             command_timeout=60,

@@ -33,7 +33,7 @@ _RECOVERABLE = (
 )
 
 
-def _tls_options(pool: Any) -> dict[str, Any]:
+def tls_options(pool: Any) -> dict[str, Any]:
     """redis-py's SSLConnection settings from the pool's `ssl*` keys (empty without TLS)."""
     if not pool["ssl"]:
         return {}
@@ -66,7 +66,7 @@ class RedisBackend(Backend):
             socket_connect_timeout=self.pool["request_timeout"],
             socket_timeout=self.pool["request_timeout"],
             health_check_interval=30,
-            **({"connection_class": PackedConnection} | _tls_options(self.pool)),
+            **({"connection_class": PackedConnection} | tls_options(self.pool)),
         )
         self.redis: Any = aioredis.Redis(connection_pool=connections)  # replies are bytes (protocol 2)
         self.index = TopicIndex(self.redis)

@@ -125,11 +125,30 @@ def parse_config(path: str, text: str) -> Config:
                 pool.settings["server"] = [("127.0.0.1", DEFAULT_PORTS["mongo"])]
         elif pool.settings["server"] is None:
             pool.settings["server"] = ("127.0.0.1", DEFAULT_PORTS[pool.db])
+    errors.extend(_pool_reference_errors(settings, pools, values_at))
     if not errors:  # TLS files are loaded only once every value parsed
         errors.extend(_tls_errors(path, settings, pools, values_at))
+    if not errors:  # the ACL file is read like the TLS files: `check` rejects what `run` would
+        from bridge.brokers.embedded.auth.aclsource import acl_problems
+
+        errors.extend(acl_problems(path, settings, values_at))
     if errors:
         raise ConfErrors(errors)
     return Config(path=path, settings=settings, pools=pools, secrets=secrets)
+
+
+def _pool_reference_errors(
+    settings: dict[str, Any], pools: dict[str, PoolConfig], values_at: dict[str, Position]
+) -> list[ConfError]:
+    """Settings that name a pool (`broker.auth.backend = redis.pool1`) name one that is configured."""
+    errors: list[ConfError] = []
+    for key, setting in GLOBAL.items():
+        value = settings.get(key)
+        if setting.pool_ref and value and value not in pools:
+            known = sorted(pools)
+            hint = f"; configured pools: {', '.join(known)}" if known else "; no pool is configured"
+            errors.append(ConfError(values_at[key], f"{key}: no pool {value}{_suggest(value, known) or hint}"))
+    return errors
 
 
 def _tls_errors(

@@ -23,6 +23,7 @@ class Setting:
     doc: str
     secret: bool = False
     example: str | None = None  # how it looks in a file, for the docs
+    pool_ref: bool = False  # the value names a configured pool (`<db>.<pool>`): checked once pools are read
 
 
 def topic_filter(text: str) -> str:
@@ -35,11 +36,50 @@ def topic_filter(text: str) -> str:
 
 topic_filter.__doc__ = "MQTT topic filter"
 
+
+def password_file(text: str) -> str:
+    """A password file `run` can use: read and parsed now, so `check` reports its bad lines."""
+    from bridge.brokers.embedded.auth.passwords import load_password_file  # the broker imports conf
+
+    value = v.parse_str(text)
+    if value:
+        load_password_file(value)  # PasswordFileError is a ValueError: `path:line:col: ...` lines
+    return value
+
+
+password_file.__doc__ = "path of a file `mosquitto_passwd` writes; empty: none"
+
+
+def password_hash(text: str) -> str:
+    from bridge.brokers.embedded.auth.hashes import parse_password_hash
+
+    return str(parse_password_hash(text))  # validated here, made a PasswordHash by make_gate
+
+
+password_hash.__doc__ = (
+    "`plain`, `md5`, `sha`, `sha256`, `sha512`, `bcrypt`, `salt,<hash>`, `<hash>,salt` or "
+    "`pbkdf2,<mac>,<iterations>,<dklen>`"
+)
+
+
+def user_backend(text: str) -> str:
+    """`redis.<pool>`, `pgsql.<pool>`, `mongo.<pool>` or empty."""
+    value = v.parse_str(text).strip()
+    db, dot, pool = value.partition(".")
+    if value and (db not in ("redis", "pgsql", "mongo") or not dot or not pool):
+        raise ValueError(f"{value!r} is not redis.<pool>, pgsql.<pool> or mongo.<pool>")
+    return value
+
+
+user_backend.__doc__ = "`redis.<pool>`, `pgsql.<pool>`, `mongo.<pool>`; empty: none"
+
+
 # MongoDB database names: no path or shell characters, under 64 bytes.
 MONGO_NAME = v.described(
     'text, not empty, at most 63 bytes, without space or any of `/\\."$*<>:?` and `\\|`',
     v.string(required=True, max_bytes=63, forbidden='/\\. "$*<>:|?'),
 )
+
 
 GLOBAL: dict[str, Setting] = {
     "node.name": Setting(
@@ -121,6 +161,54 @@ GLOBAL: dict[str, Setting] = {
         0,
         "embedded mode: seconds; above 0, MQTT 5 clients asking for a longer keepalive (or none) are "
         "told this one and held to it; 0: each client's own keepalive",
+    ),
+    # -- the embedded broker's users (SPEC 6.2; bridge/brokers/embedded/auth/) --
+    "broker.auth.password_file": Setting(
+        password_file,
+        "",
+        "embedded mode: users and passwords in Mosquitto's password file format ($7$ PBKDF2-SHA512 or $6$ "
+        "SHA-512, as `mosquitto_passwd` writes them), e.g. `etc/passwd`; read again on SIGHUP",
+    ),
+    "broker.auth.backend": Setting(
+        user_backend,
+        "",
+        "embedded mode: the pool whose database holds the users (Redis hash `mqtt_user:<username>`, "
+        "PostgreSQL table / MongoDB collection `mqtt_user`), e.g. `redis.pool1`; lookups are cached for 30 s",
+        pool_ref=True,
+    ),
+    "broker.auth.password_hash": Setting(
+        password_hash,
+        "sha256",
+        "embedded mode: how the database's `password` field was made from the password and its `salt` "
+        "field, as EMQX 4 (`salt,sha256`: salt before the password, `sha256,salt`: after it)",
+    ),
+    # -- who may publish and subscribe (SPEC 6.2; the embedded broker) ----------------------
+    "broker.acl.file": Setting(
+        v.parse_str,
+        "",
+        "embedded mode: ACL file in Mosquitto's `acl_file` format (`user`, `topic`, `pattern` with %c "
+        "and %u); reloaded on SIGHUP",
+        example="etc/acl",
+    ),
+    "broker.acl.backend": Setting(
+        user_backend,
+        "",
+        "embedded mode: the ACL in a database, in EMQX 4's layout (Redis `mqtt_acl:<username>` hashes, "
+        "table or collection `mqtt_acl`); read once per login, cached for 30 s",
+        example="redis.pool1",
+        pool_ref=True,
+    ),
+    "broker.acl.nomatch": Setting(
+        v.enum_of("allow", "deny"),
+        "deny",
+        "embedded mode: what a publish or subscribe no ACL entry matches gets (`$SYS` topics are "
+        "readable only where an entry allows them)",
+    ),
+    "broker.takeover": Setting(
+        v.enum_of("any", "same_user"),
+        None,
+        "embedded mode: `same_user`: a CONNECT with the client id of another user's connection or session is "
+        "refused; `any`: it takes the session over. Default: `same_user` when `broker.auth.*` is set, else `any`",
     ),
     "broker.server": Setting(a.parse_hostport, ("127.0.0.1", 1883), "external modes: broker to connect to"),
     "broker.clientid": Setting(

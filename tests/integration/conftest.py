@@ -99,6 +99,7 @@ class PahoClient:
         *,
         clean_session: bool = True,
         username: str | None = None,
+        password: str | None = None,
         manual_ack: bool = False,
     ) -> None:
         self.port = port
@@ -112,7 +113,7 @@ class PahoClient:
             reconnect_on_failure=False,
         )
         if username is not None:
-            self.client.username_pw_set(username)
+            self.client.username_pw_set(username, password)
         self.messages: asyncio.Queue[mqtt.MQTTMessage] = asyncio.Queue()
         self.disconnected = asyncio.Event()
         self._connack: asyncio.Future[tuple[int, bool]] = self._loop.create_future()
