@@ -225,3 +225,23 @@ async def test_a_redis_stopped_under_the_bridge_refuses_new_logins(
     assert await connack(paho_clients, port, "bob", "pw") == SERVER_UNAVAILABLE  # never let in
     assert await connack(paho_clients, port, "bob", "wrong") == SERVER_UNAVAILABLE
     assert bridge.broker.refused["login_backend_down"] == 2
+
+
+async def test_the_cache_is_bounded_in_entries_and_time(redis_db: redis_sync.Redis, redis_port: int) -> None:
+    from bridge.brokers.embedded.auth.users import CachedUsers, RedisUsers
+
+    config = make_config(redis_port)
+    redis_db.hset("mqtt_user:a", mapping={"password": "1"})
+    users = CachedUsers(RedisUsers(config.pools["redis.pool1"]), ttl=30, entries=2)
+    try:
+        for name in ("a", "b", "a", "c", "b", "a"):  # b is evicted by c, then a by b
+            await users.find(name)
+        assert users.store.lookups == 5
+        assert (await users.find("a")) is not None and (await users.find("nobody")) is None
+        expiring = CachedUsers(users.store, ttl=0)
+        before = users.store.lookups
+        await expiring.find("a")
+        await expiring.find("a")
+        assert users.store.lookups == before + 2
+    finally:
+        await users.close()
