@@ -112,6 +112,7 @@ class Bridge:
 
             return make_external_source(self.config, rules, self.msgids)
         from bridge.brokers.embedded import EmbeddedBroker
+        from bridge.brokers.embedded.listeners import configured
 
         host, port = self.config["broker.listener.tcp"]
         return EmbeddedBroker(
@@ -119,6 +120,7 @@ class Bridge:
             node=self.config["node.name"],
             msgids=self.msgids,
             max_offline_messages=self.config["broker.max_offline_messages"],
+            listeners=[listener for listener in configured(self.config.settings) if listener.name != "tcp"],
         )
 
     # -- lifecycle -----------------------------------------------------------

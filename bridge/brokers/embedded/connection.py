@@ -487,8 +487,10 @@ class Connection(asyncio.Protocol):
                     transport.write(encode(Disconnect(code), MQTT_5))
                     # Closing with unread input would reset the connection, and a reset can
                     # discard the DISCONNECT before the client reads it: half-close, drain what
-                    # still comes (ignored) for a moment, then close.
-                    transport.write_eof()
+                    # still comes (ignored) for a moment, then close. (TLS has no half-close:
+                    # there the DISCONNECT just has the moment to reach the client.)
+                    if transport.can_write_eof():
+                        transport.write_eof()
                     self.lingering = True
                     if self.reading_paused:
                         transport.resume_reading()
