@@ -82,11 +82,13 @@ GLOBAL: dict[str, Setting] = {
         "listener binds a loopback address. A listener other clients can reach with nothing to "
         "authenticate them (no password file, no users in a database, no client certificates) stops the "
         "start unless this is on",
-        example="off",
     ),
     **_tls_listener("ssl", "MQTT over TLS listener", "0.0.0.0:8883"),
     "broker.listener.ws": Setting(
-        a.optional_listener, None, "embedded mode: MQTT over WebSocket listener, path `/mqtt`", example="0.0.0.0:8083"
+        a.optional_listener,
+        None,
+        "embedded mode: MQTT over WebSocket listener, path `/mqtt`; `off` (default) disables",
+        example="0.0.0.0:8083",
     ),
     **_tls_listener("wss", "MQTT over WebSocket and TLS listener, path `/mqtt`", "0.0.0.0:8084"),
     "broker.max_offline_messages": Setting(

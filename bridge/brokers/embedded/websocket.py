@@ -51,7 +51,8 @@ class WebSocketProtocol(asyncio.Protocol):
         self.ws = ServerProtocol(subprotocols=SUBPROTOCOLS, max_size=max_size, logger=_wire_log)
         self.transport: asyncio.Transport | None = None
         self.framed: FramedTransport | None = None
-        self.responded = False
+        self.responded = False  # an HTTP response went out (101 or an error)
+        self._request_started = False
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -62,6 +63,13 @@ class WebSocketProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         ws = self.ws
+        if not self.responded and not self._request_started and data:
+            # Every HTTP method starts with a capital letter; anything else (an MQTT client on
+            # the wrong port) would wait for a line end until the connect timeout.
+            if not 0x41 <= data[0] <= 0x5A:
+                self._reply_bad_request()
+                return
+            self._request_started = True
         ws.receive_data(data)
         for event in ws.events_received():
             if isinstance(event, Request):
@@ -114,16 +122,28 @@ class WebSocketProtocol(asyncio.Protocol):
         ws, transport = self.ws, self.transport
         if transport is None or transport.is_closing():
             return
+        chunks = ws.data_to_send()
+        if not self.responded and chunks and chunks[0].startswith(b"HTTP/"):
+            self.responded = True  # websockets refused the request itself (431, 414)
         if ws.handshake_exc is not None and not self.responded:
-            # Not even a parsable HTTP request: websockets would just close; say why first.
-            self.responded = True
-            transport.write(ws.reject(http.HTTPStatus.BAD_REQUEST, "not a WebSocket upgrade request\n").serialize())
-        for chunk in ws.data_to_send():
+            # Not a parsable HTTP request: websockets would just close; say why first.
+            self._reply_bad_request()
+            return
+        for chunk in chunks:
             if chunk:
                 transport.write(chunk)
             else:  # the end of the stream: close once what is buffered is written
                 transport.close()
                 return
+
+    def _reply_bad_request(self) -> None:
+        self.responded = True
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(
+                self.ws.reject(http.HTTPStatus.BAD_REQUEST, "not a WebSocket upgrade request\n").serialize()
+            )
+            transport.close()
 
 
 class FramedTransport(asyncio.Transport):
