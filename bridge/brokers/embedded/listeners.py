@@ -127,11 +127,10 @@ def listener_problems(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
             problems.extend(_tls_problems(listener))
     if problems:
         return problems
-    allow = settings.get("broker.allow_anonymous")
-    if allow is None:
-        allow = anonymous_default(settings)
+    asked = settings.get("broker.allow_anonymous")  # None: not set
+    allow = anonymous_default(settings) if asked is None else asked
     passwords = any(settings.get(key) for key in _AUTH_KEYS)
-    if not allow and not passwords and not any(listener.peer_cert_as_username for listener in listeners):
+    if asked is False and not passwords and not any(listener.peer_cert_as_username for listener in listeners):
         return [
             (
                 "broker.allow_anonymous",
@@ -171,11 +170,12 @@ def _tls_problems(listener: Listener) -> list[tuple[str, str]]:
     try:
         _verifying_context(listener)
     except (OSError, ssl.SSLError) as exc:
-        return [*problems, (f"{key}.cafile", f"cannot load {listener.cafile}: {reason(exc)}")]
+        return [*problems, (f"{key}.cafile", f"{key}.cafile: cannot load {listener.cafile}: {reason(exc)}")]
     try:
         server_context(listener)
     except (OSError, ssl.SSLError, ValueError) as exc:
-        problems.append(load_problem(exc, f"{key}.", listener.certfile, listener.keyfile))
+        where, message = load_problem(exc, f"{key}.", listener.certfile, listener.keyfile)
+        problems.append((where, f"{where}: {message}"))
     return problems
 
 
