@@ -39,12 +39,13 @@ class Dispatcher:
             await self.runners[rule.pool].submit(job)
         return receipt.done
 
-    def wants(self, hookpoint: Hookpoint, clientid: str) -> bool:
+    def wants(self, hookpoint: Hookpoint, clientid: str, topic: str | None = None) -> bool:
         """Whether an event of `hookpoint` for `clientid` would do anything here (a rule takes
-        it, or a fetch page waits for that client's acks). A broker may skip building an event
+        it (for `topic` when given), or a fetch page waits for that client's acks). A broker may
+        skip building an event
         that nothing wants (message.delivered and message.acked come once per message and
         receiver); it is still counted."""
-        if self.engine.takes(hookpoint) or self.pager.waits_for(clientid):
+        if self.engine.takes(hookpoint, topic) or self.pager.waits_for(clientid):
             return True
         self.metrics.events[hookpoint] += 1
         return False

@@ -25,11 +25,15 @@ class Engine:
         self._by_topic: dict[tuple[Hookpoint, str | None], list[Rule]] = {}
 
     def match(self, event: Event) -> list[Rule]:
-        candidates = self._by_hook.get(event.hookpoint)
+        by_topic = self._matching(event.hookpoint, event_topic(event))
+        return [rule for rule in by_topic if rule.applies(event)] if by_topic else by_topic
+
+    def _matching(self, hookpoint: Hookpoint, topic: str | None) -> list[Rule]:
+        """The rules of `hookpoint` whose topic filters match `topic` (cached per topic)."""
+        candidates = self._by_hook.get(hookpoint)
         if not candidates:
             return []
-        topic = event_topic(event)
-        key = (event.hookpoint, topic)
+        key = (hookpoint, topic)
         by_topic = self._by_topic.get(key)
         if by_topic is None:
             by_topic = [
@@ -40,11 +44,13 @@ class Engine:
             if len(self._by_topic) >= _TOPIC_CACHE_SIZE:
                 self._by_topic.clear()  # a fleet with more topics than this pays the match again
             self._by_topic[key] = by_topic
-        return [rule for rule in by_topic if rule.applies(event)]
+        return by_topic
 
-    def takes(self, hookpoint: Hookpoint) -> bool:
-        """Whether any rule runs on this hookpoint."""
-        return bool(self._by_hook.get(hookpoint))
+    def takes(self, hookpoint: Hookpoint, topic: str | None = None) -> bool:
+        """Whether a rule may run on this hookpoint (for this topic, when one is given)."""
+        if topic is None:
+            return bool(self._by_hook.get(hookpoint))
+        return bool(self._matching(hookpoint, topic))
 
     @property
     def pools(self) -> set[str]:

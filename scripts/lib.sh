@@ -57,6 +57,20 @@ python_env() {
   fi
 }
 
+# js_deps: the Node packages of the interop tests (tests/interop/js: MQTT.js), exactly as its
+# package-lock.json pins them, reinstalled only when that file changes. Node and npm come from
+# Debian when missing (an npm bundled with another Node package counts as present).
+js_deps() {
+  local dir="$ROOT/tests/interop/js"
+  local stamp="$dir/node_modules/.installed"
+  command -v npm >/dev/null || apt_install nodejs npm
+  if [ ! -f "$stamp" ] || [ "$dir/package-lock.json" -nt "$stamp" ]; then
+    say "installing Node packages (tests/interop/js)"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+    touch "$stamp"
+  fi
+}
+
 # gmqtt's wheel installs top-level `tests` and `examples` packages into site-packages. A regular
 # package there wins over the project's own `tests/` folder (a namespace package), so
 # `from tests.integration.conftest import ...` would import gmqtt's tests. Remove them: nothing

@@ -43,6 +43,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 apt_install redis-server mosquitto postgresql libpostgresql-jdbc-java openjdk-17-jre-headless maven chromium
 python_env test
+js_deps
 # The Spark reports' connector jars (Maven Central) and JDBC driver (Debian), once into .spark-jars/.
 bash "$ROOT/scripts/spark_jars.sh"
 # Cassandra takes 15-25 s to start (longer the first time: Maven fetches it). Start it now, in the

@@ -1,10 +1,9 @@
 """The `broker` fixture: every suite test runs against Mosquitto and against the embedded broker.
 
-- `mosquitto`: Debian's Mosquitto 2.0 (installed by scripts/mosquitto.sh if missing), one process
-  for the session on a free loopback port, with a config of its own rather than the mqtt-mode one
-  scripts/mosquitto.sh writes: no persistence (no session or retained message survives into a
-  later run), anonymous clients on loopback, and the limits the 5.0 tests exercise announced in
-  CONNACK (maximum packet size, receive maximum, a server keep-alive cap).
+- `mosquitto`: Debian's Mosquitto 2.0, one process for the session (support/mosquitto.py: a
+  config of its own, no persistence, anonymous clients on loopback), with the limits the 5.0
+  tests exercise announced in CONNACK (maximum packet size, receive maximum, a server keep-alive
+  cap).
 - `embedded`: a bridge started by `make_bridge` with no rules and no pools, i.e. only the
   embedded broker, on a free loopback port; one per test.
 
@@ -13,20 +12,14 @@ Tests share the Mosquitto process, so each one uses client ids and topics of its
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
-import time
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from broker_suite.clients import V5, Broker, Client
 from support.bridges import BridgeFactory, mqtt_port
-from support.services import ROOT
+from support.mosquitto import own_mosquitto
 
 # What the suite's Mosquitto announces in CONNACK (5.0); the tests read the values from the
 # CONNACK itself, these only configure Mosquitto.
@@ -54,46 +47,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("broker_name", [mosquitto, "embedded"])
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_listening(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"mosquitto exited with {process.returncode}: {log.read_text()}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"mosquitto did not listen on {port}: {log.read_text()}")
-
-
 @pytest.fixture(scope="session")
 def mosquitto_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    if shutil.which("mosquitto") is None:
-        # The project's script installs the Debian package (and starts its mqtt-mode broker).
-        subprocess.run(["bash", str(ROOT / "scripts" / "mosquitto.sh"), "1885"], check=True)
-    folder = tmp_path_factory.mktemp("mosquitto")
-    port = _free_port()
-    conf = folder / "mosquitto.conf"
-    log = folder / "mosquitto.log"
-    lines = f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n{MOSQUITTO_LIMITS}"
-    lines += f"log_dest file {log}\nlog_type all\n"
-    if os.geteuid() == 0:
-        lines += "user root\n"  # as root it would switch to `mosquitto`, who cannot write the log here
-    conf.write_text(lines)
-    process = subprocess.Popen(["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        _wait_listening(port, process, log)
+    with own_mosquitto(tmp_path_factory.mktemp("mosquitto"), MOSQUITTO_LIMITS) as port:
         yield port
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 @pytest.fixture

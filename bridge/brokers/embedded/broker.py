@@ -95,8 +95,8 @@ class Broker(FlowsMixin):
         # building and posting a message.delivered nobody reads was a tenth of the publish path.
         self._wants = getattr(sink, "wants", None)
 
-    def wants(self, hookpoint: Hookpoint, clientid: str) -> bool:
-        return self._wants is None or bool(self._wants(hookpoint, clientid))
+    def wants(self, hookpoint: Hookpoint, clientid: str, topic: str | None = None) -> bool:
+        return self._wants is None or bool(self._wants(hookpoint, clientid, topic))
 
     # -- connections -------------------------------------------------------------
 

@@ -404,7 +404,7 @@ class Connection(asyncio.Protocol):
         out: list[bytes] = []
         room = self.broker.limits.max_output_bytes - transport.get_write_buffer_size()
         now = 0.0
-        delivered = self.broker.wants(Hookpoint.MESSAGE_DELIVERED, state.clientid)
+        wants = self.broker.wants
         while state.outbox and len(state.inflight) < self.send_window and room > 0 and not self.writing_paused:
             message = state.pop()
             if message.expires:
@@ -420,7 +420,7 @@ class Connection(asyncio.Protocol):
                 continue
             out.append(data)
             room -= len(data)
-            if delivered:
+            if wants(Hookpoint.MESSAGE_DELIVERED, state.clientid, message.topic):
                 state.lane.post(self._receipt(MessageDelivered, message))
         if out:
             transport.write(b"".join(out))
@@ -452,7 +452,7 @@ class Connection(asyncio.Protocol):
     def _post_receipt(self, kind: type[MessageAcked], message: Outgoing) -> None:
         state = self.state
         assert state is not None
-        if self.broker.wants(Hookpoint.MESSAGE_ACKED, state.clientid):
+        if self.broker.wants(Hookpoint.MESSAGE_ACKED, state.clientid, message.topic):
             state.lane.post(self._receipt(kind, message))
 
     def _receipt(self, kind: type[Any], message: Outgoing) -> Any:

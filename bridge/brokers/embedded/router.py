@@ -208,8 +208,12 @@ class Router:
             subs = [sub for sub in subs if not sub.no_local]
             if not subs:
                 return 0
-        out_qos = min(message.qos, max(sub.qos for sub in subs))
-        if out_qos == 0 and not state.connected:
+        if len(subs) == 1:
+            sub = subs[0]
+            out_qos = message.qos if message.qos < sub.qos else sub.qos
+        else:
+            out_qos = min(message.qos, max(sub.qos for sub in subs))
+        if out_qos == 0 and state.conn is None:
             return 0  # QoS 0 is not queued for offline sessions
         if len(subs) > 1:  # name the filters in the session's subscription order
             names = {sub.filter for sub in subs}
