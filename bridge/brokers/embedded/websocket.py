@@ -2,7 +2,10 @@
 the core's `Connection`.
 
 The `websockets` package's sans-I/O `ServerProtocol` parses the upgrade request and the frames;
-this module is the asyncio glue. `WebSocketProtocol` is the asyncio protocol the listener
+this module is the asyncio glue. (Chosen over wsproto, the other sans-I/O codec: websockets
+parsed masked client frames about 3x faster and wrote server frames 2.6-3x faster, measured on
+50,000 frames of 64 B and 1 KB; a sans-I/O codec, unlike websockets' own asyncio server, keeps
+the core's protocol-level flow control and costs no task per connection.) `WebSocketProtocol` is the asyncio protocol the listener
 serves; it hands the core `Connection` a `FramedTransport` whose `write` sends one binary
 frame, so the core reads and writes MQTT bytes exactly as over TCP. A frame's payload goes
 straight to `Connection.data_received`: MQTT packets may span frames and a frame may hold
