@@ -26,6 +26,7 @@ from bridge.brokers.embedded.listeners import Listener
 from bridge.events import ClientConnected
 from bridge.mqtt import MQTT_3_1_1, Connect, encode
 from bridge.msgid import MsgIdGenerator
+from support.process import BridgeProcess, free_port
 from support.tls import Certificates, make_certificates, make_client_certificate
 from tests.integration.conftest import TIMEOUT, PahoClient, RecordingSink
 
@@ -253,3 +254,33 @@ async def test_websocket_over_tls_with_client_certificate(start: Any, clients: A
     assert (await sink.wait_for(ClientConnected, clientid="wss-dev")).username == "device-42"
     assert [(login.listener, login.cert_cn) for login in gate.logins] == [("wss", "device-42")]
     await round_trip(device, device, "wss/one")
+
+
+# -- as a user runs it ------------------------------------------------------------------------
+
+
+async def test_a_bridge_process_opens_every_configured_listener(clients: Any, pki: Pki, tmp_path: Path) -> None:
+    """`hookbridge run` (uvloop's event loop) with ssl, ws and wss from the config file: one
+    message published over each listener reaches a subscriber on plain TCP."""
+    ports = {name: free_port() for name in ("ssl", "ws", "wss")}
+    files = f"certfile = {pki.server.cert}\n{{key}}.keyfile = {pki.server.key}\n{{key}}.cafile = {pki.server.ca}\n"
+    extra = "".join(
+        f"broker.listener.{name} = 127.0.0.1:{port}\n"
+        + (f"broker.listener.{name}." + files.format(key=f"broker.listener.{name}") if name != "ws" else "")
+        for name, port in ports.items()
+    )
+    bridge = BridgeProcess(tmp_path, pools="", rules="", extra=extra)
+    try:
+        await asyncio.to_thread(bridge.start)
+        subscriber = clients(bridge.mqtt_port, "proc-sub")
+        assert (await subscriber.connect())[0] == 0
+        assert await subscriber.subscribe(("proc/#", 1)) == [1]
+        for name, port in ports.items():
+            tls = client_context(pki) if name != "ws" else None
+            publisher = clients(port, f"proc-{name}", websocket=name != "ssl", tls=tls)
+            assert (await publisher.connect())[0] == 0, name
+            await publisher.publish(f"proc/{name}", name.encode(), 1)
+            message = await subscriber.message()
+            assert (message.topic, message.payload) == (f"proc/{name}", name.encode())
+    finally:
+        await asyncio.to_thread(bridge.stop)
