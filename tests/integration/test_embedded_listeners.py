@@ -11,6 +11,7 @@ real one is the auth package's) shows what the listener hands to the login.
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from bridge.brokers.embedded import EmbeddedBroker
 from bridge.brokers.embedded.access import Login, OpenGate, Verdict
 from bridge.brokers.embedded.listeners import Listener
 from bridge.events import ClientConnected
-from bridge.mqtt import MQTT_3_1_1, Connect, encode
+from bridge.mqtt import MQTT_3_1_1, MQTT_5, Connect, Disconnect, Properties, Publish, ReasonCode, encode
 from bridge.msgid import MsgIdGenerator
 from support.process import BridgeProcess, free_port
 from support.tls import Certificates, make_certificates, make_client_certificate
@@ -217,6 +218,30 @@ async def test_wrong_or_missing_client_certificate_is_refused(start: Any, client
     # the right certificate still gets in: the CONNACK (return code 0)
     assert await tls_connect_answer(port, client_context(pki, pki.device)) == b"\x20\x02\x00\x00"
     assert [e.clientid for e in sink.find(ClientConnected)] == ["intruder"]
+
+
+async def test_a_5_0_disconnect_from_the_broker_reaches_a_tls_client(
+    start: Any, pki: Pki, caplog: pytest.LogCaptureFixture
+) -> None:
+    """TLS has no half-close: the broker's DISCONNECT (here 0x94, a topic alias over the
+    maximum) is written, then the connection ends (write_eof used to raise in the protocol
+    callback: asyncio logged a fatal error and tore the connection down)."""
+    broker, _ = await start(listener("ssl", pki))
+    reader, writer = await asyncio.open_connection("127.0.0.1", broker.port_of("ssl"), ssl=client_context(pki))
+    try:
+        writer.write(encode(Connect(client_id="alias", protocol_level=MQTT_5, keepalive=30), MQTT_5))
+        async with asyncio.timeout(TIMEOUT):
+            first, size = await reader.readexactly(2)
+            assert first == 0x20 and size < 128  # CONNACK, its properties in one length byte
+            assert (await reader.readexactly(size))[:2] == b"\x00\x00"  # accepted
+        publish = Publish("t", b"x", 0, False, False, 0, Properties(topic_alias=65))
+        writer.write(encode(publish, MQTT_5))
+        async with asyncio.timeout(TIMEOUT):
+            data = await reader.read()  # everything up to the end of the stream
+        assert data == encode(Disconnect(ReasonCode.TOPIC_ALIAS_INVALID), MQTT_5)
+    finally:
+        writer.close()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 # -- WebSocket ------------------------------------------------------------------------------
