@@ -119,6 +119,7 @@ class Bridge:
         from bridge.brokers.embedded import EmbeddedBroker
         from bridge.brokers.embedded.auth import make_gate, takeover_of
         from bridge.brokers.embedded.limits import Limits
+        from bridge.brokers.embedded.listeners import configured
 
         host, port = self.config["broker.listener.tcp"]
         self.gate = make_gate(self.config)
@@ -129,6 +130,7 @@ class Bridge:
             limits=Limits.from_config(self.config),
             gate=self.gate,
             takeover=takeover_of(self.config),
+            listeners=[listener for listener in configured(self.config.settings) if listener.name != "tcp"],
         )
 
     # -- lifecycle -----------------------------------------------------------

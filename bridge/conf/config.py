@@ -132,6 +132,8 @@ def parse_config(path: str, text: str) -> Config:
         from bridge.brokers.embedded.auth.aclsource import acl_problems
 
         errors.extend(acl_problems(path, settings, values_at))
+    if not errors:  # the embedded broker's listeners: TLS files, and who may connect anonymously
+        errors.extend(_listener_errors(path, settings, values_at))
     if errors:
         raise ConfErrors(errors)
     return Config(path=path, settings=settings, pools=pools, secrets=secrets)
@@ -165,6 +167,20 @@ def _tls_errors(
         for key, message in tls_problems(scope, prefix):
             where = values_at.get(key_prefix + key) or values_at.get(f"{key_prefix}{prefix}ssl") or Position(path, 1, 1)
             errors.append(ConfError(where, f"{key_prefix}{key}: {message}"))
+    return errors
+
+
+def _listener_errors(path: str, settings: dict[str, Any], values_at: dict[str, Position]) -> list[ConfError]:
+    """Listeners `run` could not open or should not open as set; `broker.allow_anonymous` gets
+    its default (on only if every listener is on loopback)."""
+    from bridge.brokers.embedded.listeners import anonymous_default, listener_problems  # loads the broker
+
+    errors = [
+        ConfError(values_at.get(key) or values_at.get(key.rpartition(".")[0]) or Position(path, 1, 1), message)
+        for key, message in listener_problems(settings)
+    ]
+    if settings["broker.allow_anonymous"] is None:
+        settings["broker.allow_anonymous"] = anonymous_default(settings)
     return errors
 
 

@@ -81,6 +81,27 @@ MONGO_NAME = v.described(
 )
 
 
+def _tls_listener(name: str, what: str, example: str) -> dict[str, Setting]:
+    """An embedded broker listener with TLS: `broker.listener.<name>` and its certificate keys."""
+    key = f"broker.listener.{name}"
+    return {
+        key: Setting(a.optional_listener, None, f"embedded mode: {what}; `off` (default) disables", example=example),
+        f"{key}.certfile": Setting(
+            v.parse_str, "", "the server's certificate (PEM), required", example="etc/server.crt"
+        ),
+        f"{key}.keyfile": Setting(v.parse_str, "", "its private key (PEM, no passphrase)", example="etc/server.key"),
+        f"{key}.cafile": Setting(
+            v.parse_str, "", "CA bundle client certificates are verified against; empty: the system's CAs"
+        ),
+        f"{key}.verify_peer": Setting(v.parse_bool, False, "require a client certificate the CA signed"),
+        f"{key}.peer_cert_as_username": Setting(
+            v.enum_of("cn", "off"),
+            "off",
+            "`cn`: the client certificate's common name is the user name; no password needed (needs verify_peer = on)",
+        ),
+    }
+
+
 GLOBAL: dict[str, Setting] = {
     "node.name": Setting(
         v.string(required=True, max_bytes=255), "hookbridge@127.0.0.1", "name of this bridge node; stored as `node`"
@@ -119,6 +140,23 @@ GLOBAL: dict[str, Setting] = {
         "embedded mode: QoS 1/2 messages sent to a client and not yet acknowledged, per session; more "
         "wait in its queue, in order",
     ),
+    # -- the embedded broker's listeners and anonymous access (SPEC 6.2, docs/security.md) ------
+    "broker.allow_anonymous": Setting(
+        v.parse_bool,
+        None,
+        "embedded mode: whether a client may connect without a user name; default on only if every "
+        "listener binds a loopback address. A listener other clients can reach with nothing to "
+        "authenticate them (no password file, no users in a database, no client certificates) stops the "
+        "start unless this is on",
+    ),
+    **_tls_listener("ssl", "MQTT over TLS listener", "0.0.0.0:8883"),
+    "broker.listener.ws": Setting(
+        a.optional_listener,
+        None,
+        "embedded mode: MQTT over WebSocket listener, path `/mqtt`; `off` (default) disables",
+        example="0.0.0.0:8083",
+    ),
+    **_tls_listener("wss", "MQTT over WebSocket and TLS listener, path `/mqtt`", "0.0.0.0:8084"),
     "broker.max_offline_messages": Setting(
         v.int_in(0, 100_000_000),
         100_000,

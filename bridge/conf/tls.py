@@ -1,7 +1,9 @@
 """TLS files, loaded the way `run` loads them, so `check` refuses what would stop the start.
 
-Only where TLS is on: the broker connection in the external modes, and every pool with
-`ssl = on`. A key protected by a passphrase is refused (nothing could type it in).
+Only where TLS is on: the broker connection in the external modes, every pool with `ssl = on`,
+and the embedded broker's TLS listeners (bridge/brokers/embedded/listeners.py, which words its
+problems with `load_problem`). A key protected by a passphrase is refused (nothing could type
+it in).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ def _no_passphrase() -> str:
     raise ValueError("the key is protected by a passphrase; give an unencrypted key")
 
 
-def _reason(exc: Exception) -> str:
+def reason(exc: Exception) -> str:
     if isinstance(exc, ssl.SSLError):
         return f"not a PEM file this needs ({exc.reason or exc})"
     if isinstance(exc, OSError):
@@ -28,7 +30,7 @@ def tls_problems(settings: dict[str, Any], prefix: str) -> list[tuple[str, str]]
     try:
         context = ssl.create_default_context(cafile=cafile or None)
     except (OSError, ssl.SSLError) as exc:
-        return [(f"{prefix}ssl.cafile", f"cannot load {cafile}: {_reason(exc)}")]
+        return [(f"{prefix}ssl.cafile", f"cannot load {cafile}: {reason(exc)}")]
     if keyfile and not certfile:
         return [
             (f"{prefix}ssl.keyfile", f"{prefix}ssl.keyfile needs {prefix}ssl.certfile (the certificate it goes with)")
@@ -37,7 +39,12 @@ def tls_problems(settings: dict[str, Any], prefix: str) -> list[tuple[str, str]]
         try:
             context.load_cert_chain(certfile, keyfile or None, password=_no_passphrase)
         except (OSError, ssl.SSLError, ValueError) as exc:
-            key = f"{prefix}ssl.keyfile" if keyfile and isinstance(exc, ValueError) else f"{prefix}ssl.certfile"
-            shown = f"{certfile} and {keyfile}" if keyfile else certfile
-            return [(key, f"cannot load {shown}: {_reason(exc)}")]
+            return [load_problem(exc, f"{prefix}ssl.", certfile, keyfile)]
     return []
+
+
+def load_problem(exc: Exception, prefix: str, certfile: str, keyfile: str) -> tuple[str, str]:
+    """(key, message) for a certificate and key that failed to load (keys under `prefix`)."""
+    key = f"{prefix}keyfile" if keyfile and isinstance(exc, ValueError) else f"{prefix}certfile"
+    shown = f"{certfile} and {keyfile}" if keyfile else certfile
+    return (key, f"cannot load {shown}: {reason(exc)}")

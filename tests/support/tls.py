@@ -1,4 +1,5 @@
-"""A private CA and a server certificate for 127.0.0.1, made with openssl, for TLS tests."""
+"""A private CA, a server certificate for 127.0.0.1 and client certificates, made with openssl,
+for TLS tests."""
 
 from __future__ import annotations
 
@@ -55,3 +56,18 @@ def make_certificates(directory: Path) -> Certificates:
         str(cert),
     )
     return Certificates(ca, cert, key)
+
+
+def make_client_certificate(directory: Path, ca: Certificates, common_name: str) -> tuple[Path, Path]:
+    """(certificate, key) of a client certificate with `common_name`, signed by `ca`'s CA."""
+    stem = "".join(c if c.isalnum() else "_" for c in common_name)
+    key, csr, cert = (directory / f"client-{stem}.{ext}" for ext in ("key", "csr", "pem"))
+    _openssl(
+        "req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={common_name}", "-keyout", str(key), "-out", str(csr)
+    )
+    ca_key = ca.ca.with_name("ca.key")
+    _openssl(
+        "x509", "-req", "-in", str(csr), "-CA", str(ca.ca), "-CAkey", str(ca_key), "-CAcreateserial", "-days", "2",
+        "-out", str(cert),
+    )  # fmt: skip
+    return cert, key

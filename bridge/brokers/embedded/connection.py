@@ -500,11 +500,13 @@ class Connection(asyncio.Protocol):
         """Closing with unread input would reset the connection, and a reset can discard the
         DISCONNECT before the client reads it: half-close, drain what still comes (ignored) for
         a moment, then close."""
-        try:
-            transport.write_eof()
-        except OSError:  # the peer is already gone (ENOTCONN): nothing to linger for
-            transport.abort()
-            return
+        # TLS has no half-close: there the DISCONNECT just has the moment to reach the client.
+        if transport.can_write_eof():
+            try:
+                transport.write_eof()
+            except OSError:  # the peer is already gone (ENOTCONN): nothing to linger for
+                transport.abort()
+                return
         self.lingering = True
         if self.reading_paused:
             transport.resume_reading()

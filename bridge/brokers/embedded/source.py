@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from bridge.brokers.base import BrokerSource, Capability, Delivery, EventSink
 from bridge.brokers.embedded.access import Gate
 from bridge.brokers.embedded.broker import Broker
-from bridge.brokers.embedded.connection import Connection
 from bridge.brokers.embedded.limits import Limits
+from bridge.brokers.embedded.listeners import Listener, serve
 from bridge.msgid import MsgIdGenerator
 
 log = logging.getLogger("bridge.brokers.embedded")
@@ -48,6 +48,7 @@ class EmbeddedBroker(BrokerSource):
         limits: Limits | None = None,
         gate: Gate | None = None,
         takeover: str = "any",
+        listeners: Sequence[Listener] = (),
     ) -> None:
         limits = limits or Limits()
         self._listen = listen
@@ -56,17 +57,22 @@ class EmbeddedBroker(BrokerSource):
         self._limits = limits
         self._gate = gate
         self._takeover = takeover
+        self._listeners = tuple(listeners)  # besides `listen` (tcp): ssl, ws, wss
         self._broker: Broker | None = None
-        self._server: asyncio.Server | None = None
-        self._port: int | None = None
+        self._servers: list[asyncio.Server] = []
+        self._ports: dict[str, int] = {}
         self._refused: Counter[str] = Counter()
 
     @property
     def port(self) -> int:
         """The TCP port the broker listens on (useful with port 0)."""
-        if self._port is None:
-            raise RuntimeError("the embedded broker is not started")
-        return self._port
+        return self.port_of("tcp")
+
+    def port_of(self, listener: str) -> int:
+        """The port a listener (tcp, ssl, ws, wss) is bound to."""
+        if listener not in self._ports:
+            raise RuntimeError(f"the embedded broker is not listening on {listener}")
+        return self._ports[listener]
 
     @property
     def dropped_messages(self) -> int:
@@ -82,7 +88,7 @@ class EmbeddedBroker(BrokerSource):
         return self._broker.refused if self._broker is not None else self._refused
 
     async def start(self, sink: EventSink) -> None:
-        """Listen and serve; returns once the listener is bound."""
+        """Listen and serve; returns once every listener is bound."""
         if self._broker is not None:
             raise RuntimeError("the embedded broker is already started")
         broker = Broker(
@@ -95,25 +101,39 @@ class EmbeddedBroker(BrokerSource):
         )
         broker.refused = self._refused  # one counter for the life of this source
         host, port = split_listen(self._listen)
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: Connection(broker), host or None, port, backlog=1024
-        )
+        try:
+            for listener in (Listener("tcp", host, port), *self._listeners):
+                server = await serve(listener, broker)
+                self._servers.append(server)
+                self._ports[listener.name] = int(server.sockets[0].getsockname()[1])
+                log.info(
+                    "embedded MQTT broker listening on %s (%s, port %d)",
+                    listener.address,
+                    listener.name,
+                    self._ports[listener.name],
+                )
+        except BaseException:
+            await self._close_servers()
+            raise
         self._broker = broker
-        self._port = int(self._server.sockets[0].getsockname()[1])
-        log.info("embedded MQTT broker listening on %s (port %d)", self._listen, self._port)
+
+    async def _close_servers(self) -> None:
+        servers, self._servers = self._servers, []
+        for server in servers:
+            server.close()
+        for server in servers:
+            await server.wait_closed()
+        self._ports.clear()
 
     async def stop(self) -> None:
         """Close every connection (reason "shutdown"), stop listening, flush events."""
         broker, self._broker = self._broker, None
         if broker is None:
             return
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         await broker.close_all(_STOP_TIMEOUT)
-        if self._server is not None:
-            await self._server.wait_closed()
-            self._server = None
+        await self._close_servers()
         await broker.gate.close()
         lanes = [state.lane for state in broker.states.values()]
         if lanes:
@@ -124,7 +144,6 @@ class EmbeddedBroker(BrokerSource):
                 log.warning("event sink did not take the last events within %.0f s", _STOP_TIMEOUT)
                 for lane in lanes:
                     lane.cancel()
-        self._port = None
 
     async def subscribe(self, clientid: str, topic: str, qos: int) -> bool:
         """Subscribe `clientid` (connected or offline persistent) as if it had sent SUBSCRIBE.

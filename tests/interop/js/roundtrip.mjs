@@ -6,6 +6,8 @@
 //
 //   node roundtrip.mjs PORT PROTOCOL_VERSION PREFIX      (PROTOCOL_VERSION 4 = 3.1.1, 5 = 5.0)
 //
+// MQTTJS_URL, when set, is the broker's URL instead (ws://127.0.0.1:8083/mqtt: MQTT over WebSocket).
+//
 // The exit status is 0 when every step completed, 1 when one failed (the report says which, and
 // why) or nothing happened for TIMEOUT_MS: a broker that never answers must not hang the test.
 import mqtt from 'mqtt'
@@ -13,7 +15,7 @@ import mqtt from 'mqtt'
 const TIMEOUT_MS = 15000
 const [port, protocolVersion, prefix] = [Number(process.argv[2]), Number(process.argv[3]), process.argv[4]]
 const v5 = protocolVersion === 5
-const url = `mqtt://127.0.0.1:${port}`
+const url = process.env.MQTTJS_URL || `mqtt://127.0.0.1:${port}`
 
 // What a 5.0 publisher attaches to each message; the broker must forward all of it unchanged
 // (MQTT 5.0 section 3.3.2.3, SPEC 6.1), the message expiry interval lowered by the time it waited.
