@@ -142,6 +142,8 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self.reason is not None:
+            if self.reason == "normal":
+                self._late_acks(data)
             return  # closing: what still comes is not read
         try:
             packets = self.decoder.feed(data)
@@ -163,6 +165,26 @@ class Connection(asyncio.Protocol):
             self.last_packet = time.monotonic()
             for packet in packets:
                 self._on_packet(packet)
+
+    def _late_acks(self, data: bytes) -> None:
+        """After the client's DISCONNECT, take the PUBACKs and PUBCOMPs that still arrive.
+
+        paho-mqtt sends the PUBACK of a message after its on_message callback returns, from its
+        network thread, so a DISCONNECT sent meanwhile from the application's thread can overtake
+        it; without this the acknowledged message would be sent again on the next connection.
+        """
+        try:
+            packets = self.decoder.feed(data)
+        except CodecError:
+            return
+        state = self.state
+        for packet in packets:
+            if state is not None and isinstance(packet, Puback | Pubcomp):
+                message = state.inflight.get(packet.packet_id)
+                if message is not None and (isinstance(packet, Pubcomp) or message.qos == 1):
+                    state.acked(packet.packet_id)
+                    if isinstance(packet, Puback):
+                        self._post_receipt(MessageAcked, message)
 
     def eof_received(self) -> bool:
         return False  # close the transport: MQTT has no half-closed connections
@@ -487,7 +509,9 @@ class Connection(asyncio.Protocol):
                 if code is not None and self.level == MQTT_5 and self.connacked:
                     transport.write(encode(Disconnect(code), MQTT_5))
                     self._linger(transport)
-                elif reason in ("normal", "closed", "refused") or code is not None:
+                elif reason == "normal":
+                    self._linger(transport)  # late acks (see _late_acks), then close
+                elif reason in ("closed", "refused") or code is not None:
                     transport.close()  # flush what is buffered (the PUBACK before a DISCONNECT)
                 else:
                     transport.abort()
