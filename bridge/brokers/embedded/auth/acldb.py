@@ -22,13 +22,12 @@ from collections import OrderedDict
 from typing import Any, Protocol
 
 import asyncpg
-import redis.asyncio as aioredis
 from pymongo import AsyncMongoClient
 
 from actions.mongo.backend import client_options
 from actions.pgsql.backend import tls_context
-from actions.redis.backend import tls_options
 from bridge.brokers.embedded.auth.acl import READ, READWRITE, WRITE, Entry
+from bridge.brokers.embedded.auth.users import redis_client
 from bridge.conf.config import PoolConfig
 
 ACL_CACHE_TTL = 30.0  # seconds: how stale a database ACL may be (issue 15: at most 30 s)
@@ -73,20 +72,7 @@ class RedisAcl:
     per_client = False  # `mqtt_acl:<username>`: one read serves every client of a user
 
     def __init__(self, pool: PoolConfig) -> None:
-        host, port = pool["server"]
-        connections = aioredis.ConnectionPool(
-            host=host,
-            port=port,
-            db=pool["database"],
-            username=pool["username"] or None,
-            password=pool["password"] or None,
-            protocol=2,
-            max_connections=4,
-            socket_connect_timeout=pool["request_timeout"],
-            socket_timeout=pool["request_timeout"],
-            **tls_options(pool),
-        )
-        self.redis: Any = aioredis.Redis(connection_pool=connections)
+        self.redis: Any = redis_client(pool)
 
     async def entries(self, username: str | None, clientid: str) -> list[Entry]:
         if username is None:

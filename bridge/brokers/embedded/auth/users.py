@@ -74,23 +74,28 @@ def _record(password: Any, salt: Any, superuser: Any) -> UserRecord | None:
     return UserRecord(_text(password), _text(salt), _flag(superuser))
 
 
+def redis_client(pool: PoolConfig) -> Any:
+    """A small Redis client of its own for a pool (users and ACL lookups, not the rule runner's)."""
+    host, port = pool["server"]
+    connections = aioredis.ConnectionPool(
+        host=host,
+        port=port,
+        db=pool["database"],
+        username=pool["username"] or None,
+        password=pool["password"] or None,
+        protocol=2,
+        max_connections=4,
+        socket_connect_timeout=pool["request_timeout"],
+        socket_timeout=pool["request_timeout"],
+        **tls_options(pool),
+    )
+    return aioredis.Redis(connection_pool=connections)
+
+
 class RedisUsers:
     def __init__(self, pool: PoolConfig) -> None:
-        host, port = pool["server"]
         self.lookups = 0
-        connections = aioredis.ConnectionPool(
-            host=host,
-            port=port,
-            db=pool["database"],
-            username=pool["username"] or None,
-            password=pool["password"] or None,
-            protocol=2,
-            max_connections=4,
-            socket_connect_timeout=pool["request_timeout"],
-            socket_timeout=pool["request_timeout"],
-            **tls_options(pool),
-        )
-        self._redis: Any = aioredis.Redis(connection_pool=connections)
+        self._redis: Any = redis_client(pool)
 
     async def find(self, username: str) -> UserRecord | None:
         self.lookups += 1
