@@ -11,8 +11,15 @@ pointing at the mounted files. Whether the images start and talk to each other i
 from __future__ import annotations
 
 import copy
+import csv
+import io
 import json
+import os
 import re
+import socket
+import ssl
+import subprocess
+import threading
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -142,7 +149,7 @@ def test_services_volumes_and_health_checks(compose: dict[str, Any]) -> None:
     assert services["spark"]["profiles"] == ["spark"]
     for name, service in services.items():
         assert "image" in service or "build" in service, name
-        if name != "spark-worker":
+        if name not in ("spark-worker", "setup"):  # setup runs once and exits
             assert "healthcheck" in service, f"{name} has no health check"
         for volume in service.get("volumes", []):
             source = volume.split(":")[0]
@@ -198,7 +205,12 @@ def _mounted(compose: dict[str, Any], service: str, target: str) -> Path:
     return next(ROOT / s for s, t in _binds(compose["services"][service]) if t == target)
 
 
-def test_the_bridge_config_and_rules_load_and_name_compose_services(compose: dict[str, Any]) -> None:
+def test_the_bridge_config_and_rules_load_and_name_compose_services(
+    compose: dict[str, Any], secrets: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in compose["services"]["bridge"]["environment"].items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("HOOKBRIDGE_SECRETS", str(secrets))  # the CA file must load, as `run` loads it
     config_file = _mounted(compose, "bridge", "/etc/hookbridge/bridge.conf")
     rules_dir = _mounted(compose, "bridge", "/etc/hookbridge/rules")
     assert _mounted(compose, "bridge", "/etc/hookbridge/templates") == ROOT / "templates"
@@ -252,3 +264,133 @@ def test_the_image_entrypoint_is_the_cli(compose: dict[str, Any]) -> None:
         assert args.config in targets and args.rules in targets
     for line in re.findall(r"^COPY (\S+)", dockerfile, re.M):
         assert (ROOT / line).exists(), f"Dockerfile copies {line}, which does not exist"
+
+
+# --- authentication and TLS: what deploy/setup.sh makes, and who uses it ---
+
+SETUP = ROOT / "deploy" / "setup.sh"
+
+
+def run_setup(compose: dict[str, Any], out: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """deploy/setup.sh as the compose `setup` service runs it, with its default environment."""
+    service = compose["services"]["setup"]
+    entrypoint = service["entrypoint"]
+    assert entrypoint[:2] == ["sh", "/deploy/setup.sh"] and ("./deploy/setup.sh", "/deploy/setup.sh") in _binds(service)
+    mounts = {target: source for source, target in (v.split(":")[:2] for v in service["volumes"])}
+    args = [str(out / mounts[path].lstrip("./")) for path in entrypoint[2:]]
+    environment = {"PATH": os.environ["PATH"], **service["environment"], **env}
+    return subprocess.run(["sh", str(SETUP), *args], env=environment, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def setup_output(compose: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("compose-volumes")
+    done = run_setup(compose, out)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+@pytest.fixture
+def secrets(setup_output: Path) -> Path:
+    return setup_output / "secrets"
+
+
+def test_setup_makes_the_ca_the_server_certificate_and_the_users(compose: dict[str, Any], setup_output: Path) -> None:
+    secrets = setup_output / "secrets"
+    assert sorted(p.name for p in (secrets / "tls").iterdir()) == ["ca.pem", "server.key", "server.pem", "server.san"]
+    assert (setup_output / "ca" / "ca.key").exists() and not list(secrets.rglob("ca.key"))  # the CA key stays out
+    assert oct((secrets / "tls" / "server.key").stat().st_mode & 0o777) == "0o600"
+    env = compose["services"]["setup"]["environment"]
+    users = list(csv.DictReader(io.StringIO((secrets / "emqx-users.csv").read_text())))
+    assert users == [
+        {"user_id": "hookbridge", "password": env["HOOKBRIDGE_MQTT_PASSWORD"], "is_superuser": "false"},
+        {"user_id": "device1", "password": env["MQTT_DEVICE_PASSWORD"], "is_superuser": "false"},
+    ]
+    # the bridge logs in with the password setup gave EMQX, as the user EMQX's ACL lets read events
+    bridge_env = compose["services"]["bridge"]["environment"]
+    assert bridge_env["HOOKBRIDGE_MQTT_PASSWORD"] == env["HOOKBRIDGE_MQTT_PASSWORD"]
+    assert '{allow, {username, "hookbridge"}, subscribe' in (ROOT / "deploy" / "emqx" / "acl.conf").read_text()
+    # run again (every `docker compose up`): the CA and the certificate are kept
+    before = {p.name: p.read_bytes() for p in (secrets / "tls").iterdir()}
+    assert run_setup(compose, setup_output).returncode == 0
+    assert before == {p.name: p.read_bytes() for p in (secrets / "tls").iterdir()}
+
+
+def test_setup_refuses_what_would_break_the_users_file(compose: dict[str, Any], tmp_path: Path) -> None:
+    done = run_setup(compose, tmp_path, MQTT_DEVICE_PASSWORD="a,b")
+    assert done.returncode == 2 and "comma" in done.stderr and "a,b" not in done.stderr
+    assert not (tmp_path / "secrets" / "emqx-users.csv").exists()
+
+
+def _handshake(secrets: Path, server_name: str) -> str:
+    """A real TLS handshake: a server on loopback with setup's certificate, a client trusting only
+    setup's CA and asking for `server_name` (the name the bridge dials: emqx)."""
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(secrets / "tls" / "server.pem", secrets / "tls" / "server.key")
+    client_ctx = ssl.create_default_context(cafile=str(secrets / "tls" / "ca.pem"))
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+
+        def serve() -> None:
+            conn, _ = listener.accept()
+            try:
+                with server_ctx.wrap_socket(conn, server_side=True) as tls:
+                    tls.sendall(b"ok")
+            except (ssl.SSLError, OSError):
+                pass
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        try:
+            with (
+                socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+                client_ctx.wrap_socket(raw, server_hostname=server_name) as tls,
+            ):
+                return tls.recv(2).decode()
+        finally:
+            thread.join(10)
+
+
+def test_the_server_certificate_verifies_as_emqx_against_the_ca(compose: dict[str, Any], secrets: Path) -> None:
+    config = (ROOT / "config" / "bridge.docker.conf").read_text()
+    dialled = re.search(r"^broker\.server = ([^:]+):(\d+)$", config, re.M)
+    assert dialled and dialled[1] == "emqx" and re.search(r"^broker\.ssl = on$", config, re.M)
+    assert _handshake(secrets, "emqx") == "ok"
+    assert _handshake(secrets, "localhost") == "ok"
+    with pytest.raises(ssl.SSLCertVerificationError, match=r"match|mismatch"):
+        _handshake(secrets, "not-emqx")
+
+
+def test_emqx_listens_with_tls_and_a_password_only(compose: dict[str, Any]) -> None:
+    conf = _mounted(compose, "emqx", "/opt/emqx/etc/emqx.conf").read_text()
+    config = (ROOT / "config" / "bridge.docker.conf").read_text()
+    port = re.search(r"^broker\.server = [^:]+:(\d+)$", config, re.M)[1]  # type: ignore[index]
+    assert re.search(rf'listeners\.ssl\.default \{{\s*bind = "0\.0\.0\.0:{port}"', conf)
+    assert re.search(r'listeners\.wss\.default \{\s*bind = "0\.0\.0\.0:8084"', conf)
+    assert 'listeners.tcp.default.bind = "127.0.0.1:1883"' in conf and "listeners.ws.default.enable = false" in conf
+    for name in ("ca.pem", "server.pem", "server.key"):  # what setup makes, where EMQX reads it
+        assert conf.count(f'"/opt/emqx/etc/secrets/tls/{name}"') == 2
+    assert ("secrets", "/opt/emqx/etc/secrets") in [
+        tuple(v.split(":")[:2]) for v in compose["services"]["emqx"]["volumes"]
+    ]
+    assert re.search(r"authentication = \[\s*\{\s*mechanism = password_based\s*backend = built_in_database", conf)
+    assert 'bootstrap_file = "/opt/emqx/etc/secrets/emqx-users.csv"' in conf and "bootstrap_type = plain" in conf
+    setup = compose["services"]["emqx"]["depends_on"]["setup"]
+    assert setup == {"condition": "service_completed_successfully"}
+
+
+def test_only_the_brokers_tls_ports_face_the_network(compose: dict[str, Any]) -> None:
+    published = {name: [str(p) for p in service.get("ports", [])] for name, service in compose["services"].items()}
+    for name, ports in published.items():
+        for port in ports:
+            if name == "emqx" and port in ("8883:8883", "8084:8084"):
+                continue
+            assert port.startswith("127.0.0.1:"), f"{name} publishes {port} beyond this machine"
+    services = compose["services"]
+    assert "--requirepass" in services["redis"]["command"]
+    assert (
+        services["mongo"]["environment"]["MONGO_INITDB_ROOT_PASSWORD"]
+        == services["bridge"]["environment"]["MONGO_PASSWORD"]
+    )
+    redis_password = services["redis"]["command"][services["redis"]["command"].index("--requirepass") + 1]
+    assert redis_password == services["bridge"]["environment"]["REDIS_PASSWORD"] != ""
