@@ -34,7 +34,6 @@ from bson.int64 import Int64
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 
-from actions.base import FunctionContext, Job
 from actions.mongo.backend import MongoBackend
 from actions.mongo.functions import message_document
 from bench.feed import make_events
@@ -49,6 +48,7 @@ from bench.persistence import (
     runner_latency,
     through_runner,
 )
+from bridge.backend import FunctionContext, Job
 from bridge.conf.config import load_config
 from bridge.events import MessagePublish
 from bridge.rules import Rule

@@ -34,11 +34,11 @@ import paho.mqtt.client as paho
 import redis as redis_sync
 from paho.mqtt.enums import CallbackAPIVersion
 
-from actions.base import Job
 from actions.redis import keys
 from bench import pgsql_bench
 from bench.machine import describe, table
 from bridge.app import Bridge, Paths
+from bridge.backend import Job
 from bridge.msgid import MsgIdGenerator
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,7 +21,7 @@ import os
 from collections import deque
 from typing import TYPE_CHECKING
 
-from actions.base import Job
+from bridge.backend import Job
 from bridge.spool import LaneSpool, Record, RecordError, decode, encode
 
 if TYPE_CHECKING:

@@ -26,9 +26,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from actions.base import Backend, Job
+from bridge.backend import Backend, Job
 from bridge.conf.config import PoolConfig
-from bridge.events import Event, Hookpoint, MessagePublish
+from bridge.events import Event, Hookpoint, ordering_key
 from bridge.lanes import Lane
 from bridge.metrics import Metrics
 from bridge.spool import Budget, PoolSpool, decode
@@ -42,12 +42,6 @@ log = logging.getLogger(__name__)
 # (the exception), or written to the spool (None; it is written later, from disk, as a new job).
 # External broker modes acknowledge a message to the broker when all of its jobs got here.
 CommitHook = Callable[[Job, BaseException | None], None]
-
-
-def ordering_key(event: Event) -> str:
-    if isinstance(event, MessagePublish):
-        return f"{event.clientid}\x00{event.topic}"
-    return event.clientid  # session, client, delivered and acked events: per client
 
 
 def lane_index(event: Event, lanes: int) -> int:

@@ -21,14 +21,13 @@ from typing import Any
 from cassandra import DriverException, RequestExecutionException
 from cassandra.query import BatchStatement, BatchType
 
-from actions.base import Backend, Job, PermanentError
 from actions.cassa import schema
 from actions.cassa.coerce import converters
 from actions.cassa.functions import STATEMENTS, WRITERS, Write
 from actions.cassa.reads import QUERIES, READERS, Reads
 from actions.cassa.session import RECOVERABLE, AsyncSession, build_cluster, fatal_connect_error
-from bridge.rules import FunctionAction, SqlAction, TemplateAction
-from bridge.runner import ordering_key
+from bridge.backend import Backend, Job, PermanentError
+from bridge.plugin import FunctionAction, SqlAction, TemplateAction, ordering_key
 from bridge.sql import cql_marker, render_sql
 
 log = logging.getLogger(__name__)
@@ -61,6 +60,7 @@ class _Unit:
 
 class CassaBackend(Backend):
     db = "cassa"
+    functions = frozenset(WRITERS) | frozenset(READERS)
 
     @property
     def keyspace(self) -> str:

@@ -16,9 +16,9 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
-from actions.base import FunctionContext, Job
 from actions.cassa.functions import NO_BUCKET, bucket_at, bucket_of, root_of
 from actions.cassa.session import AsyncSession
+from bridge.backend import FunctionContext, Job
 from bridge.brokers.base import Delivery
 from bridge.events import ClientConnected, SessionSubscribed
 from bridge.topics import is_wildcard, matches

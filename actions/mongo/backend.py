@@ -23,12 +23,12 @@ from typing import Any
 from pymongo import AsyncMongoClient
 from pymongo.errors import BulkWriteError, CollectionInvalid, ConnectionFailure, OperationFailure, PyMongoError
 
-from actions.base import Backend, Job, PermanentError
 from actions.mongo import schema
 from actions.mongo.functions import DUPLICATE_KEY, WRITERS, Write
 from actions.mongo.reads import READERS
 from actions.mongo.templates import render_writes
-from bridge.rules import FunctionAction, TemplateAction
+from bridge.backend import Backend, Job, PermanentError
+from bridge.plugin import FunctionAction, TemplateAction
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,7 @@ def client_options(pool: Any) -> dict[str, Any]:
 
 class MongoBackend(Backend):
     db = "mongo"
+    functions = frozenset(WRITERS) | frozenset(READERS)
 
     async def connect(self) -> None:
         self.client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(**client_options(self.pool))

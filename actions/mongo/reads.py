@@ -18,8 +18,8 @@ from typing import Any
 from pymongo import ASCENDING, DESCENDING
 from pymongo.errors import DuplicateKeyError
 
-from actions.base import FunctionContext, Job
 from actions.mongo.documents import payload_bytes, seq_of, when
+from bridge.backend import FunctionContext, Job
 from bridge.brokers.base import Delivery
 from bridge.events import ClientConnected, SessionSubscribed
 from bridge.topics import is_wildcard, matches, prefix_range

@@ -23,9 +23,9 @@ import json
 import re
 from typing import Any
 
-from actions.base import PermanentError
 from actions.mongo.functions import Write
-from bridge.render import MARK_RE, StatementTemplate, Values
+from bridge.backend import PermanentError
+from bridge.plugin import MARK_RE, StatementTemplate, Values
 
 # A JSON string literal, or a marker outside any string.
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|\x00\d+\x00', re.DOTALL)

@@ -17,13 +17,13 @@ from typing import Any
 
 import asyncpg
 
-from actions.base import Backend, Job, PermanentError
 from actions.pgsql import schema
 from actions.pgsql.coerce import converters
 from actions.pgsql.functions import GROUPED, SINGLE, STAGE_COLUMNS, STAGE_TABLE, Write
 from actions.pgsql.reads import READERS
 from actions.values import Convert
-from bridge.rules import FunctionAction, SqlAction, TemplateAction
+from bridge.backend import Backend, Job, PermanentError
+from bridge.plugin import FunctionAction, SqlAction, TemplateAction, settings_context
 from bridge.sql import render_sql
 
 log = logging.getLogger(__name__)
@@ -43,18 +43,6 @@ _RECOVERABLE = (
 Unit = tuple[list[int], list[Write]]  # job indexes and the statements that write them
 
 
-def tls_context(pool: Any) -> ssl.SSLContext | bool:
-    if not pool["ssl"]:
-        return False
-    context = ssl.create_default_context(cafile=pool["ssl.cafile"] or None)
-    if pool["ssl.certfile"]:
-        context.load_cert_chain(pool["ssl.certfile"], pool["ssl.keyfile"] or None)
-    if not pool["ssl.verify"]:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    return context
-
-
 async def _prepare_connection(conn: Any) -> None:
     # Outside any batch transaction, so a rolled-back batch cannot take the table with it.
     await conn.execute(STAGE_TABLE)
@@ -62,6 +50,7 @@ async def _prepare_connection(conn: Any) -> None:
 
 class PgsqlBackend(Backend):
     db = "pgsql"
+    functions = frozenset(GROUPED) | frozenset(SINGLE) | frozenset(READERS)
 
     async def connect(self) -> None:
         host, port = self.pool["server"]
@@ -72,7 +61,7 @@ class PgsqlBackend(Backend):
             user=self.pool["username"] or None,
             password=self.pool["password"] or None,
             database=self.pool["database"],
-            ssl=tls_context(self.pool),
+            ssl=settings_context(self.pool.settings) or False,
             min_size=0,  # connect on first use: a server that is down now must not stop the start
             max_size=max(2, self.pool["pool_size"]),
             command_timeout=60,

@@ -12,8 +12,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from actions.base import FunctionContext, Job
 from actions.pgsql.functions import when
+from bridge.backend import FunctionContext, Job
 from bridge.brokers.base import Delivery
 from bridge.events import ClientConnected, SessionSubscribed
 from bridge.topics import is_wildcard, matches, prefix_range

@@ -11,14 +11,14 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis import exceptions as rexc
 
-from actions.base import Backend, Job, PermanentError
 from actions.redis import scripts
 from actions.redis.functions import WRITERS, Command, Script
 from actions.redis.index import TopicIndex
 from actions.redis.packing import PackedConnection, PackedSSLConnection
 from actions.redis.reads import READERS
 from actions.redis.schema import describe
-from bridge.rules import CommandsAction, FunctionAction, TemplateAction
+from bridge.backend import Backend, Job, PermanentError
+from bridge.plugin import CommandsAction, FunctionAction, TemplateAction
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,7 @@ def tls_options(pool: Any) -> dict[str, Any]:
 
 class RedisBackend(Backend):
     db = "redis"
+    functions = frozenset(WRITERS) | frozenset(READERS)
 
     async def connect(self) -> None:
         host, port = self.pool["server"]

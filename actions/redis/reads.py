@@ -13,9 +13,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from actions.base import FunctionContext, Job
 from actions.redis import keys, scripts
 from actions.redis.index import MSG, RETAIN, TopicIndex
+from bridge.backend import FunctionContext, Job
 from bridge.brokers.base import Delivery
 from bridge.events import ClientConnected, SessionSubscribed
 from bridge.topics import is_wildcard

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bridge.errors import HookbridgeError
+
 log = logging.getLogger("bridge.brokers.embedded")
 
 FILENAME = "durable.db"
@@ -69,7 +71,7 @@ MessageRow = tuple[int, str, str, bytes, int, int, str, bytes | None, float, int
 RetainedRow = tuple[str, str, bytes, int, str, bytes | None, float]
 
 
-class StoreError(Exception):
+class StoreError(HookbridgeError):
     """The durable store cannot be opened or written (disk full, unreadable file)."""
 
 
