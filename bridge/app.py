@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge import registry
-from bridge.backend import FunctionContext
+from bridge.backend import FunctionContext, backend_class
 from bridge.brokers.base import BrokerSource
 from bridge.conf.config import Config, load_config
 from bridge.conf.errors import ConfErrors
@@ -61,7 +61,7 @@ class Bridge:
         # Masks secrets wherever the bridge prints (logs, /healthz); a reload adds new pools' ones.
         self.redactor = Redactor(config.secrets)
         self.msgids = MsgIdGenerator(config["node.name"])
-        self.broker = broker or registry.modes()[config["broker.mode"]].make_source(config, rules, self.msgids)
+        self.broker = broker or self._make_broker(rules)
         self.engine = Engine(rules)
         self.runners: dict[str, Runner] = {}
         self.dispatcher = Dispatcher(self.engine, self.runners, self.metrics)
@@ -78,6 +78,13 @@ class Bridge:
     def load(cls, paths: Paths, broker: BrokerSource | None = None) -> Bridge:
         config, rules = load_all(paths)
         return cls(config, rules, paths, broker)
+
+    def _make_broker(self, rules: list[Rule]) -> BrokerSource:
+        """The configured mode's source, from its plug-in (its modules load only in that mode)."""
+        source = registry.modes()[self.config["broker.mode"]].source_factory()(self.config, rules, self.msgids)
+        if not isinstance(source, BrokerSource):
+            raise TypeError(f"broker mode {self.config['broker.mode']} made {source!r}, which is not a BrokerSource")
+        return source
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -114,7 +121,7 @@ class Bridge:
         ctx = FunctionContext(
             node=self.config["node.name"], broker=self.broker, pager=self.dispatcher.pager, deliveries=self.deliveries
         )
-        backend = registry.backends()[pool.db].backend_class()(pool, ctx)
+        backend = backend_class(pool.db)(pool, ctx)
         backend.trim_enabled = any(r.expired_time for r in rules if r.pool == pool_id)  # maintenance: trim
         try:
             await backend.connect()

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from bridge import registry
 from bridge.brokers.base import BrokerSource, Delivery, DeliveryError
 from bridge.conf.config import PoolConfig
 from bridge.delivery import DeliveryLog
@@ -92,6 +93,14 @@ class Pager(abc.ABC):
 
 class PermanentError(HookbridgeError):
     """An action that cannot succeed by retrying (bad data, wrong type): counted failed."""
+
+
+def backend_class(db: str) -> type[Backend]:
+    """The Backend class of an installed backend, imported now (and its driver with it)."""
+    found = registry.backends()[db].backend_class()
+    if not issubclass(found, Backend):
+        raise TypeError(f"the {db} backend's plug-in names {found!r}, which is not a Backend")
+    return found
 
 
 class Backend(abc.ABC):

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from bridge import logs, registry
+from bridge import logs
 from bridge.app import Bridge, Paths, load_all
 from bridge.conf.config import load_config
 from bridge.conf.errors import ConfErrors
@@ -116,8 +116,9 @@ def cmd_schema(args: argparse.Namespace) -> int:
         known = ", ".join(sorted(config.pools)) or "none"
         print(f"{args.config}: no pool {args.pool!r} (configured: {known})", file=sys.stderr)
         return EXIT_CONFIG
-    backend_type = registry.backends()[pool.db].backend_class()  # the config takes installed backends only
-    from bridge.backend import FunctionContext
+    from bridge.backend import FunctionContext, backend_class
+
+    backend_type = backend_class(pool.db)  # the config takes installed backends only
 
     logs.setup("error")  # the command's own one-line error says it; no "will retry" warnings
 

@@ -21,7 +21,7 @@ from bridge.brokers.embedded.auth.users import BackendDown as UserStoreDown
 from bridge.brokers.embedded.auth.users import UserRecord, user_record
 from bridge.conf import addresses, values
 from bridge.conf.config import PoolConfig
-from bridge.conf.schema import Setting
+from bridge.conf.setting import Setting
 from bridge.conf.tls import client_context, settings_context
 from bridge.events import ordering_key
 from bridge.registry import BackendPlugin

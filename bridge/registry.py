@@ -21,19 +21,13 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # at run time the registry imports nothing of the bridge: conf/schema.py imports it
-    from bridge.backend import Backend
-    from bridge.brokers.base import BrokerSource, Capability
-    from bridge.conf.config import Config
-    from bridge.conf.schema import Setting
-    from bridge.msgid import MsgIdGenerator
-    from bridge.rules import Rule
+if TYPE_CHECKING:  # the registry sits below everything that asks it: it imports no more than these
+    from bridge.brokers.base import Capability
+    from bridge.conf.errors import ConfError, Position
+    from bridge.conf.setting import Setting
 
 BACKENDS_GROUP = "hookbridge.backends"
 MODES_GROUP = "hookbridge.modes"
-
-SourceFactory = Callable[["Config", "list[Rule]", "MsgIdGenerator"], "BrokerSource"]
-
 
 def load_object(reference: str) -> Any:
     """The object a `module:attribute` reference names, importing the module now."""
@@ -60,14 +54,16 @@ class BackendPlugin:
     acl: str | None = None
     _loaded: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
-    def backend_class(self) -> type[Backend]:
-        """The Backend class: imports the backend's modules and its driver on the first call."""
-        return self._load("backend", self.backend)  # type: ignore[no-any-return]
+    def backend_class(self) -> type[Any]:
+        """The Backend class: imports the backend's modules and its driver on the first call
+        (bridge.backend.backend_class checks that it is one and types it)."""
+        found: type[Any] = self._load("backend", self.backend)
+        return found
 
     @property
     def functions(self) -> frozenset[str]:
         """The functions (SPEC 5) this backend implements."""
-        return self.backend_class().functions
+        return frozenset(self.backend_class().functions)
 
     def statement_problem(self, text: str) -> str | None:
         if self.check_statement is None:
@@ -96,11 +92,21 @@ class ModePlugin:
     name: str
     summary: str  # for the docs: "embedded broker"
     capabilities: frozenset[Capability]  # what its source can do for the functions (SPEC 6.2)
-    source: str  # "module:function" of its SourceFactory, imported only in this mode
+    # "module:function" making its BrokerSource from (config, rules, msgids), imported only in this mode
+    source: str
+    # "module:function" checking the settings this mode reads, as `run` would use them: (path,
+    # settings, where each value is) -> ConfErrors. Run in every mode, like the other global keys.
+    config_check: str | None = None
 
-    def make_source(self, config: Config, rules: list[Rule], msgids: MsgIdGenerator) -> BrokerSource:
-        factory: SourceFactory = load_object(self.source)
-        return factory(config, rules, msgids)
+    def source_factory(self) -> Callable[..., Any]:
+        factory: Callable[..., Any] = load_object(self.source)
+        return factory
+
+    def config_problems(self, path: str, settings: dict[str, Any], values_at: dict[str, Position]) -> list[ConfError]:
+        if self.config_check is None:
+            return []
+        check: Callable[[str, dict[str, Any], dict[str, Position]], list[ConfError]] = load_object(self.config_check)
+        return check(path, settings, values_at)
 
 
 def _discover(group: str, kind: type[Any]) -> dict[str, Any]:

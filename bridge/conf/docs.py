@@ -6,7 +6,8 @@ import json
 from typing import Any
 
 from bridge import registry
-from bridge.conf.schema import GLOBAL, POOL_COMMON, Setting
+from bridge.conf.schema import GLOBAL, POOL_COMMON
+from bridge.conf.setting import Setting
 
 HEADER = """\
 # Configuration reference: `config/bridge.conf`

@@ -6,25 +6,12 @@ POOL_COMMON plus the table each backend declares with its plug-in (bridge/regist
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
-
 from bridge import registry
 from bridge.conf import addresses as a
 from bridge.conf import values as v
+from bridge.conf.setting import Setting
 from bridge.mqtt.decoder import DEFAULT_MAX_PACKET_SIZE as MQTT_MAX_PACKET  # the largest MQTT can frame
 from bridge.topics import filter_error
-
-
-@dataclass(frozen=True, slots=True)
-class Setting:
-    parse: Callable[[str], Any]
-    default: Any
-    doc: str
-    secret: bool = False
-    example: str | None = None  # how it looks in a file, for the docs
-    pool_ref: bool = False  # the value names a configured pool (`<db>.<pool>`): checked once pools are read
 
 
 def topic_filter(text: str) -> str:

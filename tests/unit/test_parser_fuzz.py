@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from bridge import registry
 from bridge.app import Bridge, Paths
-from bridge.backend import FunctionContext
+from bridge.backend import FunctionContext, backend_class
 from bridge.brokers.embedded.source import EmbeddedBroker, split_listen
 from bridge.conf import docs
 from bridge.conf.config import Config, parse_config
@@ -165,7 +165,7 @@ def build_as_run(config: Config, rules: list[Rule]) -> None:
     if isinstance(bridge.broker, EmbeddedBroker):  # the listen address as the broker splits it to bind
         assert split_listen(bridge.broker._listen) == config["broker.listener.tcp"]
     for pool in config.pools.values():
-        backend = registry.backends()[pool.db].backend_class()(pool, FunctionContext(node=config["node.name"]))
+        backend = backend_class(pool.db)(pool, FunctionContext(node=config["node.name"]))
         Runner(pool, backend, bridge.metrics, Path(config["spool.dir"]), bridge.spool_budget)
 
 
