@@ -22,24 +22,34 @@ import asyncio
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from bridge.brokers.embedded.durable.store import Batch, DurableStore, MessageRow, StoreError
-from bridge.brokers.embedded.router import Message, Retained
+from bridge.brokers.embedded.router import Message, Retained, Router, Target
 from bridge.brokers.embedded.sessions import NEVER, IncomingQos2, Outgoing, PendingWill, SessionState, Subscription
 from bridge.mqtt import EMPTY, Properties, Will
 from bridge.mqtt import properties as mqtt_properties
 from bridge.mqtt.kinds import WILL, PacketType
 
-if TYPE_CHECKING:
-    from bridge.brokers.embedded.broker import Broker
-
 log = logging.getLogger("bridge.brokers.embedded")
 
 # How often the log is trimmed below the smallest session position (one range delete).
 _TRIM_INTERVAL = 1.0
-# A message given to one session (not by matching its subscriptions): how it got it.
-Target = tuple[int, bool, tuple[str, ...], tuple[int, ...]]  # qos, retain, filters, subscription ids
+
+
+class Restorer(Protocol):
+    """What `Journal.restore` rebuilds sessions into (broker.Broker)."""
+
+    router: Router
+    states: dict[str, SessionState]
+
+    def restored_session(
+        self, clientid: str, expiry: int, username: str | None, owner: str | None, level: int
+    ) -> SessionState: ...
+
+    def delay_will(self, state: SessionState, pending: PendingWill, delay: float) -> None: ...
+
+    def expire(self, state: SessionState) -> None: ...
 
 
 def _props(properties: Properties) -> bytes | None:
@@ -187,7 +197,7 @@ class Journal:
 
     # -- reading back ----------------------------------------------------------------
 
-    def restore(self, broker: Broker) -> None:
+    def restore(self, broker: Restorer) -> None:
         """Rebuild the durable sessions, their queues and the retained messages (at start)."""
         started = time.monotonic()
         now_wall, now_mono = time.time(), time.monotonic()
@@ -227,7 +237,7 @@ class Journal:
             time.monotonic() - started,
         )
 
-    def _replay(self, broker: Broker, now_wall: float, now_mono: float) -> int:
+    def _replay(self, broker: Restorer, now_wall: float, now_mono: float) -> int:
         states = broker.states
         if not states:
             return 0
@@ -249,7 +259,7 @@ class Journal:
         return replayed
 
     @staticmethod
-    def _resume_timers(broker: Broker, state: SessionState, data: dict[str, Any], now_wall: float) -> None:
+    def _resume_timers(broker: Restorer, state: SessionState, data: dict[str, Any], now_wall: float) -> None:
         """Its will and its expiry, as if its connection (if it had one) ended now."""
         will = _unwill(data["will"]) if data["will"] else None
         if will is not None:
