@@ -132,6 +132,7 @@ class Bridge:
             takeover=takeover_of(self.config),
             listeners=[listener for listener in configured(self.config.settings) if listener.name != "tcp"],
             durable_dir=self.config["broker.durable_dir"] if self.config["broker.durable_sessions"] else None,
+            durable_commit_interval=self.config["broker.durable_commit_interval"],
         )
 
     # -- lifecycle -----------------------------------------------------------

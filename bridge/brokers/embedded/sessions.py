@@ -45,7 +45,7 @@ class Link(Protocol):
 class SessionJournal(Protocol):
     """Where a durable session's changes go (durable.Journal)."""
 
-    def touch(self, state: SessionState) -> None: ...
+    def touch(self, state: SessionState, *, whole: bool = False) -> None: ...
 
 
 @dataclass(slots=True)
@@ -158,10 +158,11 @@ class SessionState:
         """Kept on disk across restarts: durable sessions on, and it outlives its connection."""
         return self.journal is not None and self.expiry > 0
 
-    def touch(self) -> None:
-        """What is stored of the session changed (a no-op unless it is durable)."""
+    def touch(self, *, whole: bool = False) -> None:
+        """What is stored of the session changed (a no-op unless it is durable): its position,
+        in-flight window and QoS 2 ids, or with `whole` also the rest (subscriptions, will, expiry)."""
         if self.journal is not None:
-            self.journal.touch(self)
+            self.journal.touch(self, whole=whole)
 
     def enqueue(self, message: Outgoing) -> None:
         """Queue a message for this session, dropping the oldest queued ones past the bounds."""
