@@ -1,0 +1,270 @@
+"""Which embedded engine should hold the embedded broker's durable sessions (issue 16)?
+
+SQLite in WAL mode, LMDB and RocksDB (through rocksdict) on the same workload, each set up as
+bench/durable_stores.py says (durable against `kill -9`, not against a power cut):
+
+1. Append: N messages (default 200,000; 100 B random payload, topic `devices/<n>/telemetry` for
+   1,000 publishers), key = 8-byte big-endian sequence, in batches of 64 with one commit per
+   batch (the broker commits once per event-loop step); with each batch, one session position
+   row updated per 10 messages of the batch (6 of 1,000 sessions, round robin). The messages go
+   into 4 generations of N/4. This runs in a child process that is then killed with SIGKILL
+   without closing anything, so every later step also checks that the engine kept every commit.
+2. Torn tail: 100 random bytes are appended to the engine's log (SQLite's `-wal`, RocksDB's
+   newest `*.log`, LMDB's `data.mdb`), as if the process had died in the middle of a write.
+3. Reopen: open the store and read the newest key, which bounds restart time (and includes the
+   engine's crash recovery); the newest key must be N.
+4. Scan: every message after a session's position (30% of N), oldest first; the count must be
+   exactly N - position.
+5. Bulk expiry of the oldest half: generation 0 dropped whole (table / named database / column
+   family), generation 1 removed by a range delete (`DELETE ... WHERE seq < ?`, LMDB's cursor
+   deleting key by key, RocksDB's `delete_range`); each timed, the oldest key left must be N/2 + 1.
+6. Bytes on disk (allocated blocks, as `du`) per message after step 1 (what the killed process
+   left) and per remaining message after step 5 and a clean close, with what the engine does on
+   its own and nothing more (no VACUUM, no manual compaction).
+
+Each engine runs --runs times (default 3) in a fresh directory; the table shows medians.
+
+    .venv/bin/python -m bench.durable_store_bench [--messages 200000] [--runs 3]
+        [--engines sqlite,lmdb,rocksdb] [--json FILE]
+
+LMDB and rocksdict are optional (`pip install -e '.[bench]'`); engines not installed are skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import os
+import random
+import re
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from bench.durable_stores import ENGINES, Row, Store
+from bench.machine import describe, table
+
+BATCH = 64
+PUBLISHERS = 1_000
+SESSIONS = 1_000
+GENERATIONS = 4
+TORN_BYTES = 100
+
+
+def workload(messages: int) -> list[tuple[int, list[Row], list[tuple[int, int]]]]:
+    """(generation, rows, session positions) per commit; a batch never spans two generations."""
+    rng = random.Random(16)
+    payloads = [rng.randbytes(100) for _ in range(4096)]  # random, so no engine gains by compressing
+    per_generation = messages // GENERATIONS
+    commits, session = [], 0
+    start = 1
+    while start <= messages:
+        generation = min((start - 1) // per_generation, GENERATIONS - 1)
+        end = min(start + BATCH, messages + 1)
+        if generation < GENERATIONS - 1:
+            end = min(end, (generation + 1) * per_generation + 1)
+        rows = [(seq, f"devices/{seq % PUBLISHERS}/telemetry", payloads[seq % len(payloads)]) for seq in range(start, end)]
+        positions = []
+        for _ in range(len(rows) // 10):
+            positions.append((session, end - 1))
+            session = (session + 1) % SESSIONS
+        commits.append((generation, rows, positions))
+        start = end
+    return commits
+
+
+def open_store(engine: str, path: Path) -> Store:
+    return ENGINES[engine][0](path)  # type: ignore[call-arg]
+
+
+def child_append(engine: str, path: Path, messages: int) -> None:
+    """Append the workload, report the time on stdout, then wait to be killed (nothing closed)."""
+    commits = workload(messages)
+    store = open_store(engine, path)
+    started = time.perf_counter()
+    for generation, rows, positions in commits:
+        store.append(generation, rows, positions)
+    print(json.dumps({"seconds": time.perf_counter() - started}), flush=True)
+    sys.stdin.read()
+
+
+def disk_bytes(path: Path) -> int:
+    return sum(f.stat().st_blocks * 512 for f in path.iterdir() if f.is_file())
+
+
+def tear_tail(engine: str, path: Path) -> str:
+    """Append random bytes to the file a write in progress would have been extending."""
+    if engine == "sqlite":
+        target = path / "store.db-wal"
+    elif engine == "lmdb":
+        target = path / "data.mdb"
+    else:
+        target = max(path.glob("*.log"), key=lambda f: int(f.stem))
+    with target.open("ab") as file:
+        file.write(os.urandom(TORN_BYTES))
+    return target.name
+
+
+def timed(work: object) -> float:
+    started = time.perf_counter()
+    work()  # type: ignore[operator]
+    return time.perf_counter() - started
+
+
+def one_run(engine: str, messages: int, workdir: Path) -> tuple[dict[str, float], list[Path]]:
+    path = workdir / engine
+    path.mkdir()
+    command = [sys.executable, "-m", "bench.durable_store_bench", "--child", engine, str(path), str(messages)]
+    child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    line = child.stdout.readline()
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    if not line:
+        raise RuntimeError(f"{engine}: the append process died (exit {child.returncode})")
+    appended = json.loads(line)["seconds"]
+    after_append = disk_bytes(path)
+    tear_tail(engine, path)
+
+    started = time.perf_counter()
+    store = open_store(engine, path)
+    newest = store.newest()
+    reopen = time.perf_counter() - started
+    check(engine, "newest key after kill -9 and a torn tail", newest, messages)
+
+    position = messages * 3 // 10
+    started = time.perf_counter()
+    scanned = store.scan(position)
+    scan = time.perf_counter() - started
+    check(engine, "messages scanned after the position", scanned, messages - position)
+
+    per_generation = messages // GENERATIONS
+    drop = timed(lambda: store.drop_generation(0))
+    range_delete = timed(lambda: store.delete_below(1, 2 * per_generation + 1))
+    check(engine, "oldest key after expiry", store.oldest(), 2 * per_generation + 1)
+    store.close()
+    figures = {
+        "append_msgs": messages / appended,
+        "append_us": appended / messages * 1e6,
+        "scan_msgs": scanned / scan,
+        "drop_ms": drop * 1e3,
+        "range_delete_ms": range_delete * 1e3,
+        "bytes_appended": after_append / messages,
+        "bytes_expired": disk_bytes(path) / (messages - 2 * per_generation),
+        "reopen_ms": reopen * 1e3,
+    }
+    return figures, sorted(path.iterdir())
+
+
+def check(engine: str, what: str, found: int, expected: int) -> None:
+    if found != expected:
+        raise RuntimeError(f"{engine}: {what}: {found}, expected {expected}")
+
+
+def files_left(files: list[Path]) -> str:
+    """Files grouped by name with digits masked (RocksDB numbers its SSTs, logs and manifests)."""
+    groups: Counter[str] = Counter()
+    sizes: Counter[str] = Counter()
+    for file in files:
+        name = re.sub(r"\d+", "N", file.name)
+        groups[name] += 1
+        sizes[name] += file.stat().st_blocks * 512
+    return ", ".join(
+        f"{count} x {name}" if count > 1 else name + f" ({sizes[name] / 1e6:.1f} MB)" for name, count in groups.items()
+    )
+
+
+def version(engine: str) -> str:
+    if engine == "sqlite":
+        return f"SQLite {sqlite3.sqlite_version}"
+    if engine == "lmdb":
+        import lmdb
+
+        return f"py-lmdb {importlib.metadata.version('lmdb')} (LMDB {'.'.join(map(str, lmdb.version()))})"
+    return f"rocksdict {importlib.metadata.version('rocksdict')}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child_append(args.child[0], Path(args.child[1]), int(args.child[2]))
+        return 0
+    wanted = args.engines.split(",")
+    missing = [ENGINES[e][1] for e in wanted if importlib.util.find_spec(ENGINES[e][1]) is None]
+    engines = [e for e in wanted if importlib.util.find_spec(ENGINES[e][1]) is not None]
+    print(f"machine: {describe()}")
+    print(f"engines: {'; '.join(version(e) for e in engines)}")
+    if missing:
+        print(f"not installed, skipped: {', '.join(missing)} (pip install -e '.[bench]')")
+    results: dict[str, dict[str, float]] = {}
+    leaves: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="durable-store-bench-") as tmp:
+        for engine in engines:
+            runs = []
+            for run in range(args.runs):
+                workdir = Path(tmp) / f"{engine}-{run}"
+                workdir.mkdir()
+                figures, files = one_run(engine, args.messages, workdir)
+                runs.append(figures)
+                leaves[engine] = files_left(files)
+            results[engine] = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+    print(report(results, leaves, args.messages, args.runs))
+    if args.json:
+        args.json.write_text(json.dumps(results))
+    return 0
+
+
+def report(results: dict[str, dict[str, float]], leaves: dict[str, str], messages: int, runs: int) -> str:
+    quarter = messages // GENERATIONS
+    header = (
+        "engine",
+        "append msg/s",
+        "us/msg",
+        "scan msg/s",
+        f"drop gen ({quarter:,}) ms",
+        f"range delete ({quarter:,}) ms",
+        "B/msg appended",
+        "B/msg after expiry",
+        "reopen ms",
+    )
+    rows = [
+        (
+            ENGINES[engine][0].name,  # type: ignore[attr-defined]
+            f"{f['append_msgs']:,.0f}",
+            f"{f['append_us']:.1f}",
+            f"{f['scan_msgs']:,.0f}",
+            f"{f['drop_ms']:.1f}",
+            f"{f['range_delete_ms']:.1f}",
+            f"{f['bytes_appended']:.0f}",
+            f"{f['bytes_expired']:.0f}",
+            f"{f['reopen_ms']:.1f}",
+        )
+        for engine, f in results.items()
+    ]
+    lines = [
+        f"\n{messages:,} messages (100 B random payload, 1,000 topics), batches of {BATCH} with one commit each, "
+        f"{GENERATIONS} generations; append in a process killed with SIGKILL, then {TORN_BYTES} random bytes "
+        f"appended to the log; median of {runs} runs\n",
+        table(rows, header),
+        "\nfiles left after expiry and a clean close:",
+        *(f"- {ENGINES[engine][0].name}: {files}" for engine, files in leaves.items()),  # type: ignore[attr-defined]
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
