@@ -47,6 +47,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.durable_stores import ENGINES, Row, Store
@@ -59,19 +60,18 @@ GENERATIONS = 4
 TORN_BYTES = 100
 
 
-def workload(messages: int) -> list[tuple[int, list[Row], list[tuple[int, int]]]]:
-    """(generation, rows, session positions) per commit; a batch never spans two generations."""
+def workload(first: int, last: int, per_generation: int) -> list[tuple[int, list[Row], list[tuple[int, int]]]]:
+    """(generation, rows, session positions) per commit for sequences first..last; a batch never
+    spans two generations."""
     rng = random.Random(16)
     payloads = [rng.randbytes(100) for _ in range(4096)]  # random, so no engine gains by compressing
-    per_generation = messages // GENERATIONS
-    commits, session = [], 0
-    start = 1
-    while start <= messages:
-        generation = min((start - 1) // per_generation, GENERATIONS - 1)
-        end = min(start + BATCH, messages + 1)
-        if generation < GENERATIONS - 1:
-            end = min(end, (generation + 1) * per_generation + 1)
-        rows = [(seq, f"devices/{seq % PUBLISHERS}/telemetry", payloads[seq % len(payloads)]) for seq in range(start, end)]
+    commits, session, start = [], 0, first
+    while start <= last:
+        generation = (start - 1) // per_generation
+        end = min(start + BATCH, last + 1, (generation + 1) * per_generation + 1)
+        rows = [
+            (seq, f"devices/{seq % PUBLISHERS}/telemetry", payloads[seq % len(payloads)]) for seq in range(start, end)
+        ]
         positions = []
         for _ in range(len(rows) // 10):
             positions.append((session, end - 1))
@@ -81,17 +81,25 @@ def workload(messages: int) -> list[tuple[int, list[Row], list[tuple[int, int]]]
     return commits
 
 
+def generation_size(messages: int) -> int:
+    return -(-messages // GENERATIONS)
+
+
+def append(store: Store, commits: list[tuple[int, list[Row], list[tuple[int, int]]]]) -> None:
+    for generation, rows, positions in commits:
+        store.append(generation, rows, positions)
+
+
 def open_store(engine: str, path: Path) -> Store:
-    return ENGINES[engine][0](path)  # type: ignore[call-arg]
+    return ENGINES[engine][0](path)
 
 
 def child_append(engine: str, path: Path, messages: int) -> None:
     """Append the workload, report the time on stdout, then wait to be killed (nothing closed)."""
-    commits = workload(messages)
+    commits = workload(1, messages, generation_size(messages))
     store = open_store(engine, path)
     started = time.perf_counter()
-    for generation, rows, positions in commits:
-        store.append(generation, rows, positions)
+    append(store, commits)
     print(json.dumps({"seconds": time.perf_counter() - started}), flush=True)
     sys.stdin.read()
 
@@ -113,13 +121,13 @@ def tear_tail(engine: str, path: Path) -> str:
     return target.name
 
 
-def timed(work: object) -> float:
+def timed(work: Callable[[], object]) -> float:
     started = time.perf_counter()
-    work()  # type: ignore[operator]
+    work()
     return time.perf_counter() - started
 
 
-def one_run(engine: str, messages: int, workdir: Path) -> tuple[dict[str, float], list[Path]]:
+def one_run(engine: str, messages: int, workdir: Path) -> tuple[dict[str, float], str]:
     path = workdir / engine
     path.mkdir()
     command = [sys.executable, "-m", "bench.durable_store_bench", "--child", engine, str(path), str(messages)]
@@ -146,10 +154,17 @@ def one_run(engine: str, messages: int, workdir: Path) -> tuple[dict[str, float]
     scan = time.perf_counter() - started
     check(engine, "messages scanned after the position", scanned, messages - position)
 
-    per_generation = messages // GENERATIONS
+    per_generation = generation_size(messages)
     drop = timed(lambda: store.drop_generation(0))
     range_delete = timed(lambda: store.delete_below(1, 2 * per_generation + 1))
     check(engine, "oldest key after expiry", store.oldest(), 2 * per_generation + 1)
+    store.close()
+    after_expiry = disk_bytes(path)
+    files = files_left(sorted(path.iterdir()))
+
+    # Expired space is reused, not returned: refill what expired and see how far the files grow.
+    store = open_store(engine, path)
+    append(store, workload(messages + 1, messages + 2 * per_generation, per_generation))
     store.close()
     figures = {
         "append_msgs": messages / appended,
@@ -158,10 +173,11 @@ def one_run(engine: str, messages: int, workdir: Path) -> tuple[dict[str, float]
         "drop_ms": drop * 1e3,
         "range_delete_ms": range_delete * 1e3,
         "bytes_appended": after_append / messages,
-        "bytes_expired": disk_bytes(path) / (messages - 2 * per_generation),
+        "bytes_expired": after_expiry / (messages - 2 * per_generation),
+        "bytes_refilled": disk_bytes(path) / messages,
         "reopen_ms": reopen * 1e3,
     }
-    return figures, sorted(path.iterdir())
+    return figures, files
 
 
 def check(engine: str, what: str, found: int, expected: int) -> None:
@@ -178,7 +194,7 @@ def files_left(files: list[Path]) -> str:
         groups[name] += 1
         sizes[name] += file.stat().st_blocks * 512
     return ", ".join(
-        f"{count} x {name}" if count > 1 else name + f" ({sizes[name] / 1e6:.1f} MB)" for name, count in groups.items()
+        f"{f'{count} x ' if count > 1 else ''}{name} ({sizes[name] / 1e6:.1f} MB)" for name, count in groups.items()
     )
 
 
@@ -192,14 +208,14 @@ def version(engine: str) -> str:
     return f"rocksdict {importlib.metadata.version('rocksdict')}"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--json", type=Path)
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.child:
         child_append(args.child[0], Path(args.child[1]), int(args.child[2]))
         return 0
@@ -220,7 +236,7 @@ def main() -> int:
                 workdir.mkdir()
                 figures, files = one_run(engine, args.messages, workdir)
                 runs.append(figures)
-                leaves[engine] = files_left(files)
+                leaves[engine] = files
             results[engine] = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
     print(report(results, leaves, args.messages, args.runs))
     if args.json:
@@ -229,7 +245,7 @@ def main() -> int:
 
 
 def report(results: dict[str, dict[str, float]], leaves: dict[str, str], messages: int, runs: int) -> str:
-    quarter = messages // GENERATIONS
+    quarter = generation_size(messages)
     header = (
         "engine",
         "append msg/s",
@@ -239,11 +255,12 @@ def report(results: dict[str, dict[str, float]], leaves: dict[str, str], message
         f"range delete ({quarter:,}) ms",
         "B/msg appended",
         "B/msg after expiry",
+        "B/msg refilled",
         "reopen ms",
     )
-    rows = [
+    rows: list[tuple[str, ...]] = [
         (
-            ENGINES[engine][0].name,  # type: ignore[attr-defined]
+            ENGINES[engine][0].name,
             f"{f['append_msgs']:,.0f}",
             f"{f['append_us']:.1f}",
             f"{f['scan_msgs']:,.0f}",
@@ -251,6 +268,7 @@ def report(results: dict[str, dict[str, float]], leaves: dict[str, str], message
             f"{f['range_delete_ms']:.1f}",
             f"{f['bytes_appended']:.0f}",
             f"{f['bytes_expired']:.0f}",
+            f"{f['bytes_refilled']:.0f}",
             f"{f['reopen_ms']:.1f}",
         )
         for engine, f in results.items()
@@ -261,7 +279,7 @@ def report(results: dict[str, dict[str, float]], leaves: dict[str, str], message
         f"appended to the log; median of {runs} runs\n",
         table(rows, header),
         "\nfiles left after expiry and a clean close:",
-        *(f"- {ENGINES[engine][0].name}: {files}" for engine, files in leaves.items()),  # type: ignore[attr-defined]
+        *(f"- {ENGINES[engine][0].name}: {files}" for engine, files in leaves.items()),
     ]
     return "\n".join(lines)
 

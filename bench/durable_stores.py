@@ -23,7 +23,7 @@ from __future__ import annotations
 import sqlite3
 import struct
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 Row = tuple[int, str, bytes]  # sequence, topic, payload
 
@@ -33,6 +33,10 @@ TOPIC_LEN = struct.Struct(">H")
 
 
 class Store(Protocol):
+    name: ClassVar[str]
+
+    def __init__(self, path: Path) -> None: ...
+
     def append(self, generation: int, rows: list[Row], positions: list[tuple[int, int]]) -> None:
         """Store rows (all of one generation) and session positions in one commit."""
 
@@ -60,7 +64,7 @@ def pack(topic: str, payload: bytes) -> bytes:
 
 
 class SqliteStore:
-    name = "SQLite (WAL)"
+    name: ClassVar[str] = "SQLite (WAL)"
 
     def __init__(self, path: Path) -> None:
         self.db = sqlite3.connect(path / "store.db", isolation_level=None)
@@ -115,7 +119,7 @@ class SqliteStore:
 
 
 class LmdbStore:
-    name = "LMDB"
+    name: ClassVar[str] = "LMDB"
 
     def __init__(self, path: Path) -> None:
         import lmdb
@@ -181,7 +185,7 @@ class LmdbStore:
 
 
 class RocksStore:
-    name = "RocksDB (rocksdict)"
+    name: ClassVar[str] = "RocksDB (rocksdict)"
 
     def __init__(self, path: Path) -> None:
         from rocksdict import Options, Rdict, WriteOptions
@@ -234,7 +238,7 @@ class RocksStore:
             family = self.db.get_column_family(f"gen-{generation:08d}")
             key = next(iter(family.keys(backwards=last)), None)
             if key is not None:
-                return int(SEQ.unpack(key)[0])
+                return int(SEQ.unpack(bytes(key))[0])  # type: ignore[arg-type]
         return 0
 
     def newest(self) -> int:
@@ -252,6 +256,7 @@ class RocksStore:
         family.delete_range(SEQ.pack(0), SEQ.pack(below), self.write_options)
 
     def close(self) -> None:
+        del self.sessions  # a column family handle keeps the database (and its LOCK) open
         self.db.close()
 
 
