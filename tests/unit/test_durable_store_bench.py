@@ -15,20 +15,29 @@ from bench.durable_stores import ENGINES, LmdbStore
 INSTALLED = [engine for engine, (_, module) in ENGINES.items() if importlib.util.find_spec(module) is not None]
 
 
-def rows(output: str) -> dict[str, list[str]]:
-    """The result table's rows by engine name, cells stripped (header and rule line left out)."""
-    table = [line for line in output.splitlines() if line.startswith("| ")]
-    return {cells[0]: cells[1:] for cells in ([c.strip() for c in line.strip("|").split("|")] for line in table[1:])}
+def tables(output: str) -> list[dict[str, list[str]]]:
+    """Each result table's rows by engine name, cells stripped (header and rule lines left out)."""
+    found: list[dict[str, list[str]]] = []
+    for line in output.splitlines():
+        if line.startswith("| engine "):
+            found.append({})
+        elif line.startswith("| "):
+            cells = [cell.strip() for cell in line.strip("|").split("|")]
+            found[-1][cells[0]] = cells[1:]
+    return found
 
 
 def test_smallest_run_prints_a_row_per_installed_engine(capsys: pytest.CaptureFixture[str]) -> None:
     assert durable_store_bench.main(["--messages", "1000", "--runs", "1"]) == 0
     output = capsys.readouterr().out
-    found = rows(output)
-    assert sorted(found) == sorted(ENGINES[engine][0].name for engine in INSTALLED)
-    for cells in found.values():
-        assert len(cells) == 9
+    speed, space = tables(output)
+    names = sorted(ENGINES[engine][0].name for engine in INSTALLED)
+    assert sorted(speed) == names
+    assert sorted(space) == names
+    for cells in [*speed.values(), *space.values()]:
         assert all(re.fullmatch(r"[\d,.]+", cell) for cell in cells), cells
+    assert [len(cells) for cells in speed.values()] == [7] * len(names)
+    assert [len(cells) for cells in space.values()] == [5] * len(names)
     assert "1,000 messages" in output
     assert "files left after expiry and a clean close:\n- SQLite (WAL): store.db (" in output
 
@@ -40,7 +49,7 @@ def test_missing_engine_is_skipped_with_the_install_command(
     assert durable_store_bench.main(["--messages", "400", "--runs", "1", "--engines", "sqlite,lmdb"]) == 0
     output = capsys.readouterr().out
     assert "not installed, skipped: no_such_engine_module (pip install -e '.[bench]')" in output
-    assert list(rows(output)) == ["SQLite (WAL)"]
+    assert [list(table) for table in tables(output)] == [["SQLite (WAL)"], ["SQLite (WAL)"]]
 
 
 def test_workload_batches_stay_within_a_generation_and_cover_every_sequence() -> None:
