@@ -86,9 +86,15 @@ def generation_size(messages: int) -> int:
     return -(-messages // GENERATIONS)
 
 
-def append(store: Store, commits: list[tuple[int, list[Row], list[tuple[int, int]]]]) -> None:
+def append(store: Store, commits: list[tuple[int, list[Row], list[tuple[int, int]]]]) -> list[float]:
+    """Commit each batch; return each commit's seconds (an engine that flushes or checkpoints in
+    the committing thread shows it here, as a pause of the broker's event loop)."""
+    times = []
     for generation, rows, positions in commits:
+        started = time.perf_counter()
         store.append(generation, rows, positions)
+        times.append(time.perf_counter() - started)
+    return times
 
 
 def open_store(engine: str, path: Path) -> Store:
@@ -100,9 +106,11 @@ def child_append(engine: str, path: Path, messages: int) -> None:
     commits = workload(1, messages, generation_size(messages))
     store = open_store(engine, path)
     started, written = time.perf_counter(), bytes_written()
-    append(store, commits)
+    commit_times = sorted(append(store, commits))
     seconds = time.perf_counter() - started
-    print(json.dumps({"seconds": seconds, "written": bytes_written() - written}), flush=True)
+    written = bytes_written() - written
+    p99, longest = commit_times[len(commit_times) * 99 // 100], commit_times[-1]
+    print(json.dumps({"seconds": seconds, "written": written, "p99": p99, "max": longest}), flush=True)
     sys.stdin.read()
 
 
@@ -118,7 +126,7 @@ def disk_bytes(path: Path) -> int:
 
 def tear_tail(engine: str, path: Path) -> str:
     """Append random bytes to the file a write in progress would have been extending."""
-    if engine == "sqlite":
+    if engine.startswith("sqlite"):
         target = path / "store.db-wal"
     elif engine == "lmdb":
         target = path / "data.mdb"
@@ -146,7 +154,8 @@ def one_run(engine: str, messages: int, workdir: Path) -> tuple[dict[str, float]
     child.wait()
     if not line:
         raise RuntimeError(f"{engine}: the append process died (exit {child.returncode})")
-    appended, written = json.loads(line)["seconds"], json.loads(line)["written"]
+    child_figures = json.loads(line)
+    appended, written = child_figures["seconds"], child_figures["written"]
     after_append = disk_bytes(path)
     tear_tail(engine, path)
 
@@ -195,6 +204,8 @@ def one_run(engine: str, messages: int, workdir: Path) -> tuple[dict[str, float]
         "bytes_appended": after_append / messages,
         "bytes_expired": after_expiry / (messages - 2 * per_generation),
         "bytes_refilled": disk_bytes(path) / messages,
+        "commit_p99_ms": child_figures["p99"] * 1e3,
+        "commit_max_ms": child_figures["max"] * 1e3,
         "single_commit_us": single_commit * 1e6,
         "written_per_msg": written / messages,
         "written_per_single": single_written,
@@ -222,7 +233,7 @@ def files_left(files: list[Path]) -> str:
 
 
 def version(engine: str) -> str:
-    if engine == "sqlite":
+    if engine.startswith("sqlite"):
         return f"SQLite {sqlite3.sqlite_version}"
     if engine == "lmdb":
         import lmdb
@@ -273,6 +284,7 @@ def report(results: dict[str, dict[str, float]], leaves: dict[str, str], message
         "engine",
         "append msg/s",
         "us/msg",
+        f"commit of {BATCH} p99 / max ms",
         "1-msg commit us",
         "scan msg/s",
         f"drop gen ({quarter:,}) ms",
@@ -284,6 +296,7 @@ def report(results: dict[str, dict[str, float]], leaves: dict[str, str], message
             ENGINES[engine][0].name,
             f"{f['append_msgs']:,.0f}",
             f"{f['append_us']:.1f}",
+            f"{f['commit_p99_ms']:.2f} / {f['commit_max_ms']:.1f}",
             f"{f['single_commit_us']:.1f}",
             f"{f['scan_msgs']:,.0f}",
             f"{f['drop_ms']:.1f}",
