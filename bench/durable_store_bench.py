@@ -9,6 +9,8 @@ bench/durable_stores.py says (durable against `kill -9`, not against a power cut
    row updated per 10 messages of the batch (6 of 1,000 sessions, round robin). The messages go
    into 4 generations of N/4. This runs in a child process that is then killed with SIGKILL
    without closing anything, so every later step also checks that the engine kept every commit.
+   Reported: messages/s, µs per message, the p99 and longest commit (an engine that checkpoints
+   or flushes in the committing thread shows it there), and bytes handed to write()/pwrite().
 2. Torn tail: 100 random bytes are appended to the engine's log (SQLite's `-wal`, RocksDB's
    newest `*.log`, LMDB's `data.mdb`), as if the process had died in the middle of a write.
 3. Reopen: open the store and read the newest key, which bounds restart time (and includes the
@@ -18,14 +20,17 @@ bench/durable_stores.py says (durable against `kill -9`, not against a power cut
 5. Bulk expiry of the oldest half: generation 0 dropped whole (table / named database / column
    family), generation 1 removed by a range delete (`DELETE ... WHERE seq < ?`, LMDB's cursor
    deleting key by key, RocksDB's `delete_range`); each timed, the oldest key left must be N/2 + 1.
-6. Bytes on disk (allocated blocks, as `du`) per message after step 1 (what the killed process
-   left) and per remaining message after step 5 and a clean close, with what the engine does on
-   its own and nothing more (no VACUUM, no manual compaction).
+6. Refill: reopen after a clean close and append as many messages as expired (is the freed
+   space reused?), then 2,000 commits of one message each (an event-loop step at low load).
+7. Bytes on disk (allocated blocks, as `du`) per message after step 1 (what the killed process
+   left), per remaining message after step 5 and a clean close, and per message after step 6,
+   with what the engine does on its own and nothing more (no VACUUM, no manual compaction).
 
-Each engine runs --runs times (default 3) in a fresh directory; the table shows medians.
+Each engine runs --runs times (default 3) in a fresh directory; the tables show medians.
+`sqlite-thread` is SQLite with its WAL checkpoints moved to a thread, measured beside it.
 
     .venv/bin/python -m bench.durable_store_bench [--messages 200000] [--runs 3]
-        [--engines sqlite,lmdb,rocksdb] [--json FILE]
+        [--engines sqlite,sqlite-thread,lmdb,rocksdb] [--json FILE]
 
 LMDB and rocksdict are optional (`pip install -e '.[bench]'`); engines not installed are skipped.
 """
@@ -257,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     missing = [ENGINES[e][1] for e in wanted if importlib.util.find_spec(ENGINES[e][1]) is None]
     engines = [e for e in wanted if importlib.util.find_spec(ENGINES[e][1]) is not None]
     print(f"machine: {describe()}")
-    print(f"engines: {'; '.join(version(e) for e in engines)}")
+    print(f"engines: {'; '.join(dict.fromkeys(version(e) for e in engines))}")
     if missing:
         print(f"not installed, skipped: {', '.join(missing)} (pip install -e '.[bench]')")
     results: dict[str, dict[str, float]] = {}
