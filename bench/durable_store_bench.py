@@ -9,8 +9,9 @@ bench/durable_stores.py says (durable against `kill -9`, not against a power cut
    row updated per 10 messages of the batch (6 of 1,000 sessions, round robin). The messages go
    into 4 generations of N/4. This runs in a child process that is then killed with SIGKILL
    without closing anything, so every later step also checks that the engine kept every commit.
-   Reported: messages/s, µs per message, the p99 and longest commit (an engine that checkpoints
-   or flushes in the committing thread shows it there), and bytes handed to write()/pwrite().
+   Reported: messages/s, µs per message (wall clock, and CPU time of every thread), the p99
+   and longest commit (an engine that checkpoints or flushes in the committing thread shows it
+   there), and bytes handed to write()/pwrite().
 2. Torn tail: 100 random bytes are appended to the engine's log (SQLite's `-wal`, RocksDB's
    newest `*.log`, LMDB's `data.mdb`), as if the process had died in the middle of a write.
 3. Reopen: open the store and read the newest key, which bounds restart time (and includes the
@@ -110,12 +111,13 @@ def child_append(engine: str, path: Path, messages: int) -> None:
     """Append the workload, report the time on stdout, then wait to be killed (nothing closed)."""
     commits = workload(1, messages, generation_size(messages))
     store = open_store(engine, path)
-    started, written = time.perf_counter(), bytes_written()
+    started, cpu, written = time.perf_counter(), time.process_time(), bytes_written()
     commit_times = sorted(append(store, commits))
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     written = bytes_written() - written
     p99, longest = commit_times[len(commit_times) * 99 // 100], commit_times[-1]
-    print(json.dumps({"seconds": seconds, "written": written, "p99": p99, "max": longest}), flush=True)
+    figures = {"seconds": seconds, "cpu": cpu, "written": written, "p99": p99, "max": longest}
+    print(json.dumps(figures), flush=True)
     sys.stdin.read()
 
 
@@ -203,6 +205,7 @@ def one_run(engine: str, messages: int, workdir: Path) -> tuple[dict[str, float]
     figures = {
         "append_msgs": messages / appended,
         "append_us": appended / messages * 1e6,
+        "append_cpu_us": child_figures["cpu"] / messages * 1e6,
         "scan_msgs": scanned / scan,
         "drop_ms": drop * 1e3,
         "range_delete_ms": range_delete * 1e3,
@@ -289,6 +292,7 @@ def report(results: dict[str, dict[str, float]], leaves: dict[str, str], message
         "engine",
         "append msg/s",
         "us/msg",
+        "CPU us/msg",
         f"commit of {BATCH} p99 / max ms",
         "1-msg commit us",
         "scan msg/s",
@@ -301,6 +305,7 @@ def report(results: dict[str, dict[str, float]], leaves: dict[str, str], message
             ENGINES[engine][0].name,
             f"{f['append_msgs']:,.0f}",
             f"{f['append_us']:.1f}",
+            f"{f['append_cpu_us']:.1f}",
             f"{f['commit_p99_ms']:.2f} / {f['commit_max_ms']:.1f}",
             f"{f['single_commit_us']:.1f}",
             f"{f['scan_msgs']:,.0f}",

@@ -36,7 +36,7 @@ def test_smallest_run_prints_a_row_per_installed_engine(capsys: pytest.CaptureFi
     assert sorted(space) == names
     for cells in [*speed.values(), *space.values()]:
         assert all(re.fullmatch(r"[\d,.]+( / [\d.]+)?", cell) for cell in cells), cells
-    assert [len(cells) for cells in speed.values()] == [8] * len(names)
+    assert [len(cells) for cells in speed.values()] == [9] * len(names)
     assert [len(cells) for cells in space.values()] == [5] * len(names)
     assert "1,000 messages" in output
     assert "files left after expiry and a clean close:\n- SQLite (WAL): store.db (" in output
