@@ -59,6 +59,7 @@ from pathlib import Path
 from bench.durable_stores import ENGINES, Row, Store
 from bench.machine import describe, table
 
+ROOT = Path(__file__).resolve().parents[1]  # where `-m bench.durable_store_bench` imports from
 BATCH = 64
 PUBLISHERS = 1_000
 SESSIONS = 1_000
@@ -154,7 +155,7 @@ def one_run(engine: str, messages: int, workdir: Path) -> tuple[dict[str, float]
     path = workdir / engine
     path.mkdir()
     command = [sys.executable, "-m", "bench.durable_store_bench", "--child", engine, str(path), str(messages)]
-    child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
     assert child.stdout is not None
     line = child.stdout.readline()
     child.send_signal(signal.SIGKILL)
