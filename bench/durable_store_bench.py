@@ -12,8 +12,9 @@ bench/durable_stores.py says (durable against `kill -9`, not against a power cut
    Reported: messages/s, µs per message (wall clock, and CPU time of every thread), the p99
    and longest commit (an engine that checkpoints or flushes in the committing thread shows it
    there), and bytes handed to write()/pwrite().
-2. Torn tail: 100 random bytes are appended to the engine's log (SQLite's `-wal`, RocksDB's
-   newest `*.log`, LMDB's `data.mdb`), as if the process had died in the middle of a write.
+2. Torn tail: 100 random bytes (--torn-bytes) are appended to the engine's log (SQLite's
+   `-wal`, RocksDB's newest `*.log`, LMDB's `data.mdb`), as if the process had died in the middle
+   of a write.
 3. Reopen: open the store and read the newest key, which bounds restart time (and includes the
    engine's crash recovery); the newest key must be N.
 4. Scan: every message after a session's position (30% of N), oldest first; the count must be
@@ -30,7 +31,7 @@ bench/durable_stores.py says (durable against `kill -9`, not against a power cut
 Each engine runs --runs times (default 3) in a fresh directory; the tables show medians.
 `sqlite-thread` is SQLite with its WAL checkpoints moved to a thread, measured beside it.
 
-    .venv/bin/python -m bench.durable_store_bench [--messages 200000] [--runs 3]
+    .venv/bin/python -m bench.durable_store_bench [--messages 200000] [--runs 3] [--torn-bytes 100]
         [--engines sqlite,sqlite-thread,lmdb,rocksdb] [--json FILE]
 
 LMDB and rocksdict are optional (`pip install -e '.[bench]'`); engines not installed are skipped.
@@ -64,7 +65,6 @@ BATCH = 64
 PUBLISHERS = 1_000
 SESSIONS = 1_000
 GENERATIONS = 4
-TORN_BYTES = 100
 SINGLE_COMMITS = 2_000
 
 
@@ -132,7 +132,7 @@ def disk_bytes(path: Path) -> int:
     return sum(f.stat().st_blocks * 512 for f in path.iterdir() if f.is_file())
 
 
-def tear_tail(engine: str, path: Path) -> str:
+def tear_tail(engine: str, path: Path, size: int) -> str:
     """Append random bytes to the file a write in progress would have been extending."""
     if engine.startswith("sqlite"):
         target = path / "store.db-wal"
@@ -141,7 +141,7 @@ def tear_tail(engine: str, path: Path) -> str:
     else:
         target = max(path.glob("*.log"), key=lambda f: int(f.stem))
     with target.open("ab") as file:
-        file.write(os.urandom(TORN_BYTES))
+        file.write(os.urandom(size))
     return target.name
 
 
@@ -151,7 +151,7 @@ def timed(work: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
-def one_run(engine: str, messages: int, workdir: Path) -> tuple[dict[str, float], str]:
+def one_run(engine: str, messages: int, workdir: Path, torn: int) -> tuple[dict[str, float], str]:
     path = workdir / engine
     path.mkdir()
     command = [sys.executable, "-m", "bench.durable_store_bench", "--child", engine, str(path), str(messages)]
@@ -165,7 +165,7 @@ def one_run(engine: str, messages: int, workdir: Path) -> tuple[dict[str, float]
     child_figures = json.loads(line)
     appended, written = child_figures["seconds"], child_figures["written"]
     after_append = disk_bytes(path)
-    tear_tail(engine, path)
+    tear_tail(engine, path, torn)
 
     started = time.perf_counter()
     store = open_store(engine, path)
@@ -256,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--torn-bytes", type=int, default=100, help="random bytes appended to the log after the kill")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -277,17 +278,17 @@ def main(argv: list[str] | None = None) -> int:
             for run in range(args.runs):
                 workdir = Path(tmp) / f"{engine}-{run}"
                 workdir.mkdir()
-                figures, files = one_run(engine, args.messages, workdir)
+                figures, files = one_run(engine, args.messages, workdir, args.torn_bytes)
                 runs.append(figures)
                 leaves[engine] = files
             results[engine] = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
-    print(report(results, leaves, args.messages, args.runs))
+    print(report(results, leaves, args.messages, args.runs, args.torn_bytes))
     if args.json:
         args.json.write_text(json.dumps(results))
     return 0
 
 
-def report(results: dict[str, dict[str, float]], leaves: dict[str, str], messages: int, runs: int) -> str:
+def report(results: dict[str, dict[str, float]], leaves: dict[str, str], messages: int, runs: int, torn: int) -> str:
     quarter = generation_size(messages)
     time_header = (
         "engine",
@@ -337,7 +338,7 @@ def report(results: dict[str, dict[str, float]], leaves: dict[str, str], message
     ]
     lines = [
         f"\n{messages:,} messages (100 B random payload, 1,000 topics), batches of {BATCH} with one commit each, "
-        f"{GENERATIONS} generations; append in a process killed with SIGKILL, then {TORN_BYTES} random bytes "
+        f"{GENERATIONS} generations; append in a process killed with SIGKILL, then {torn:,} random bytes "
         f"appended to the log; median of {runs} runs\n",
         table(time_rows, time_header),
         "\nwritten: bytes handed to write()/pwrite() by the process (every thread) per message; disk: allocated "
