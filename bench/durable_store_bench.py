@@ -151,9 +151,8 @@ def timed(work: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
-def one_run(engine: str, messages: int, workdir: Path, torn: int) -> tuple[dict[str, float], str]:
-    path = workdir / engine
-    path.mkdir()
+def killed_append(engine: str, path: Path, messages: int) -> dict[str, float]:
+    """The append in a child process, then SIGKILL: the child's figures."""
     command = [sys.executable, "-m", "bench.durable_store_bench", "--child", engine, str(path), str(messages)]
     child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
     assert child.stdout is not None
@@ -162,7 +161,34 @@ def one_run(engine: str, messages: int, workdir: Path, torn: int) -> tuple[dict[
     child.wait()
     if not line:
         raise RuntimeError(f"{engine}: the append process died (exit {child.returncode})")
-    child_figures = json.loads(line)
+    figures: dict[str, float] = json.loads(line)
+    return figures
+
+
+def refill(engine: str, path: Path, messages: int, per_generation: int) -> tuple[float, float]:
+    """Append as many messages as expired (is the freed space reused, or do the files grow?), then
+    SINGLE_COMMITS commits of one message each, as an event-loop step holds at low load: seconds
+    and bytes written per single commit."""
+    store = open_store(engine, path)
+    last = messages + 2 * per_generation
+    append(store, workload(messages + 1, last, per_generation))
+    singles = [
+        (generation, row)
+        for generation, rows, _ in workload(last + 1, last + SINGLE_COMMITS, per_generation)
+        for row in rows
+    ]
+    started, written = time.perf_counter(), bytes_written()
+    for generation, row in singles:
+        store.append(generation, [row], [(0, row[0])])
+    seconds, written = time.perf_counter() - started, bytes_written() - written
+    store.close()
+    return seconds / len(singles), written / len(singles)
+
+
+def one_run(engine: str, messages: int, workdir: Path, torn: int) -> tuple[dict[str, float], str]:
+    path = workdir / engine
+    path.mkdir()
+    child_figures = killed_append(engine, path, messages)
     appended, written = child_figures["seconds"], child_figures["written"]
     after_append = disk_bytes(path)
     tear_tail(engine, path, torn)
@@ -187,22 +213,7 @@ def one_run(engine: str, messages: int, workdir: Path, torn: int) -> tuple[dict[
     after_expiry = disk_bytes(path)
     files = files_left(sorted(path.iterdir()))
 
-    # Expired space is reused, not returned: refill what expired and see how far the files grow.
-    store = open_store(engine, path)
-    refill = messages + 2 * per_generation
-    append(store, workload(messages + 1, refill, per_generation))
-    # At low load an event-loop step holds one message: what a commit costs by itself.
-    singles = [
-        (generation, row)
-        for generation, rows, _ in workload(refill + 1, refill + SINGLE_COMMITS, per_generation)
-        for row in rows
-    ]
-    started, single_written = time.perf_counter(), bytes_written()
-    for generation, row in singles:
-        store.append(generation, [row], [(0, row[0])])
-    single_commit = (time.perf_counter() - started) / len(singles)
-    single_written = (bytes_written() - single_written) / len(singles)
-    store.close()
+    single_commit, single_written = refill(engine, path, messages, per_generation)
     figures = {
         "append_msgs": messages / appended,
         "append_us": appended / messages * 1e6,
