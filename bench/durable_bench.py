@@ -151,8 +151,9 @@ def restart(args: argparse.Namespace, workdir: Path, results: Results) -> None:
     for store in stores():
         measured = found[store.key]
         print(
-            f"{store.name}: {measured.stored:,} stored (filled at {measured.fill_rate:,.0f} msg/s), graceful stop "
-            f"{measured.stop:.2f} s, {measured.rss / (1 << 20):,.0f} MiB resident after the restart"
+            f"{store.name}: {measured.stored:,} stored (filled at {measured.fill_rate:,.0f} msg/s) in "
+            f"{measured.size / (1 << 20):,.0f} MiB on disk, graceful stop {measured.stop:.2f} s, "
+            f"{measured.rss / (1 << 20):,.0f} MiB resident after the restart"
         )
     print(f"Mosquitto after kill -9: its file from the graceful stop before. {MOSQUITTO_NOTE}")
 

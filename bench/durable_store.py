@@ -125,6 +125,8 @@ class Restart:
     killed: Reconnect
     rss: int
     """resident bytes after the graceful restart gave one session its messages"""
+    size: int
+    """bytes of the store after the graceful stop"""
 
 
 def measure_restart(store: Store, workdir: Path, sessions: int, messages: int) -> Restart:
@@ -140,6 +142,7 @@ def measure_restart(store: Store, workdir: Path, sessions: int, messages: int) -
         fill_rate = per_session * sessions / (time.perf_counter() - started)
         counted = stored_messages(launch)
         stop = server.stop()
+    size = disk_bytes(workdir / store.state)
     with launch.run(wait=False) as server:
         graceful = asyncio.run(reconnect(server.port, client_ids[0], server.started, per_session))
         rss = server.rss()
@@ -147,7 +150,7 @@ def measure_restart(store: Store, workdir: Path, sessions: int, messages: int) -
     with launch.run(wait=False) as server:
         killed = asyncio.run(reconnect(server.port, client_ids[1], server.started, per_session))
     stored = per_session * sessions if counted is None else counted
-    return Restart(empty_start, fill_rate, stored, stop, graceful, killed, rss)
+    return Restart(empty_start, fill_rate, stored, stop, graceful, killed, rss, size)
 
 
 async def _start_time(server: Server) -> float:
