@@ -81,10 +81,9 @@ def stored_messages(launch: Launch) -> int | None:
         return None
     with urllib.request.urlopen(f"http://{HOST}:{launch.metrics_port}/metrics", timeout=10) as response:
         text = response.read().decode()
-    for line in text.splitlines():
-        name, _, value = line.partition(" ")
-        if name == STORED_METRIC:
-            return int(float(value))
+    for line in text.splitlines():  # `name{labels} value`, one series: the broker's mode
+        if line.partition("{")[0].partition(" ")[0] == STORED_METRIC:
+            return int(float(line.rsplit(" ", 1)[1]))
     raise RuntimeError(f"{launch.name}: no {STORED_METRIC} in /metrics (renamed? see STORED_METRIC)")
 
 
