@@ -137,7 +137,7 @@ def restart(args: argparse.Namespace, workdir: Path, results: Results) -> None:
             store, workdir / f"restart-{store.key}", args.sessions, args.stored
         )
         results.update(_flat(f"restart_{store.key}", measured))
-        out.append((store.name, "first start, empty", "", f"{measured.empty_start:.2f}", "", ""))
+        out.append((store.name, "first start, empty", "-", f"{measured.empty_start:.2f} (present 0)", "-", "-"))
         for after, times in (("SIGTERM", measured.graceful), ("kill -9", measured.killed)):
             cells = (times.accepting, times.connack, times.first, times.last)
             out.append((store.name, f"after {after}", *(f"{value:.2f}" for value in cells)))
@@ -152,7 +152,8 @@ def restart(args: argparse.Namespace, workdir: Path, results: Results) -> None:
         measured = found[store.key]
         print(
             f"{store.name}: {measured.stored:,} stored (filled at {measured.fill_rate:,.0f} msg/s) in "
-            f"{measured.size / (1 << 20):,.0f} MiB on disk, graceful stop {measured.stop:.2f} s, "
+            f"{measured.size / (1 << 20):,.1f} MiB on disk ({measured.size / measured.stored:,.0f} B per message) "
+            f"after the graceful stop, which took {measured.stop:.2f} s; "
             f"{measured.rss / (1 << 20):,.0f} MiB resident after the restart"
         )
     print(f"Mosquitto after kill -9: its file from the graceful stop before. {MOSQUITTO_NOTE}")
