@@ -11,8 +11,8 @@ sessions off (persistent sessions in memory only) and on (`broker.durable_sessio
    msg/s = messages published / time until the last subscriber has all of them. In rounds, so
    that a busy moment of the machine hits every broker alike; the median is shown. Goal: durable
    on costs at most 30% against off.
-2. Bytes on disk per stored message, 1 -> 1 and 1 -> 100 (bench.durable_store).
-3. Restart time with 1 M stored messages in 10,000 sessions (bench.durable_store).
+2. Bytes on disk per stored message, 1 -> 1 and 1 -> 100 (bench.durable_disk).
+3. Restart time with 1 M stored messages in 10,000 sessions (bench.durable_disk).
 
     .venv/bin/python -m bench.durable_bench [--quick] [--only throughput,disk,restart] [--json FILE]
 
@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from bench.broker_bench import INFLIGHT, PAYLOAD, publish_through
-from bench.durable_store import Disk, Restart, brokers, measure_disk, measure_restart, stores
+from bench.durable_disk import Disk, Restart, brokers, measure_disk, measure_restart, stores
 from bench.machine import describe, table
 
 COST_GOAL = 0.30  # issue 16: durable on costs at most 30% of the throughput with it off
