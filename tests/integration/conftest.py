@@ -109,9 +109,13 @@ class PahoClient:
             client_id=client_id,
             clean_session=clean_session,
             protocol=mqtt.MQTTv311,
-            manual_ack=manual_ack,
+            # Always manual in paho: without manual_ack, _on_message acks before the test sees
+            # the message. paho's own ack goes out after on_message returns, so a disconnect()
+            # right after message() could overtake it and the message rightly came again.
+            manual_ack=True,
             reconnect_on_failure=False,
         )
+        self._auto_ack = not manual_ack
         if username is not None:
             self.client.username_pw_set(username, password)
         self.messages: asyncio.Queue[mqtt.MQTTMessage] = asyncio.Queue()
@@ -143,6 +147,8 @@ class PahoClient:
         self._soon(self._resolve, mid, None)
 
     def _on_message(self, _c: Any, _u: Any, message: mqtt.MQTTMessage) -> None:
+        if self._auto_ack and message.qos:
+            self.client.ack(message.mid, message.qos)
         self._soon(self.messages.put_nowait, message)
 
     def _on_disconnect(self, _c: Any, _u: Any, _flags: Any, _reason: Any, _p: Any) -> None:
