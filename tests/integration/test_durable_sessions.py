@@ -250,7 +250,7 @@ async def test_an_expired_session_is_gone_after_the_restart_and_its_data_removed
     await publish_all(publisher, [("y/t", b"y-%d" % n) for n in range(5)])
     assert [p.payload for p in await drain(keeper, b"y-4")] == [b"y-%d" % n for n in range(5)]
 
-    bridge.terminate()
+    assert bridge.terminate() == 0
     await asyncio.sleep(2.5)  # longer than x's session expiry: it ends while the bridge is down
     await asyncio.to_thread(bridge.start)
 
@@ -408,14 +408,21 @@ async def test_a_fetch_rule_and_a_durable_session_deliver_each_message_once(
     await asyncio.to_thread(bridge.start)
 
     # The client subscribes again on connecting, as most do: the subscription is not new, so the
-    # fetch does not run; the session's own queue delivers.
+    # fetch does not run; the session's own queue delivers. Nothing is acknowledged until the
+    # rules are done with the SUBSCRIBE: a fetch that ran would find every message still unacked.
     fetcher, connack = await persistent(raw_connect, port, "fetch-f")
     assert connack.session_present
     await fetcher.send(Subscribe(2, [Subscription("pubsub/#", 1)]))
+
+    def rules_idle() -> bool:
+        return (
+            bridge.metric("hookbridge_events_total", hookpoint="session.subscribed") >= 1
+            and bridge.metric("hookbridge_queue_depth") == 0
+            and bridge.metric("hookbridge_fetches_paging") == 0
+        )
+
+    await asyncio.to_thread(bridge.wait_for, rules_idle, "the SUBSCRIBE through the rules")
     got = await drain(fetcher, sent[-1])
-    await asyncio.to_thread(
-        bridge.wait_for, lambda: bridge.metric("hookbridge_queue_depth") == 0, "the rules' actions written"
-    )
     publisher, _ = await raw_connect(port, "fetch-pub")
     await publish_all(publisher, [("pubsub/t", b"marker")])
     got += await drain(fetcher, b"marker")
