@@ -131,6 +131,7 @@ class Bridge:
             gate=self.gate,
             takeover=takeover_of(self.config),
             listeners=[listener for listener in configured(self.config.settings) if listener.name != "tcp"],
+            durable_dir=self.config["broker.durable_dir"] if self.config["broker.durable_sessions"] else None,
         )
 
     # -- lifecycle -----------------------------------------------------------
@@ -288,6 +289,17 @@ class Bridge:
             "Queued messages dropped because a session's queue was full (count or bytes), all sessions",
             lambda: {self.broker.mode: float(self.broker.dropped_messages)},
         )
+        if self.config["broker.durable_sessions"]:
+            self.metrics.gauge(
+                "hookbridge_broker_durable_sessions",
+                "Durable sessions in the embedded broker's store (broker.durable_sessions)",
+                lambda: {self.broker.mode: float(self.broker.durable.get("sessions", 0))},
+            )
+            self.metrics.gauge(
+                "hookbridge_broker_durable_messages",
+                "Messages in the durable store's log: each once, however many sessions are owed it",
+                lambda: {self.broker.mode: float(self.broker.durable.get("messages", 0))},
+            )
         self._refusals()
         self.metrics.gauge(
             "hookbridge_spool_bytes",

@@ -95,6 +95,11 @@ class BrokerSource(abc.ABC):
         return 0
 
     @property
+    def durable(self) -> Mapping[str, int]:
+        """Durable sessions on: what the store holds ({"sessions": n, "messages": n}); else empty."""
+        return {}
+
+    @property
     def refused(self) -> Mapping[str, int]:
         """What the source refused, closed or dropped because one of its limits was hit, by reason.
 

@@ -248,6 +248,19 @@ GLOBAL: dict[str, Setting] = {
         "embedded mode: `same_user`: a CONNECT with the client id of another user's connection or session is "
         "refused; `any`: it takes the session over. Default: `same_user` when `broker.auth.*` is set, else `any`",
     ),
+    "broker.durable_sessions": Setting(
+        v.parse_bool,
+        False,
+        "embedded mode: keep every session with expiry > 0 (3.1.1: clean session 0), its subscriptions, queued "
+        "and in-flight messages, its will, and the retained messages on disk, so they survive a restart and a "
+        '`kill -9` (docs/brokers.md, "Durable sessions")',
+    ),
+    "broker.durable_dir": Setting(
+        v.writable_dir,
+        "data/durable",
+        "embedded mode, durable sessions on: the directory of the store (`durable.db`, SQLite in WAL mode); "
+        "relative to the working directory",
+    ),
     "broker.server": Setting(a.parse_hostport, ("127.0.0.1", 1883), "external modes: broker to connect to"),
     "broker.clientid": Setting(
         v.string(required=True), "hookbridge-1", "external modes: fixed client id (session persists)"

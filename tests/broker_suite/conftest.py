@@ -6,6 +6,8 @@
   cap).
 - `embedded`: a bridge started by `make_bridge` with no rules and no pools, i.e. only the
   embedded broker, on a free loopback port; one per test.
+- `embedded-durable`: the same with durable sessions on (`broker.durable_sessions`), so every
+  rule of the protocol holds while sessions are written to the store too.
 
 Tests share the Mosquitto process, so each one uses client ids and topics of its own (`unique`).
 """
@@ -13,6 +15,7 @@ Tests share the Mosquitto process, so each one uses client ids and topics of its
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -44,7 +47,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if deviation is not None:
             # strict: the day a Mosquitto release conforms, the xfail turns into a failure to remove it
             mosquitto = pytest.param("mosquitto", marks=pytest.mark.xfail(strict=True, reason=deviation.args[0]))
-        metafunc.parametrize("broker_name", [mosquitto, "embedded"])
+        metafunc.parametrize("broker_name", [mosquitto, "embedded", "embedded-durable"])
 
 
 @pytest.fixture(scope="session")
@@ -64,11 +67,14 @@ def _server(request: pytest.FixtureRequest, broker_name: str) -> int | BridgeFac
 
 
 @pytest.fixture
-async def broker(broker_name: str, _server: int | BridgeFactory) -> Broker:
+async def broker(broker_name: str, _server: int | BridgeFactory, tmp_path: Path) -> Broker:
     if isinstance(_server, int):
         return Broker(broker_name, _server)
     # As the suite's Mosquitto (max_keepalive 60): a server keep-alive cap the 5.0 tests read.
-    bridge = await _server(rules="", pools="", extra_config="broker.server_keep_alive = 60\n")
+    config = "broker.server_keep_alive = 60\n"
+    if broker_name == "embedded-durable":
+        config += f"broker.durable_sessions = on\nbroker.durable_dir = {tmp_path / 'durable'}\n"
+    bridge = await _server(rules="", pools="", extra_config=config)
     return Broker(broker_name, mqtt_port(bridge))
 
 

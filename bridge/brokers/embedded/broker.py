@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
@@ -22,6 +22,7 @@ from typing import Any
 from bridge.brokers.base import EventSink
 from bridge.brokers.embedded.access import Gate, Login, OpenGate, Verdict
 from bridge.brokers.embedded.connection import RECEIVE_MAXIMUM, TOPIC_ALIAS_MAXIMUM, Connection, Inbound
+from bridge.brokers.embedded.durable import DurableStore, Journal
 from bridge.brokers.embedded.flows import FlowsMixin
 from bridge.brokers.embedded.lane import EventLane, Kept
 from bridge.brokers.embedded.limits import Limits
@@ -73,6 +74,7 @@ class Broker(FlowsMixin):
         limits: Limits,
         gate: Gate | None = None,
         takeover: str = "any",
+        store: DurableStore | None = None,
     ) -> None:
         self.node = node
         self.gate: Gate = gate or OpenGate()
@@ -84,6 +86,8 @@ class Broker(FlowsMixin):
         self.refused: Counter[str] = Counter()
         self.router = Router()
         self.states: dict[str, SessionState] = {}
+        # Durable sessions on: what the store keeps is written through the journal.
+        self.journal = self.router.journal = Journal(store, self.states) if store is not None else None
         self.expiring: dict[str, float] = {}
         self.busy_lanes: set[EventLane] = set()  # client event lanes with events not yet at the sink
         self.active: dict[str, Connection] = {}  # clientid -> connection until its teardown ends
@@ -176,6 +180,7 @@ class Broker(FlowsMixin):
             server_keep_alive = self._keepalive(conn, packet)
             conn.write(encode(self._connack(conn, packet, present, assigned, server_keep_alive), level))
             conn.connacked = True
+            state.touch()
             event = ClientConnected(
                 clientid=clientid,
                 username=state.username,
@@ -232,6 +237,10 @@ class Broker(FlowsMixin):
         if old is not None and not packet.clean_start:
             old.cancel_timers()  # back before its expiry or will delay: neither happens
             old.expiry, old.username, old.level = expiry, verdict.username, packet.protocol_level
+            if old.permissions is not verdict.permissions and old.outbox:
+                # queued before this login (restored from the durable store): the ACL holds
+                old.outbox = deque(m for m in old.outbox if verdict.permissions.may_read(m.topic))
+                old.outbox_bytes = sum(m.size for m in old.outbox)
             old.permissions = verdict.permissions
             return old, True
         lane = old.lane if old is not None else EventLane(self.sink, clientid, self.busy_lanes)
@@ -247,8 +256,21 @@ class Broker(FlowsMixin):
             level=packet.protocol_level,
         )
         state.permissions = verdict.permissions
+        state.journal = self.journal
         self.states[clientid] = state
         return state, False
+
+    def restored_session(
+        self, clientid: str, expiry: int, username: str | None, owner: str | None, level: int
+    ) -> SessionState:
+        """A durable session read back from the store at start (durable/journal.py)."""
+        lane = EventLane(self.sink, clientid, self.busy_lanes)
+        state = SessionState(
+            clientid, expiry=expiry, username=username, lane=lane, limits=self.limits, refused=self.refused, level=level
+        )
+        state.owner, state.journal = owner, self.journal
+        self.states[clientid] = state
+        return state
 
     def _keepalive(self, conn: Connection, packet: Connect) -> int | None:
         """Set the connection's keepalive limit; the Server Keep Alive to announce, if any."""
@@ -366,14 +388,16 @@ class Broker(FlowsMixin):
             if will is not None:
                 delay = will.properties.will_delay_interval or 0
                 if delay and state.expiry:
-                    self._delay_will(state, PendingWill(will, conn.peername), min(delay, state.expiry))
+                    self.delay_will(state, PendingWill(will, conn.peername), min(delay, state.expiry))
                 else:
                     await self._publish_will(state, conn.peername, will)
             if state.clean:
                 self._discard(state)
             elif state.expiry != NEVER:
                 loop = asyncio.get_running_loop()
-                state.expiry_timer = loop.call_later(state.expiry, self._expire, state)
+                state.expiry_timer = loop.call_later(state.expiry, self.expire, state)
+                state.expires_at = time.time() + state.expiry
+            state.touch()
             event = ClientDisconnected(
                 clientid=state.clientid,
                 username=state.username,
@@ -390,14 +414,19 @@ class Broker(FlowsMixin):
             self.connections.discard(conn)
             conn.done.set()
 
-    def _delay_will(self, state: SessionState, pending: PendingWill, delay: float) -> None:
+    def delay_will(self, state: SessionState, pending: PendingWill, delay: float) -> None:
+        """Publish a session's will after `delay` seconds, unless its client is back by then."""
+
         def due() -> None:
             if state.will is pending:
                 state.will = None
+                state.touch()
                 asyncio.get_running_loop().create_task(self._publish_will(state, pending.peername, pending.will))
 
         pending.timer = asyncio.get_running_loop().call_later(delay, due)
+        pending.due = time.time() + delay
         state.will = pending
+        state.touch()
 
     async def _publish_will(self, state: SessionState, peername: str, will: Will) -> None:
         props = will.properties
@@ -411,7 +440,7 @@ class Broker(FlowsMixin):
         )
         await self._publish(state, peername, message)
 
-    def _expire(self, state: SessionState) -> None:
+    def expire(self, state: SessionState) -> None:
         """A session's expiry interval passed with no connection: it ends (its will goes now)."""
         if state.conn is not None or self.states.get(state.clientid) is not state:
             return
@@ -431,6 +460,7 @@ class Broker(FlowsMixin):
         state.discard()
         if self.states.get(state.clientid) is state:
             del self.states[state.clientid]
+        state.touch()  # a durable session's row goes (unless a new session of the client id has one)
 
     @contextlib.asynccontextmanager
     async def _client_lock(self, clientid: str) -> AsyncIterator[None]:

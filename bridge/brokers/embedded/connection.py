@@ -233,6 +233,8 @@ class Connection(asyncio.Protocol):
                     state.acked(packet.packet_id)
                     return None
                 message.pubrec = True
+                if message.seq:
+                    state.touch()
                 self._post_receipt(MessageAcked, message)
             code = 0 if message is not None else R.PACKET_IDENTIFIER_NOT_FOUND
             self.write(encode(Pubrel(packet.packet_id, code), self.level))
@@ -365,6 +367,8 @@ class Connection(asyncio.Protocol):
         state = self.state
         if item.qos == 2 and state is not None and (held := state.incoming_qos2.get(item.packet_id)) is not None:
             held.kept = kept  # a resent PUBLISH of it is acknowledged once this is done
+            if state.journal is not None:
+                _mark_acked(state, held, kept)
         if item.ack is not None:
             await self.ack_when_kept(kept, item.ack, item.qos)
 
@@ -550,3 +554,18 @@ class Connection(asyncio.Protocol):
         transport = self.transport
         if transport is not None and not transport.is_closing() and not self.lingering:
             transport.close()
+
+
+def _mark_acked(state: SessionState, held: IncomingQos2, kept: Kept) -> None:
+    """Once a QoS 2 message is kept (its PUBREC goes out), a durable session keeps its packet id:
+    after a restart the client's PUBREL is answered and a resent PUBLISH is not passed on twice."""
+
+    def done(future: Any = None) -> None:
+        if future is None or not future.cancelled():
+            held.acked = True
+            state.touch()
+
+    if kept is None:
+        done()
+    else:
+        kept.add_done_callback(done)

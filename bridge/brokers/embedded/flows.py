@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from bridge.brokers.base import Delivery, DeliveryError
 from bridge.brokers.embedded.lane import Kept
-from bridge.brokers.embedded.router import Message, Router
+from bridge.brokers.embedded.router import Message, Router, target_of
 from bridge.brokers.embedded.sessions import Outgoing, SessionState, Subscription
 from bridge.events import MessagePublish, SessionSubscribed, SessionUnsubscribed
 from bridge.mqtt import split_shared
@@ -50,6 +50,9 @@ class FlowsMixin:
             self.router.store_retained(message)
         sequencer = self.router.sequencer
         ticket = sequencer.enter()
+        journal = self.router.journal
+        # Durable sessions: the ack also waits for the commit that logs the message for them.
+        stored = asyncio.get_running_loop().create_future() if journal is not None and accepted else None
         try:
             event = MessagePublish(
                 msgid=message.msgid,
@@ -68,12 +71,17 @@ class FlowsMixin:
             )
             kept = await state.lane.emit(event)
             if accepted is not None:
-                await accepted(kept)
+                await accepted(kept if stored is None else both(kept, stored))
             if not sequencer.ready(ticket):
                 await sequencer.wait(ticket)
             self.router.route(message)
+            if stored is not None:
+                _chain(journal.committed() if journal is not None else None, stored)
+                stored = None
         finally:
             sequencer.leave(ticket)
+            if stored is not None:
+                stored.cancel()  # not routed: the client is not told it was kept
 
     def _add_subscription(
         self, state: SessionState, sub: Subscription, *, retain_handling: int
@@ -104,21 +112,22 @@ class FlowsMixin:
             for retained in self.router.retained_for(topic_filter, time.monotonic()):
                 if not state.permissions.may_read(retained.topic):
                     continue
-                state.enqueue(
-                    Outgoing(
-                        retained.msgid,
-                        retained.topic,
-                        retained.payload,
-                        min(sub.qos, retained.qos),
-                        True,
-                        retained.from_clientid,
-                        (sub.filter,),
-                        retained.properties,
-                        retained.expires,
-                        (sub.identifier,) if sub.identifier else (),
-                    )
+                out = Outgoing(
+                    retained.msgid,
+                    retained.topic,
+                    retained.payload,
+                    min(sub.qos, retained.qos),
+                    True,
+                    retained.from_clientid,
+                    (sub.filter,),
+                    retained.properties,
+                    retained.expires,
+                    (sub.identifier,) if sub.identifier else (),
                 )
+                self._log_for(state, out)
+                state.enqueue(out)
                 sent.append(retained.topic)
+        state.touch()
         event = SessionSubscribed(
             clientid=state.clientid,
             username=state.username,
@@ -137,6 +146,7 @@ class FlowsMixin:
 
     def _remove_subscription(self, state: SessionState, topic_filter: str) -> tuple[bool, asyncio.Future[Kept]]:
         existed = self.router.unsubscribe(state, topic_filter)
+        state.touch()
         event = SessionUnsubscribed(
             clientid=state.clientid,
             username=state.username,
@@ -182,16 +192,70 @@ class FlowsMixin:
             # [MQTT-3.3.4-3]: sent as a result of the subscription, so it carries its identifier
             sub = state.subscriptions.get(delivery.filter)
             ids = (sub.identifier,) if sub is not None and sub.identifier else ()
-            state.enqueue(
-                Outgoing(
-                    delivery.msgid,
-                    delivery.topic,
-                    bytes(delivery.payload),
-                    delivery.qos,
-                    delivery.retain,
-                    delivery.from_clientid,
-                    (delivery.filter,),
-                    expires=expires,
-                    subscription_ids=ids,
-                )
+            out = Outgoing(
+                delivery.msgid,
+                delivery.topic,
+                bytes(delivery.payload),
+                delivery.qos,
+                delivery.retain,
+                delivery.from_clientid,
+                (delivery.filter,),
+                expires=expires,
+                subscription_ids=ids,
             )
+            self._log_for(state, out)
+            state.enqueue(out)
+
+    def _log_for(self, state: SessionState, out: Outgoing) -> None:
+        """A message given to one durable session outside routing (a retained message sent on
+        subscribe, a fetched one) is logged for that session alone."""
+        journal = self.router.journal
+        if journal is None or not state.durable or not out.qos:
+            return
+        out.seq = journal.reserve()
+        message = Message(
+            out.msgid, out.topic, out.payload, out.qos, out.retain, out.from_clientid, out.properties, out.expires
+        )
+        journal.log(
+            out.seq,
+            message,
+            fanout=False,
+            targets={state.clientid: target_of(out)},
+        )
+
+
+def both(kept: Kept, stored: asyncio.Future[None]) -> asyncio.Future[None]:
+    """Done when the rules kept a message and the durable store committed it; cancelled when
+    either failed."""
+    if kept is None:
+        return stored
+    joint: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def check(_: object) -> None:
+        if joint.done():
+            return
+        if kept.cancelled() or stored.cancelled():
+            joint.cancel()
+        elif kept.done() and stored.done():
+            joint.set_result(None)
+
+    kept.add_done_callback(check)
+    stored.add_done_callback(check)
+    return joint
+
+
+def _chain(source: asyncio.Future[None] | None, target: asyncio.Future[None]) -> None:
+    """Settle `target` as `source` settles (at once when there is no source)."""
+    if source is None:
+        target.set_result(None)
+        return
+
+    def settle(_: object) -> None:
+        if target.done():
+            return
+        if source.cancelled():
+            target.cancel()
+        else:
+            target.set_result(None)
+
+    source.add_done_callback(settle)

@@ -10,17 +10,24 @@
 - `$` topics are not matched by a first-level wildcard (bridge.topics);
 - a shared subscription `$share/<group>/<filter>` gets each message once per group: the next
   member in turn, connected members first (5.0 4.8.2);
-- no local: a subscription with it never gets its own client's messages.
+- no local: a subscription with it never gets its own client's messages;
+- with durable sessions (durable/journal.py) a message a durable session gets is logged once,
+  and at a restart the log is routed again (`replay`) to rebuild the sessions' queues.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from bridge.brokers.embedded.sessions import Outgoing, SessionState, Subscription
 from bridge.mqtt import EMPTY, Properties, split_shared
 from bridge.topics import is_wildcard, matches
+
+if TYPE_CHECKING:
+    from bridge.brokers.embedded.durable import Journal
+    from bridge.brokers.embedded.durable.journal import Target
 
 _Subscribers = dict[str, tuple[SessionState, Subscription]]
 
@@ -120,6 +127,7 @@ class Router:
         self._shared: dict[str, dict[str, _Group]] = {}  # filter -> group name -> members
         self.retained: dict[str, Retained] = {}
         self.sequencer = Sequencer()
+        self.journal: Journal | None = None  # durable sessions on
 
     def _table(self, topic_filter: str) -> dict[str, _Subscribers]:
         return self._wild if is_wildcard(topic_filter) else self._exact
@@ -167,9 +175,14 @@ class Router:
         for topic_filter in list(state.subscriptions):
             self.unsubscribe(state, topic_filter)
 
-    def route(self, message: Message) -> int:
+    def route(self, message: Message, *, replay: int = 0) -> int:
         """Queue a published message to every session with a matching subscription; returns how
-        many sessions got it."""
+        many sessions got it.
+
+        With durable sessions, a message some durable session gets is logged (once). `replay`:
+        the message is the log's entry of that sequence number, routed again at a restart to the
+        durable sessions whose position is before it (a shared subscription's pick is not routed
+        again: the log names it)."""
         msgid, topic = message.msgid, message.topic
         found: dict[str, tuple[SessionState, list[Subscription]]] = {}
         exact = self._exact.get(topic)
@@ -188,33 +201,57 @@ class Router:
                     found[clientid] = (state, [sub])
                 else:
                     entry[1].append(sub)
+        journal = self.journal
+        if replay:
+            return sum(
+                self._queue(s, subs, message, replay) is not None for s, subs in found.values() if replay > s.position
+            )
+        seq = journal.reserve() if journal is not None and message.qos else 0
+        fanout = False
         routed = 0
         for state, subs in found.values():
-            routed += self._queue(state, subs, message)
+            out = self._queue(state, subs, message, seq)
+            if out is not None:
+                routed += 1
+                fanout = fanout or out.seq > 0
+        targets: dict[str, Target] = {}
         if self._shared:
             for topic_filter, groups in self._shared.items():
                 if matches(topic_filter, topic):
                     for group in groups.values():
                         member = group.pick(msgid)
                         if member is not None:
-                            routed += self._queue(member[0], [member[1]], message)
+                            out = self._queue(member[0], [member[1]], message, seq)
+                            if out is not None:
+                                routed += 1
+                                if out.seq:
+                                    targets[member[0].clientid] = (
+                                        out.qos,
+                                        out.retain,
+                                        out.filters,
+                                        out.subscription_ids,
+                                    )
+        if journal is not None and (fanout or targets):
+            journal.log(seq, message, fanout=fanout, targets=targets or None)
         return routed
 
     @staticmethod
-    def _queue(state: SessionState, subs: list[Subscription], message: Message) -> int:
+    def _queue(state: SessionState, subs: list[Subscription], message: Message, seq: int) -> Outgoing | None:
+        """Queue a message to one session; `seq` (its log entry) is kept only by a durable
+        session that gets it with QoS 1 or 2."""
         if not state.permissions.may_read(message.topic):
-            return 0
+            return None
         if state.clientid == message.from_clientid:
             subs = [sub for sub in subs if not sub.no_local]
             if not subs:
-                return 0
+                return None
         if len(subs) == 1:
             sub = subs[0]
             out_qos = message.qos if message.qos < sub.qos else sub.qos
         else:
             out_qos = min(message.qos, max(sub.qos for sub in subs))
         if out_qos == 0 and state.conn is None:
-            return 0  # QoS 0 is not queued for offline sessions
+            return None  # QoS 0 is not queued for offline sessions
         if len(subs) > 1:  # name the filters in the session's subscription order
             names = {sub.filter for sub in subs}
             filters = tuple(f for f in state.subscriptions if f in names)
@@ -225,26 +262,26 @@ class Router:
             filters = (sub.filter,)
             ids = (sub.identifier,) if sub.identifier else ()
             retain = message.retain and sub.retain_as_published
-        state.enqueue(
-            Outgoing(
-                message.msgid,
-                message.topic,
-                message.payload,
-                out_qos,
-                retain,
-                message.from_clientid,
-                filters,
-                message.properties,
-                message.expires,
-                ids,
-            )
+        out = Outgoing(
+            message.msgid,
+            message.topic,
+            message.payload,
+            out_qos,
+            retain,
+            message.from_clientid,
+            filters,
+            message.properties,
+            message.expires,
+            ids,
+            seq=seq if out_qos and state.durable else 0,
         )
-        return 1
+        state.enqueue(out)
+        return out
 
     def store_retained(self, message: Message) -> None:
         """Set or replace a topic's retained message; an empty payload deletes it."""
         if message.payload:
-            self.retained[message.topic] = Retained(
+            retained = self.retained[message.topic] = Retained(
                 message.msgid,
                 message.topic,
                 message.payload,
@@ -253,8 +290,10 @@ class Router:
                 message.properties,
                 message.expires,
             )
-        else:
-            self.retained.pop(message.topic, None)
+            if self.journal is not None:
+                self.journal.retain(retained)
+        elif self.retained.pop(message.topic, None) is not None and self.journal is not None:
+            self.journal.unretain(message.topic)
 
     def retained_for(self, topic_filter: str, now: float) -> list[Retained]:
         """Retained messages matching a filter, oldest first; expired ones are removed."""
@@ -269,6 +308,13 @@ class Router:
         for retained in candidates:
             if retained.expires and retained.expires <= now:
                 self.retained.pop(retained.topic, None)
+                if self.journal is not None:
+                    self.journal.unretain(retained.topic)
             else:
                 alive.append(retained)
         return alive
+
+
+def target_of(out: Outgoing) -> Target:
+    """How one session got a message given to it alone (a log entry's `targets`)."""
+    return (out.qos, out.retain, out.filters, out.subscription_ids)

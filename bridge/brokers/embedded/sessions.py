@@ -21,6 +21,7 @@ from bridge.mqtt import EMPTY, MQTT_3_1_1, Properties, Will
 
 if TYPE_CHECKING:
     from bridge.brokers.embedded.connection import Connection
+    from bridge.brokers.embedded.durable import Journal
     from bridge.brokers.embedded.lane import EventLane, Kept
     from bridge.brokers.embedded.limits import Limits
 
@@ -50,6 +51,7 @@ class Outgoing:
     subscription_ids: tuple[int, ...] = ()
     packet_id: int = 0
     pubrec: bool = False  # QoS 2: PUBREC received, PUBREL sent, waiting for PUBCOMP
+    seq: int = 0  # its place in the durable store's log; 0: not logged (durable/journal.py)
 
     @property
     def size(self) -> int:
@@ -73,6 +75,7 @@ class IncomingQos2:
     """A QoS 2 PUBLISH from the client, passed on, whose packet id is held until PUBREL."""
 
     kept: Kept = None  # done once the bridge kept the message: PUBREC may go out
+    acked: bool = False  # PUBREC went out (a durable session keeps only these ids across a restart)
 
 
 @dataclass(slots=True)
@@ -82,6 +85,7 @@ class PendingWill:
     will: Will
     peername: str
     timer: asyncio.TimerHandle | None = field(default=None)
+    due: float = 0.0  # wall-clock time it goes out
 
 
 class SessionState:
@@ -117,6 +121,12 @@ class SessionState:
         self.owner = username  # the user that created the session (broker.takeover = same_user)
         self.will: PendingWill | None = None
         self.expiry_timer: asyncio.TimerHandle | None = None
+        self.expires_at = 0.0  # wall-clock time the expiry timer fires (durable sessions keep it)
+        # Durable sessions (durable/journal.py): the journal is told of every change to what
+        # is stored of this session; `persisted` while it has a row; `position` at a restart.
+        self.journal: Journal | None = None
+        self.persisted = False
+        self.position = 0
         self.dropped = 0
         self._last_drop_log = 0.0
         self._packet_id = 0
@@ -129,6 +139,16 @@ class SessionState:
     @property
     def connected(self) -> bool:
         return self.conn is not None
+
+    @property
+    def durable(self) -> bool:
+        """Kept on disk across restarts: durable sessions on, and it outlives its connection."""
+        return self.journal is not None and self.expiry > 0
+
+    def touch(self) -> None:
+        """What is stored of the session changed (a no-op unless it is durable)."""
+        if self.journal is not None:
+            self.journal.touch(self)
 
     def enqueue(self, message: Outgoing) -> None:
         """Queue a message for this session, dropping the oldest queued ones past the bounds."""
@@ -147,6 +167,8 @@ class SessionState:
     def _drop_oldest(self, reason: str) -> None:
         dropped = self.outbox.popleft()
         self.outbox_bytes -= dropped.size
+        if dropped.seq:
+            self.touch()
         self.dropped += 1
         self._refused[reason] += 1
         now = time.monotonic()
@@ -165,6 +187,8 @@ class SessionState:
     def pop(self) -> Outgoing:
         message = self.outbox.popleft()
         self.outbox_bytes -= message.size
+        if message.seq:
+            self.touch()
         return message
 
     def next_packet_id(self) -> int:
@@ -178,8 +202,11 @@ class SessionState:
     def acked(self, packet_id: int) -> Outgoing | None:
         """Remove a QoS 1 message (PUBACK) or finish a QoS 2 one (PUBCOMP)."""
         message = self.inflight.pop(packet_id, None)
-        if message is not None and self.conn is not None:
-            self.conn.pump()
+        if message is not None:
+            if message.seq:
+                self.touch()
+            if self.conn is not None:
+                self.conn.pump()
         return message
 
     def cancel_timers(self) -> None:

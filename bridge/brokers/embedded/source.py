@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from bridge.brokers.base import BrokerSource, Capability, Delivery, EventSink
 from bridge.brokers.embedded.access import Gate
 from bridge.brokers.embedded.broker import Broker
+from bridge.brokers.embedded.durable import DurableStore
 from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.listeners import Listener, serve
 from bridge.msgid import MsgIdGenerator
@@ -30,7 +31,9 @@ class EmbeddedBroker(BrokerSource):
     whose hooks become bridge events.
 
     Every hookpoint fires in-process; proxy subscriptions and deliveries to one
-    session are exact. Sessions live in memory: a restart loses them.
+    session are exact. Sessions live in memory (a restart loses them) unless durable sessions
+    are on (`durable_dir`): then sessions with expiry > 0 and retained messages are kept in a
+    store on disk (durable/) and restored at start.
     """
 
     mode = "embedded"
@@ -49,6 +52,7 @@ class EmbeddedBroker(BrokerSource):
         gate: Gate | None = None,
         takeover: str = "any",
         listeners: Sequence[Listener] = (),
+        durable_dir: str | None = None,
     ) -> None:
         limits = limits or Limits()
         self._listen = listen
@@ -58,6 +62,7 @@ class EmbeddedBroker(BrokerSource):
         self._gate = gate
         self._takeover = takeover
         self._listeners = tuple(listeners)  # besides `listen` (tcp): ssl, ws, wss
+        self._durable_dir = durable_dir  # durable sessions on: where the store is
         self._broker: Broker | None = None
         self._servers: list[asyncio.Server] = []
         self._ports: dict[str, int] = {}
@@ -83,6 +88,14 @@ class EmbeddedBroker(BrokerSource):
         return broker.dropped_by_ended_sessions + sum(state.dropped for state in broker.states.values())
 
     @property
+    def durable(self) -> Mapping[str, int]:
+        broker = self._broker
+        if broker is None or broker.journal is None:
+            return {}
+        messages, sessions = broker.journal.store.counts()
+        return {"sessions": sessions, "messages": messages}
+
+    @property
     def refused(self) -> Mapping[str, int]:
         """What the broker's limits refused, closed or dropped, by reason (limits.REFUSALS)."""
         return self._broker.refused if self._broker is not None else self._refused
@@ -91,6 +104,7 @@ class EmbeddedBroker(BrokerSource):
         """Listen and serve; returns once every listener is bound."""
         if self._broker is not None:
             raise RuntimeError("the embedded broker is already started")
+        store = DurableStore(self._durable_dir) if self._durable_dir is not None else None
         broker = Broker(
             node=self._node,
             msgids=self._msgids,
@@ -98,8 +112,11 @@ class EmbeddedBroker(BrokerSource):
             limits=self._limits,
             gate=self._gate,
             takeover=self._takeover,
+            store=store,
         )
         broker.refused = self._refused  # one counter for the life of this source
+        if broker.journal is not None:
+            broker.journal.restore(broker)  # before the first client can connect
         host, port = split_listen(self._listen)
         try:
             for listener in (Listener("tcp", host, port), *self._listeners):
@@ -114,6 +131,8 @@ class EmbeddedBroker(BrokerSource):
                 )
         except BaseException:
             await self._close_servers()
+            if broker.journal is not None:
+                broker.journal.close()
             raise
         self._broker = broker
 
@@ -144,6 +163,8 @@ class EmbeddedBroker(BrokerSource):
                 log.warning("event sink did not take the last events within %.0f s", _STOP_TIMEOUT)
                 for lane in lanes:
                     lane.cancel()
+        if broker.journal is not None:
+            broker.journal.close()
 
     async def subscribe(self, clientid: str, topic: str, qos: int) -> bool:
         """Subscribe `clientid` (connected or offline persistent) as if it had sent SUBSCRIBE.

@@ -1,0 +1,342 @@
+"""What the broker writes to the durable store, when, and how it rebuilds its sessions from it.
+
+A durable session (durable sessions on, expiry > 0) does not copy the messages it is owed: it
+keeps a *position* in the message log (every logged message after it that its subscriptions
+match is still owed to it; none before it is, but its in-flight window) and the list of its
+in-flight messages by sequence number and packet id. So 1,000 durable subscribers of a topic
+cost one copy of each message plus one small row each, rewritten when they acknowledge.
+
+Writes are batched: everything the broker does in one event-loop step goes in one commit,
+scheduled with `call_soon`. A publisher's PUBACK waits for the commit that holds its message
+(`committed()`), as it waits for the rules (SPEC 6.3).
+
+At start `restore()` reads the sessions back, subscribes them again, and replays the log after
+the smallest position through the router (a message goes to a session only past that session's
+position), so each session's queue is what it was, in the same order; in-flight messages get
+their packet ids back and go out again with DUP set when the client returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from bridge.brokers.embedded.durable.store import Batch, DurableStore, MessageRow, StoreError
+from bridge.brokers.embedded.router import Message, Retained
+from bridge.brokers.embedded.sessions import NEVER, IncomingQos2, Outgoing, PendingWill, SessionState, Subscription
+from bridge.mqtt import EMPTY, Properties, Will
+from bridge.mqtt import properties as mqtt_properties
+from bridge.mqtt.kinds import WILL, PacketType
+
+if TYPE_CHECKING:
+    from bridge.brokers.embedded.broker import Broker
+
+log = logging.getLogger("bridge.brokers.embedded")
+
+# How often the log is trimmed below the smallest session position (one range delete).
+_TRIM_INTERVAL = 1.0
+# A message given to one session (not by matching its subscriptions): how it got it.
+Target = tuple[int, bool, tuple[str, ...], tuple[int, ...]]  # qos, retain, filters, subscription ids
+
+
+def _props(properties: Properties) -> bytes | None:
+    return None if properties is EMPTY else mqtt_properties.encode(properties)
+
+
+def _unprops(data: bytes | None, context: int = PacketType.PUBLISH) -> Properties:
+    if not data:
+        return EMPTY
+    return mqtt_properties.decode(data, 0, len(data), context)[0]
+
+
+def _to_wall(deadline: float, now_wall: float, now_mono: float) -> float:
+    """A monotonic deadline as a wall-clock time (0 stays 0: never)."""
+    return now_wall + (deadline - now_mono) if deadline else 0.0
+
+
+def _to_mono(deadline: float, now_wall: float, now_mono: float) -> float:
+    return now_mono + (deadline - now_wall) if deadline else 0.0
+
+
+class Journal:
+    def __init__(self, store: DurableStore, states: dict[str, SessionState]) -> None:
+        self.store = store
+        self.states = states
+        self.commit_failures = 0
+        self._batch = Batch()
+        self._dirty: set[str] = set()
+        self._committed: asyncio.Future[None] | None = None
+        self._flush_soon = False
+        self._last_trim = 0.0
+        self._trimmed_to = 0
+
+    # -- writing ---------------------------------------------------------------------
+
+    def reserve(self) -> int:
+        return self.store.reserve()
+
+    def log(self, seq: int, message: Message, *, fanout: bool, targets: dict[str, Target] | None = None) -> None:
+        """Add a message to the log (committed with the current batch)."""
+        now_wall, now_mono = time.time(), time.monotonic()
+        row: MessageRow = (
+            seq,
+            message.msgid,
+            message.topic,
+            message.payload,
+            message.qos,
+            int(message.retain),
+            message.from_clientid,
+            _props(message.properties),
+            _to_wall(message.expires, now_wall, now_mono),
+            int(fanout),
+            json.dumps(targets, separators=(",", ":")) if targets else None,
+        )
+        self._batch.messages.append(row)
+        self._soon()
+
+    def retain(self, retained: Retained) -> None:
+        expires = _to_wall(retained.expires, time.time(), time.monotonic())
+        self._batch.retained[retained.topic] = (
+            retained.topic,
+            retained.msgid,
+            retained.payload,
+            retained.qos,
+            retained.from_clientid,
+            _props(retained.properties),
+            expires,
+        )
+        self._soon()
+
+    def unretain(self, topic: str) -> None:
+        self._batch.retained[topic] = None
+        self._soon()
+
+    def touch(self, state: SessionState) -> None:
+        """The session changed (position, in-flight window, subscriptions, will, expiry)."""
+        if state.durable or state.persisted:
+            self._dirty.add(state.clientid)
+            self._soon()
+
+    def committed(self) -> asyncio.Future[None] | None:
+        """Done once what is pending now is committed; None when nothing is pending."""
+        if not self._batch and not self._dirty:
+            return None
+        if self._committed is None:
+            self._committed = asyncio.get_running_loop().create_future()
+        return self._committed
+
+    def _soon(self) -> None:
+        if not self._flush_soon:
+            self._flush_soon = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Commit everything pending (one transaction)."""
+        self._flush_soon = False
+        batch, self._batch = self._batch, Batch()
+        dirty, self._dirty = self._dirty, set()
+        for clientid in dirty:
+            state = self.states.get(clientid)
+            if state is not None and state.durable:
+                batch.sessions[clientid] = json.dumps(snapshot(state, self.store.head), separators=(",", ":"))
+                state.persisted = True
+            else:
+                batch.sessions[clientid] = None
+                if state is not None:
+                    state.persisted = False
+        now = time.monotonic()
+        if now - self._last_trim >= _TRIM_INTERVAL:
+            self._last_trim = now
+            bound = self.trim_bound()
+            if bound > self._trimmed_to:
+                batch.trim_to = self._trimmed_to = bound
+        future, self._committed = self._committed, None
+        if not batch:
+            if future is not None and not future.done():
+                future.set_result(None)
+            return
+        try:
+            self.store.write(batch)
+        except StoreError as exc:
+            self.commit_failures += 1
+            log.error("%s: not committed, the messages of this step are not acknowledged", exc)
+            self._dirty |= dirty  # the sessions are written again with the next commit
+            if future is not None and not future.done():
+                future.cancel()
+            return
+        if future is not None and not future.done():
+            future.set_result(None)
+
+    def trim_bound(self) -> int:
+        """The highest sequence number no durable session still needs."""
+        bound = self.store.head
+        for state in self.states.values():
+            if state.durable:
+                bound = min(bound, position(state, self.store.head))
+                for message in state.inflight.values():
+                    if message.seq:
+                        bound = min(bound, message.seq - 1)
+        return bound
+
+    def close(self) -> None:
+        self.flush()
+        self.store.close()
+
+    # -- reading back ----------------------------------------------------------------
+
+    def restore(self, broker: Broker) -> None:
+        """Rebuild the durable sessions, their queues and the retained messages (at start)."""
+        started = time.monotonic()
+        now_wall, now_mono = time.time(), time.monotonic()
+        for row in self.store.retained_rows():
+            topic, msgid, payload, qos, sender, props, expires = row
+            deadline = _to_mono(expires, now_wall, now_mono)
+            if deadline and deadline <= now_mono:
+                self.unretain(topic)
+                continue
+            broker.router.retained[topic] = Retained(msgid, topic, payload, qos, sender, _unprops(props), deadline)
+        bodies: dict[str, dict[str, Any]] = {}
+        for clientid, body in self.store.sessions():
+            data = json.loads(body)
+            bodies[clientid] = data
+            state = broker.restored_session(clientid, data["expiry"], data["username"], data["owner"], data["level"])
+            state.persisted = True
+            state.position = data["position"]
+            for full, qos, live_from, no_local, rap, identifier in data["subs"]:
+                broker.router.subscribe(state, Subscription(full, qos, live_from, no_local, rap, identifier))
+            for packet_id in data["incoming"]:
+                state.incoming_qos2[packet_id] = IncomingQos2(None, acked=True)
+            for seq, packet_id, qos, retain, pubrec, filters, ids in data["inflight"]:
+                logged = self.store.message(seq)
+                if logged is not None:
+                    message = _outgoing(logged, qos, bool(retain), tuple(filters), tuple(ids), now_wall, now_mono)
+                    message.packet_id, message.pubrec = packet_id, bool(pubrec)
+                    state.inflight[packet_id] = message
+        replayed = self._replay(broker, now_wall, now_mono)
+        for clientid, data in bodies.items():
+            self._resume_timers(broker, broker.states[clientid], data, now_wall)
+        log.info(
+            "durable store %s: %d sessions, %d retained messages, %d queued messages restored in %.2f s",
+            self.store.path,
+            len(bodies),
+            len(broker.router.retained),
+            replayed,
+            time.monotonic() - started,
+        )
+
+    def _replay(self, broker: Broker, now_wall: float, now_mono: float) -> int:
+        states = broker.states
+        if not states:
+            return 0
+        start = min(state.position for state in states.values())
+        replayed = 0
+        for row in self.store.messages_after(start):
+            seq, msgid, topic, payload, qos, retain, sender, props, expires, fanout, targets = row
+            deadline = _to_mono(expires, now_wall, now_mono)
+            if deadline and deadline <= now_mono:
+                continue  # 5.0 message expiry: never delivered once expired
+            if fanout:
+                message = Message(msgid, topic, payload, qos, bool(retain), sender, _unprops(props), deadline)
+                replayed += broker.router.route(message, replay=seq)
+            for clientid, (out_qos, out_retain, filters, ids) in json.loads(targets or "{}").items():
+                state = states.get(clientid)
+                if state is not None and seq > state.position:
+                    state.enqueue(_outgoing(row, out_qos, out_retain, tuple(filters), tuple(ids), now_wall, now_mono))
+                    replayed += 1
+        return replayed
+
+    @staticmethod
+    def _resume_timers(broker: Broker, state: SessionState, data: dict[str, Any], now_wall: float) -> None:
+        """Its will and its expiry, as if its connection (if it had one) ended now."""
+        will = _unwill(data["will"]) if data["will"] else None
+        if will is not None:
+            if data["connected"]:
+                due = now_wall + min(will.properties.will_delay_interval or 0, state.expiry)
+            else:
+                due = data["will_due"] or now_wall
+            broker.delay_will(state, PendingWill(will, "(before the restart)"), max(0.0, due - now_wall))
+        if state.expiry != NEVER:
+            deadline = data["expires_at"] if not data["connected"] and data["expires_at"] else now_wall + state.expiry
+            state.expires_at = deadline
+            state.expiry_timer = asyncio.get_running_loop().call_later(
+                max(0.0, deadline - now_wall), broker.expire, state
+            )
+
+
+def position(state: SessionState, head: int) -> int:
+    """Every logged message after this sequence number that is for the session is still queued."""
+    for message in state.outbox:
+        if message.seq:
+            return message.seq - 1
+    return head
+
+
+def snapshot(state: SessionState, head: int) -> dict[str, Any]:
+    """A durable session as stored (JSON)."""
+    conn_will = state.conn.will if state.conn is not None else None
+    pending = state.will
+    will = conn_will if conn_will is not None else (pending.will if pending is not None else None)
+    return {
+        "expiry": state.expiry,
+        "username": state.username,
+        "owner": state.owner,
+        "level": state.level,
+        "position": position(state, head),
+        "subs": [
+            [s.filter, s.qos, s.live_from, s.no_local, s.retain_as_published, s.identifier]
+            for s in state.subscriptions.values()
+        ],
+        "inflight": [
+            [m.seq, m.packet_id, m.qos, m.retain, m.pubrec, list(m.filters), list(m.subscription_ids)]
+            for m in state.inflight.values()
+            if m.seq
+        ],
+        "incoming": [packet_id for packet_id, held in state.incoming_qos2.items() if held.acked],
+        "will": _will(will) if will is not None else None,
+        "will_due": pending.due if pending is not None and conn_will is None else None,
+        "connected": state.conn is not None,
+        "expires_at": state.expires_at if state.conn is None else None,
+    }
+
+
+def _will(will: Will) -> dict[str, Any]:
+    return {
+        "topic": will.topic,
+        "payload": will.payload.hex(),
+        "qos": will.qos,
+        "retain": will.retain,
+        "props": (_props(will.properties) or b"").hex(),
+    }
+
+
+def _unwill(data: dict[str, Any]) -> Will:
+    props = _unprops(bytes.fromhex(data["props"]), WILL)
+    return Will(data["topic"], bytes.fromhex(data["payload"]), data["qos"], data["retain"], props)
+
+
+def _outgoing(
+    row: MessageRow,
+    qos: int,
+    retain: bool,
+    filters: tuple[str, ...],
+    ids: tuple[int, ...],
+    now_wall: float,
+    now_mono: float,
+) -> Outgoing:
+    seq, msgid, topic, payload, _qos, _retain, sender, props, expires, _fanout, _targets = row
+    return Outgoing(
+        msgid,
+        topic,
+        payload,
+        qos,
+        retain,
+        sender,
+        filters,
+        _unprops(props),
+        _to_mono(expires, now_wall, now_mono),
+        ids,
+        seq=seq,
+    )
