@@ -16,6 +16,7 @@ session present, PUBCOMP reason codes.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sqlite3
 import subprocess
@@ -113,6 +114,19 @@ async def drain(client: RawClient, last: bytes, timeout: float = 30) -> list[Pub
     return got
 
 
+def broker_up(bridge: BridgeProcess) -> bool:
+    answer = bridge.get("/healthz")
+    return answer is not None and bool(json.loads(answer[1])["broker"]["up"])
+
+
+async def start(bridge: BridgeProcess) -> BridgeProcess:
+    """Start the bridge and wait until its broker listens: /healthz answers before that (the
+    durable store is opened and the sessions restored in between)."""
+    await asyncio.to_thread(bridge.start)
+    await asyncio.to_thread(bridge.wait_for, lambda: broker_up(bridge), "the broker to listen")
+    return bridge
+
+
 async def handled(client: RawClient) -> None:
     """Returns once the broker has handled every packet `client` sent before (a PINGRESP comes
     after them: one connection's packets are handled in order)."""
@@ -126,7 +140,7 @@ async def restart(bridge: BridgeProcess, stop: str) -> None:
         bridge.kill()
     else:
         assert bridge.terminate() == 0, bridge.log.read_text()[-3000:]
-    await asyncio.to_thread(bridge.start)
+    await start(bridge)
 
 
 # -- 1, 2: everything a session holds survives kill -9 and SIGTERM ------------------------------
@@ -137,7 +151,7 @@ async def test_sessions_queues_inflight_and_retained_survive_a_restart(
     tmp_path: Path, bridges: list[BridgeProcess], raw_connect: RawConnect, stop: str
 ) -> None:
     bridge = durable_bridge(tmp_path)
-    bridges.append(await asyncio.to_thread(bridge.start))
+    bridges.append(await start(bridge))
     port = bridge.mqtt_port
     # Three durable sessions on d/# and q2/#: 3.1.1 (a, c) and 5.0 with a session expiry (b).
     subscribers = {"dur-a": False, "dur-b": True, "dur-c": False}
@@ -246,7 +260,7 @@ async def test_an_expired_session_is_gone_after_the_restart_and_its_data_removed
     tmp_path: Path, bridges: list[BridgeProcess], raw_connect: RawConnect
 ) -> None:
     bridge = durable_bridge(tmp_path)
-    bridges.append(await asyncio.to_thread(bridge.start))
+    bridges.append(await start(bridge))
     port = bridge.mqtt_port
     expiring, _ = await persistent(raw_connect, port, "expiring-x", v5=True, expiry=2, fresh=True)
     assert (await expiring.subscribe(1, ("x/#", 1))).reason_codes == [1]
@@ -262,7 +276,7 @@ async def test_an_expired_session_is_gone_after_the_restart_and_its_data_removed
 
     assert bridge.terminate() == 0
     await asyncio.sleep(2.5)  # longer than x's session expiry: it ends while the bridge is down
-    await asyncio.to_thread(bridge.start)
+    await start(bridge)
 
     needles = [b"expiring-x", *doomed]
     await asyncio.to_thread(
@@ -312,7 +326,7 @@ async def publish_until_killed(
 
 async def delivered_after_restart(bridge: BridgeProcess, raw_connect: RawConnect) -> list[Publish]:
     """What the k/# session gets once the bridge is back, up to a marker published then."""
-    await asyncio.to_thread(bridge.start)
+    await start(bridge)
     keeper, connack = await persistent(raw_connect, bridge.mqtt_port, "ack-keeper")
     assert connack.session_present
     publisher, _ = await raw_connect(bridge.mqtt_port, "ack-pub")
@@ -332,7 +346,7 @@ async def test_every_acknowledged_message_reaches_the_durable_session_after_kill
     tmp_path: Path, bridges: list[BridgeProcess], raw_connect: RawConnect
 ) -> None:
     bridge = durable_bridge(tmp_path)
-    bridges.append(await asyncio.to_thread(bridge.start))
+    bridges.append(await start(bridge))
     acked = await publish_until_killed(bridge, raw_connect)
     assert_every_acked_once_in_order(await delivered_after_restart(bridge, raw_connect), acked)
 
@@ -380,7 +394,7 @@ async def test_a_torn_write_at_the_end_of_the_store_is_survived(
     tmp_path: Path, bridges: list[BridgeProcess], raw_connect: RawConnect
 ) -> None:
     bridge = durable_bridge(tmp_path)
-    bridges.append(await asyncio.to_thread(bridge.start))
+    bridges.append(await start(bridge))
     acked = await publish_until_killed(bridge, raw_connect)
     torn = tear(tmp_path / "store")
     before = len(bridge.log.read_bytes())
@@ -408,7 +422,7 @@ async def test_a_fetch_rule_and_a_durable_session_deliver_each_message_once(
 ) -> None:
     pools = f"backend.redis.pool1.server = 127.0.0.1:{redis_db.connection_pool.connection_kwargs['port']}\n"
     bridge = durable_bridge(tmp_path, pools, FETCH_RULES)
-    bridges.append(await asyncio.to_thread(bridge.start))
+    bridges.append(await start(bridge))
     port = bridge.mqtt_port
     fetcher, _ = await persistent(raw_connect, port, "fetch-f")
     assert (await fetcher.subscribe(1, ("pubsub/#", 1))).reason_codes == [1]  # the fetch notes its offset
@@ -418,7 +432,7 @@ async def test_a_fetch_rule_and_a_durable_session_deliver_each_message_once(
     await publish_all(publisher, [("pubsub/t", payload) for payload in sent])  # in Redis and in the store
     assert len(redis_db.zrange("mqtt:msg:pubsub/t", 0, -1)) == len(sent)
     bridge.kill()
-    await asyncio.to_thread(bridge.start)
+    await start(bridge)
 
     # The client subscribes again on connecting, as most do: the subscription is not new, so the
     # fetch does not run; the session's own queue delivers. Nothing is acknowledged until the
@@ -449,7 +463,7 @@ async def test_without_durable_sessions_a_restart_forgets_the_session(
     tmp_path: Path, bridges: list[BridgeProcess], raw_connect: RawConnect
 ) -> None:
     bridge = durable_bridge(tmp_path, durable=False)
-    bridges.append(await asyncio.to_thread(bridge.start))
+    bridges.append(await start(bridge))
     client, connack = await persistent(raw_connect, bridge.mqtt_port, "plain")
     assert (await client.subscribe(1, ("p/#", 1))).reason_codes == [1]
     await client.send(Disconnect())
@@ -457,7 +471,7 @@ async def test_without_durable_sessions_a_restart_forgets_the_session(
     assert connack.session_present  # kept in memory while the bridge runs
     await client.send(Disconnect())
     bridge.kill()
-    await asyncio.to_thread(bridge.start)
+    await start(bridge)
     client, connack = await persistent(raw_connect, bridge.mqtt_port, "plain")
     assert not connack.session_present
     assert not (tmp_path / "store").exists()
