@@ -127,6 +127,13 @@ async def start(bridge: BridgeProcess) -> BridgeProcess:
     return bridge
 
 
+async def sessions_stored(bridge: BridgeProcess, count: int) -> None:
+    def stored() -> bool:
+        return bridge.metric("hookbridge_broker_durable_sessions") == count
+
+    await asyncio.to_thread(bridge.wait_for, stored, f"{count} sessions in the store")
+
+
 async def handled(client: RawClient) -> None:
     """Returns once the broker has handled every packet `client` sent before (a PINGRESP comes
     after them: one connection's packets are handled in order)."""
@@ -309,6 +316,8 @@ async def publish_until_killed(
     keeper, _ = await persistent(raw_connect, port, "ack-keeper")
     assert (await keeper.subscribe(1, ("k/#", 1))).reason_codes == [1]
     await keeper.send(Disconnect())
+    # The session is in the store before the first publish: what is tested is the messages.
+    await sessions_stored(bridge, 1)
     publisher, _ = await raw_connect(port, "ack-pub")
     payloads = [b"%05d" % n for n in range(count)]
     await publisher.send_bytes(
