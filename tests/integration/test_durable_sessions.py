@@ -2,7 +2,8 @@
 
 Sessions with an expiry (3.1.1 clean session 0, 5.0 session expiry > 0), their subscriptions,
 queued and in-flight messages, unreleased incoming QoS 2 ids and the retained messages survive
-`kill -9` and SIGTERM; an expired session is gone, data and all; a torn write at the end of the
+`kill -9` and SIGTERM; the will of a session connected at the crash goes out after its delay;
+an expired session is gone, data and all; a torn write at the end of the
 store is survived; a PUBACK means the message reaches the durable session after a crash; a fetch
 rule and a durable session deliver each message once; with durable sessions off (the default)
 a restart still forgets every session.
@@ -44,6 +45,7 @@ from bridge.mqtt import (
     Suback,
     Subscribe,
     Subscription,
+    Will,
     encode,
 )
 from support.process import BridgeProcess
@@ -301,6 +303,28 @@ async def test_an_expired_session_is_gone_after_the_restart_and_its_data_removed
     keeper, connack = await persistent(raw_connect, port, "keeper-y")
     assert connack.session_present
     assert [p.payload for p in await drain(keeper, b"y-after")] == [b"y-after"]
+
+
+async def test_the_will_of_a_session_connected_at_kill_9_goes_out_after_its_delay(
+    tmp_path: Path, bridges: list[BridgeProcess], raw_connect: RawConnect
+) -> None:
+    bridge = await start(durable_bridge(tmp_path))
+    bridges.append(bridge)
+    port = bridge.mqtt_port
+    watcher, _ = await persistent(raw_connect, port, "will-watcher")
+    assert (await watcher.subscribe(1, ("will/#", 1))).reason_codes == [1]
+    await watcher.send(Disconnect())
+    will = Will("will/w", b"w is gone", qos=1, properties=Properties(will_delay_interval=1))
+    props = Properties(session_expiry_interval=3600)
+    await raw_connect(port, "will-w", clean_session=True, level=MQTT_5, properties=props, will=will)
+    await sessions_stored(bridge, 2)
+    bridge.kill()  # will-w was connected: it never sent a DISCONNECT, so its will is due
+    await start(bridge)
+
+    watcher, connack = await persistent(raw_connect, port, "will-watcher")
+    assert connack.session_present
+    got = await drain(watcher, b"w is gone", timeout=10)
+    assert [(p.topic, p.payload) for p in got] == [("will/w", b"w is gone")]
 
 
 # -- 4, 5: what a publisher got a PUBACK for reaches the durable session after kill -9 ----------
