@@ -2,11 +2,10 @@
 
 Sessions with an expiry (3.1.1 clean session 0, 5.0 session expiry > 0), their subscriptions,
 queued and in-flight messages, unreleased incoming QoS 2 ids and the retained messages survive
-`kill -9` and SIGTERM; the will of a session connected at the crash goes out after its delay;
-an expired session is gone, data and all; a torn write at the end of the
-store is survived; a PUBACK means the message reaches the durable session after a crash; a fetch
-rule and a durable session deliver each message once; with durable sessions off (the default)
-a restart still forgets every session.
+`kill -9` and SIGTERM; the will of a session connected at the crash goes out after its delay; an
+expired session is gone, data and all; a torn write at the end of the store is survived; a PUBACK
+means the message reaches the durable session after a crash; a fetch rule and a durable session
+deliver each message once; with durable sessions off (the default) a restart forgets every session.
 
 Every client is a raw socket (tests/integration/conftest.py `RawClient`): the test decides which
 message is acknowledged and when, so messages can be left in flight across the restart, and each
