@@ -246,6 +246,14 @@ GLOBAL: dict[str, Setting] = {
         "and in-flight messages, its will, and the retained messages on disk, so they survive a restart and a "
         '`kill -9` (docs/brokers.md, "Durable sessions")',
     ),
+    "broker.durable_commit_interval": Setting(
+        v.duration_in(0, 1),
+        0.002,
+        "embedded mode, durable sessions on: at most one commit per this interval (a commit holds everything "
+        "that happened since the last; a publisher's PUBACK waits for it). Shorter: lower latency; longer: fewer, "
+        "larger commits",
+        example="2ms",
+    ),
     "broker.durable_dir": Setting(
         v.writable_dir,
         "data/durable",

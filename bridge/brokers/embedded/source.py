@@ -53,6 +53,7 @@ class EmbeddedBroker(BrokerSource):
         takeover: str = "any",
         listeners: Sequence[Listener] = (),
         durable_dir: str | None = None,
+        durable_commit_interval: float = 0.002,
     ) -> None:
         limits = limits or Limits()
         self._listen = listen
@@ -63,6 +64,7 @@ class EmbeddedBroker(BrokerSource):
         self._takeover = takeover
         self._listeners = tuple(listeners)  # besides `listen` (tcp): ssl, ws, wss
         self._durable_dir = durable_dir  # durable sessions on: where the store is
+        self._commit_interval = durable_commit_interval
         self._broker: Broker | None = None
         self._servers: list[asyncio.Server] = []
         self._ports: dict[str, int] = {}
@@ -126,6 +128,7 @@ class EmbeddedBroker(BrokerSource):
             gate=self._gate,
             takeover=self._takeover,
             store=store,
+            commit_interval=self._commit_interval,
         )
         broker.refused = self._refused  # one counter for the life of this source
         if broker.journal is not None:
