@@ -77,6 +77,7 @@ class RedisBackend(Backend):
         )
         self.redis: Any = aioredis.Redis(connection_pool=connections)  # replies are bytes (protocol 2)
         self.index = TopicIndex(self.redis)
+        self.store = RedisStore(self.index)
         self._index_task: asyncio.Task[None] | None = None
         self._shas: dict[str, str] = {}
         try:
@@ -140,7 +141,7 @@ class RedisBackend(Backend):
         action = job.rule.action
         if isinstance(action, CommandsAction):
             return await self._one_by_one(job, action)
-        return await read(self, RedisStore(self.index), job, refusals=(rexc.ResponseError,))
+        return await read(self, self.store, job, refusals=(rexc.ResponseError,))
 
     def _plan(self, job: Job) -> list[Command]:
         action = job.rule.action
