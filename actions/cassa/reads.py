@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from actions.cassa.functions import NO_BUCKET, bucket_at, bucket_of, root_of
 from actions.cassa.session import AsyncSession
 from bridge.fetch import NO_UPPER, Stored, Window
-from bridge.topics import is_wildcard, matches
+from bridge.topics import matching
 
 T = TypeVar("T")
 
@@ -72,12 +72,14 @@ class CassaStore:
         return await self.db.execute(self.prepared[name], args)
 
     async def message_topics(self, topic_filter: str) -> list[str]:
-        if not is_wildcard(topic_filter):
-            return [topic_filter]
+        return await matching(topic_filter, self._candidates)
+
+    async def _candidates(self, topic_filter: str) -> list[str]:
+        """The topics in the index partition of the filter's first level (every partition for a wildcard)."""
         first = root_of(topic_filter)
         roots = [first] if first not in ("+", "#") else [row[0] for row in await self("roots")]
         found = await _bounded([self("topics", root) for root in roots])
-        return sorted(row[0] for rows in found for row in rows if matches(topic_filter, row[0]))
+        return [row[0] for rows in found for row in rows]
 
     async def retained_topics(self, topic_filter: str) -> list[str]:
         return await self.message_topics(topic_filter)  # the `topic` index lists retained topics too

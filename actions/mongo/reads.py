@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from pymongo import ASCENDING, DESCENDING
@@ -18,7 +18,7 @@ from pymongo.errors import DuplicateKeyError
 
 from actions.mongo.documents import payload_bytes, seq_of, when
 from bridge.fetch import NO_UPPER, Stored, Window
-from bridge.topics import is_wildcard, matches, prefix_range
+from bridge.topics import matching, prefix_range
 
 Database = Any  # pymongo AsyncDatabase
 
@@ -27,15 +27,17 @@ _NEWEST = [("seq", DESCENDING), ("_id", DESCENDING)]
 _FIELDS = {"sender": 1, "topic": 1, "qos": 1, "payload": 1, "payload_raw": 1}
 
 
-async def matching_topics(collection: Any, field: str, topic_filter: str) -> list[str]:
-    if not is_wildcard(topic_filter):
-        return [topic_filter]
-    bounds = prefix_range(topic_filter)
-    query: dict[str, Any] = {}
-    if bounds is not None:
-        query[field] = {"$gte": bounds[0], **({"$lt": bounds[1]} if bounds[1] is not None else {})}
-    found = [doc[field] async for doc in collection.find(query, {field: 1})]
-    return sorted(topic for topic in found if matches(topic_filter, topic))
+def _candidates(collection: Any, field: str) -> Callable[[str], Awaitable[list[str]]]:
+    """The topics in `collection` under a filter's literal prefix."""
+
+    async def under_prefix(topic_filter: str) -> list[str]:
+        bounds = prefix_range(topic_filter)
+        query: dict[str, Any] = {}
+        if bounds is not None:
+            query[field] = {"$gte": bounds[0], **({"$lt": bounds[1]} if bounds[1] is not None else {})}
+        return [doc[field] async for doc in collection.find(query, {field: 1})]
+
+    return under_prefix
 
 
 def _stored(doc: dict[str, Any]) -> Stored:
@@ -66,7 +68,7 @@ class MongoStore:
         return [(doc["topic"], doc["qos"]) async for doc in cursor]
 
     async def retained_topics(self, topic_filter: str) -> list[str]:
-        return await matching_topics(self.db.mqtt_retain, "topic", topic_filter)
+        return await matching(topic_filter, _candidates(self.db.mqtt_retain, "topic"))
 
     async def retained(self, topic_filter: str, topics: Sequence[str]) -> list[Stored]:
         query = {"topic": {"$in": list(topics)}}
@@ -74,7 +76,7 @@ class MongoStore:
         return [_stored(doc) async for doc in cursor]
 
     async def message_topics(self, topic_filter: str) -> list[str]:
-        return await matching_topics(self.db.mqtt_topic, "_id", topic_filter)
+        return await matching(topic_filter, _candidates(self.db.mqtt_topic, "_id"))
 
     async def page(self, topics: Sequence[str], window: Window, limit: int) -> list[Stored]:
         query: dict[str, Any] = {"topic": {"$in": list(topics)}, **_range(window.after, window.upper)}

@@ -8,12 +8,13 @@ in msgid (publish) order.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 from actions.pgsql.functions import when
 from bridge.fetch import NO_UPPER, Stored, Window
-from bridge.topics import is_wildcard, matches, prefix_range
+from bridge.topics import matching, prefix_range
 
 Connection = Any  # asyncpg.Connection (untyped)
 
@@ -47,9 +48,7 @@ class PgsqlStore:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
 
-    async def _matching(self, table: str, topic_filter: str) -> list[str]:
-        if not is_wildcard(topic_filter):
-            return [topic_filter]
+    async def _candidates(self, table: str, topic_filter: str) -> list[str]:
         # `~>=~` / `~<~` rather than LIKE, so that even a generic prepared plan uses the
         # text_pattern_ops index.
         bounds = prefix_range(topic_filter)
@@ -59,20 +58,20 @@ class PgsqlStore:
             rows = await self.conn.fetch(f"SELECT topic FROM {table} WHERE topic ~>=~ $1", bounds[0])
         else:
             rows = await self.conn.fetch(f"SELECT topic FROM {table} WHERE topic ~>=~ $1 AND topic ~<~ $2", *bounds)
-        return sorted(row["topic"] for row in rows if matches(topic_filter, row["topic"]))
+        return [row["topic"] for row in rows]
 
     async def subscriptions(self, clientid: str) -> list[tuple[str, Any]]:
         rows = await self.conn.fetch("SELECT topic, qos FROM mqtt_sub WHERE clientid = $1 ORDER BY topic", clientid)
         return [(row["topic"], row["qos"]) for row in rows]
 
     async def retained_topics(self, topic_filter: str) -> list[str]:
-        return await self._matching("mqtt_retain", topic_filter)
+        return await matching(topic_filter, functools.partial(self._candidates, "mqtt_retain"))
 
     async def retained(self, topic_filter: str, topics: Sequence[str]) -> list[Stored]:
         return [_stored(row) for row in await self.conn.fetch(_RETAINED, topics)]
 
     async def message_topics(self, topic_filter: str) -> list[str]:
-        return await self._matching("mqtt_topic", topic_filter)
+        return await matching(topic_filter, functools.partial(self._candidates, "mqtt_topic"))
 
     async def page(self, topics: Sequence[str], window: Window, limit: int) -> list[Stored]:
         since = when(window.since if window.since is not None else 0.0)

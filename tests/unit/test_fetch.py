@@ -20,7 +20,7 @@ from bridge.conf.errors import Position
 from bridge.events import ClientConnected, MessagePublish, SessionSubscribed
 from bridge.fetch import READERS, Gone, Stored, Window
 from bridge.rules import FunctionAction, OfflineOpts, Rule
-from bridge.topics import matches
+from bridge.topics import matches, matching
 
 
 def msgid(n: int) -> str:
@@ -234,6 +234,19 @@ async def test_subscribe_lookup_subscribes_the_good_entries_and_reports_the_bad(
         await READERS["on_subscribe_lookup"](store, ctx, job("on_subscribe_lookup", event))
     assert isinstance(ctx.broker, Broker)
     assert ctx.broker.subscribed == [("c", "x/#", 1)]
+
+
+async def test_an_exact_topic_reads_nothing_and_a_wildcard_keeps_only_what_it_matches() -> None:
+    asked: list[str] = []
+
+    async def candidates(topic_filter: str) -> list[str]:
+        asked.append(topic_filter)
+        return ["a/z", "a/b/c", "a/b", "ab/x", "a"]
+
+    assert await matching("a/b", candidates) == ["a/b"]
+    assert asked == []
+    assert await matching("a/+", candidates) == ["a/b", "a/z"]
+    assert await matching("a/#", candidates) == ["a", "a/b", "a/b/c", "a/z"]
 
 
 # -- the batch cut -------------------------------------------------------------
