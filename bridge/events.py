@@ -154,7 +154,6 @@ Event = (
 )
 
 
-
 def ordering_key(event: Event) -> str:
     """What an event's order is kept within: a publisher's topic for a message, a client
     for everything else. The runner's lanes and a backend's own concurrency (Cassandra) both use it."""

@@ -33,6 +33,8 @@ PUBLISHED = frozenset(
     {
         "bridge.plugin",
         "bridge.backend",
+        "bridge.fetch",
+        "bridge.batches",
         "bridge.events",
         "bridge.topics",
         "bridge.msgid",

@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # the registry sits below everything that asks it: it imports
 BACKENDS_GROUP = "hookbridge.backends"
 MODES_GROUP = "hookbridge.modes"
 
+
 def load_object(reference: str) -> Any:
     """The object a `module:attribute` reference names, importing the module now."""
     module, _, attribute = reference.partition(":")

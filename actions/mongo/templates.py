@@ -118,7 +118,7 @@ def _text(value: Any) -> str:
 def _write(display: str, op: Any, n: int) -> Write:
     where = f"{display}: operation {n}"
     if not isinstance(op, dict):
-        raise PermanentError(f"{where}: expected an object such as {{\"insert_one\": \"<collection>\", ...}}")
+        raise PermanentError(f'{where}: expected an object such as {{"insert_one": "<collection>", ...}}')
     methods = [method for method in _PARTS if method in op]
     if len(methods) != 1:
         raise PermanentError(f"{where}: needs exactly one of {', '.join(_PARTS)}")

@@ -10,6 +10,7 @@ write is idempotent.
 
 from __future__ import annotations
 
+import functools
 import logging
 import ssl
 from collections.abc import Callable, Sequence
@@ -20,9 +21,11 @@ import asyncpg
 from actions.pgsql import schema
 from actions.pgsql.coerce import converters
 from actions.pgsql.functions import GROUPED, SINGLE, STAGE_COLUMNS, STAGE_TABLE, Write
-from actions.pgsql.reads import READERS
+from actions.pgsql.reads import PgsqlStore
 from actions.values import Convert
 from bridge.backend import Backend, Job, PermanentError
+from bridge.batches import cut_at_reads, read
+from bridge.fetch import READERS
 from bridge.plugin import FunctionAction, SqlAction, TemplateAction, settings_context
 from bridge.sql import render_sql
 
@@ -103,19 +106,13 @@ class PgsqlBackend(Backend):
     async def execute(self, batch: Sequence[Job]) -> list[BaseException | None]:
         if self._schema_pending:
             await self._ensure_schema()
-        outcomes: list[BaseException | None] = [None] * len(batch)
         async with self.conns.acquire() as conn:
-            run: list[int] = []
-            for index, job in enumerate(batch):
-                action = job.rule.action
-                if isinstance(action, FunctionAction) and action.spec.impl_name in READERS:
-                    await self._write_run(conn, batch, run, outcomes)
-                    run = []
-                    outcomes[index] = await self._read(conn, job, action.spec.impl_name)
-                else:
-                    run.append(index)
-            await self._write_run(conn, batch, run, outcomes)
-        return outcomes
+            store = PgsqlStore(conn)
+            return await cut_at_reads(
+                batch,
+                functools.partial(self._write_run, conn),
+                lambda job: read(self, store, job, refusals=(asyncpg.PostgresError,)),
+            )
 
     def _units(self, batch: Sequence[Job], run: list[int], outcomes: list[BaseException | None]) -> list[Unit]:
         """The run's writes in order, except that every job of a merged kind (message and event
@@ -203,15 +200,6 @@ class PgsqlBackend(Backend):
                 await conn.execute(write.sql, *args)
         except asyncpg.UniqueViolationError:
             await conn.execute(write.on_duplicate, *args)
-
-    async def _read(self, conn: Any, job: Job, name: str) -> BaseException | None:
-        try:
-            await READERS[name](conn, self.ctx, job)
-        except (asyncpg.PostgresError, PermanentError) as exc:
-            if self.is_recoverable(exc):
-                raise
-            return exc
-        return None
 
     async def maintenance(self) -> None:
         """Delete expired messages (rules with `expired_time`), in slices.

@@ -45,7 +45,6 @@ def _listener_errors(path: str, settings: dict[str, Any], values_at: dict[str, P
     return errors
 
 
-
 def make_source(config: Config, rules: list[Rule], msgids: MsgIdGenerator) -> BrokerSource:
     """The embedded broker as the config sets it up: listeners, limits, users, durable sessions."""
     from bridge.brokers.embedded.auth import make_gate, takeover_of
