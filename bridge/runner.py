@@ -58,6 +58,17 @@ def lane_index(event: Event, lanes: int) -> int:
     return (mixed & 0xFFFFFFFF) % lanes
 
 
+class Backoff:
+    """The pause before retry `attempt` (1, 2, ...) of a batch: doubling from `first`, at most `cap`."""
+
+    def __init__(self, first: float, cap: float) -> None:
+        self.first = first
+        self.cap = cap
+
+    def delay(self, attempt: int) -> float:
+        return min(self.cap, self.first * 2 ** min(attempt - 1, 32))
+
+
 class Runner:
     def __init__(
         self,
@@ -72,7 +83,7 @@ class Runner:
         self.metrics = metrics
         self.batch_size = max(1, int(pool["batch_size"]))
         self.batch_time = float(pool["batch_time"])
-        self.backoff_max = float(pool["retry_backoff_max"])
+        self.backoff = Backoff(0.1, float(pool["retry_backoff_max"]))
         self.request_timeout = float(pool["request_timeout"])
         self.trim_interval = float(pool["trim_interval"])
         lanes = max(1, int(pool["max_inflight"]))
@@ -286,7 +297,7 @@ class Runner:
                         lane.spill()  # from now on the lane's actions wait on disk, not in memory
                     for job in batch:
                         self.metrics.count(job.rule.id, "retried")
-                    await asyncio.sleep(min(self.backoff_max, 0.05 * 2 ** min(attempt, 10)))
+                    await asyncio.sleep(self.backoff.delay(attempt))
                     continue
             self.metrics.write_latency[self.pool_id].observe(time.perf_counter() - started)
             break
