@@ -13,6 +13,7 @@ from actions.base import Backend, FunctionContext, Job
 from bridge.conf.config import PoolConfig, parse_config
 from bridge.events import MessagePublish, SessionSubscribed
 from bridge.rules import Rule, parse_rules
+from bridge.runner import Backoff
 from support.conf import config_text, rule_context
 from support.services import ROOT
 
@@ -56,9 +57,20 @@ def publish(clientid: str = "c1", topic: str = "t/1", payload: bytes = b"x") -> 
 
 
 def subscribed(clientid: str = "c1", topic: str = "t/#") -> SessionSubscribed:
-    return SessionSubscribed(
-        clientid=clientid, username=None, node="test@127.0.0.1", topic=topic, qos=1, timestamp=1.0
-    )
+    return SessionSubscribed(clientid=clientid, username=None, node="test@127.0.0.1", topic=topic, qos=1, timestamp=1.0)
+
+
+class RecordedBackoff(Backoff):
+    """The runner's backoff with no pause: records which attempts it was asked to wait for."""
+
+    def __init__(self, pause: float = 0.0) -> None:
+        super().__init__(first=0.1, cap=5.0)
+        self.pause = pause
+        self.attempts: list[int] = []
+
+    def delay(self, attempt: int) -> float:
+        self.attempts.append(attempt)
+        return self.pause
 
 
 class Recoverable(ConnectionError):
@@ -76,7 +88,8 @@ class FakeBackend(Backend):
 
     def __init__(self, pool: PoolConfig) -> None:
         super().__init__(pool, FunctionContext(node="test@127.0.0.1"))
-        self.batches: list[list[Job]] = []
+        self.batches: list[list[Job]] = []  # every call, retries included
+        self.committed: list[Job] = []  # the jobs of the calls that returned, in order
         self.script: list[BaseException | list[BaseException | None] | None] = []
         self._gate: asyncio.Semaphore | None = None
         self.called = asyncio.Event()  # set by every execute call
@@ -116,6 +129,7 @@ class FakeBackend(Backend):
         answer = self.script.pop(0) if self.script else None
         if isinstance(answer, BaseException):
             raise answer
+        self.committed += batch
         return answer if answer is not None else [None] * len(batch)
 
     def is_recoverable(self, exc: BaseException) -> bool:

@@ -17,6 +17,7 @@ from support.fake_pool import (
     PUBLISH_RULE,
     SUBSCRIBE_RULE,
     FakeBackend,
+    RecordedBackoff,
     Recoverable,
     pool_config,
     publish,
@@ -25,18 +26,6 @@ from support.fake_pool import (
     subscribed,
     wait_until,
 )
-
-
-class RecordedBackoff(Backoff):
-    """The runner's backoff with no pause: records which attempts it was asked to wait for."""
-
-    def __init__(self) -> None:
-        super().__init__(first=0.1, cap=5.0)
-        self.attempts: list[int] = []
-
-    def delay(self, attempt: int) -> float:
-        self.attempts.append(attempt)
-        return 0.0
 
 
 @asynccontextmanager
@@ -208,7 +197,7 @@ async def test_a_publish_in_the_fetchs_own_batch_counts_as_committed() -> None:
 
 async def test_the_maintenance_hook_runs_every_trim_interval() -> None:
     calls: list[int] = []
-    async with running(trim_interval="100ms") as (runner, backend):
+    async with running(trim_interval="100ms") as (_, backend):
         backend.maintenance = lambda: _count(calls)  # type: ignore[method-assign]
         await wait_until(lambda: len(calls) >= 2, "two maintenance rounds")
 
