@@ -12,7 +12,7 @@ from pathlib import Path
 from actions.base import Job
 from bridge.events import MessagePublish
 from bridge.metrics import Metrics
-from bridge.runner import Runner
+from bridge.runner import Runner, lane_index
 from bridge.spool import Budget
 from support.fake_pool import (
     PUBLISH_RULE,
@@ -160,3 +160,24 @@ async def test_a_spooled_action_whose_rule_is_gone_is_dropped_and_counted(tmp_pa
         assert topics(backend.committed) == ["t/first"]
         assert runner.metrics.rules[RULE]["dropped"] == 3
         assert budget.used == 0
+
+
+async def test_once_the_pool_is_down_every_lane_spools_without_trying_the_database(tmp_path: Path) -> None:
+    budget = Budget(10 << 20, "block")
+    async with spooling(tmp_path, budget, max_inflight=2) as (runner, backend):
+        await take_down(runner, backend)  # found down by the lane of c1 / t/first
+        handed: list[Job] = []
+        runner.commit_hooks.append(lambda job, outcome: handed.append(job))
+        backend.hold()
+        first_lane = lane_index(publish("c1", "t/first"), 2)
+        other = next(e for e in (publish("c2", f"t/{n}") for n in range(100)) if lane_index(e, 2) != first_lane)
+        calls = len(backend.batches)
+        job = Job(runner.rules[RULE], other)
+        await runner.submit(job)
+        assert handed == [job]  # on disk at once: its publisher is acknowledged while the database is down
+        assert runner.spool is not None and runner.spool.lanes[1 - first_lane].pending == 1
+        assert all(job not in batch for batch in backend.batches[calls:])
+        backend.down = None
+        backend.open()
+        await runner.idle()
+        assert job in backend.committed
