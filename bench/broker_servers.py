@@ -29,9 +29,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.services import ROOT
 from bridge.mqtt import MQTT_3_1_1, Connect, encode
 
-ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
 # CONNACK of MQTT 3.1.1: type 2, remaining length 2, no session present, return code 0 (accepted).
 CONNACK_ACCEPTED = b"\x20\x02\x00\x00"
