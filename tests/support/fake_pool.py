@@ -9,7 +9,7 @@ import itertools
 import time
 from collections.abc import Callable, Sequence
 
-from actions.base import Backend, FunctionContext, Job
+from bridge.backend import Backend, FunctionContext, Job
 from bridge.conf.config import PoolConfig, parse_config
 from bridge.events import MessagePublish, SessionSubscribed
 from bridge.rules import Rule, parse_rules

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 import bridge.engine
-from actions.base import Job
+from bridge.backend import Job
 from bridge.dispatcher import Dispatcher
 from bridge.engine import Engine
 from bridge.events import ClientConnected, Hookpoint, MessageAcked, SessionUnsubscribed

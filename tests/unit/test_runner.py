@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from actions.base import Job, PermanentError
+from bridge.backend import Job, PermanentError
 from bridge.metrics import Metrics
 from bridge.runner import Backoff, Runner, lane_index
 from support.fake_pool import (

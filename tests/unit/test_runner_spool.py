@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from actions.base import Job
+from bridge.backend import Job
 from bridge.events import MessagePublish
 from bridge.metrics import Metrics
 from bridge.runner import Runner, lane_index
