@@ -150,8 +150,11 @@ def test_run_serves_metrics_health_reloads_and_stops(home: Path, redis_db: redis
         while redis_db.hget("mqtt:client:cli-client", "state") != b"1":
             assert time.monotonic() < deadline, "connected event not stored"
             time.sleep(0.05)
-        _, text = http_get(metrics, "/metrics")
-        assert 'hookbridge_rule_succeeded_total{rule="redis.client.connected.1",pool="redis.pool1"} 1' in text
+        # the write is visible in Redis a moment before the runner counts it: wait for the count
+        succeeded = 'hookbridge_rule_succeeded_total{rule="redis.client.connected.1",pool="redis.pool1"} 1'
+        while succeeded not in (text := http_get(metrics, "/metrics")[1]):
+            assert time.monotonic() < deadline, f"{succeeded} not in /metrics"
+            time.sleep(0.05)
         assert 'hookbridge_events_total{hookpoint="client.connected"} 1' in text
         assert 'hookbridge_broker_dropped_messages{pool="embedded"} 0.0' in text
         assert 'hookbridge_broker_refused_total{reason="max_connections"} 0' in text
