@@ -124,7 +124,18 @@ if [ ! -S "$SOCKET" ]; then
   exit 1
 fi
 
-# Names and the password go in as user variables (quoted by the server), never spliced into SQL.
-admin --init-command="SET @u = $(printf '%s' "$MY_USER" | mysql_quote), @p = $(printf '%s' "$MY_PASSWORD" | mysql_quote), @d = $(printf '%s' "$MY_DATABASE" | mysql_quote)" \
-  2>/dev/null <<'SQL' || true
+# Names and the password go in as hex literals and are quoted by the server (QUOTE), never spliced.
+hex() { printf '%s' "$1" | od -An -tx1 | tr -d ' \n'; }
+admin <<SQL
+SET @u = CONVERT(0x$(hex "$MY_USER") USING utf8mb4), @p = CONVERT(0x$(hex "$MY_PASSWORD") USING utf8mb4),
+    @d = CONCAT('\`', REPLACE(CONVERT(0x$(hex "$MY_DATABASE") USING utf8mb4), '\`', '\`\`'), '\`');
+SET @s = CONCAT('CREATE USER IF NOT EXISTS ', QUOTE(@u), '@''%'' IDENTIFIED BY ', QUOTE(@p));
+PREPARE s FROM @s; EXECUTE s;
+SET @s = CONCAT('ALTER USER ', QUOTE(@u), '@''%'' IDENTIFIED BY ', QUOTE(@p));
+PREPARE s FROM @s; EXECUTE s;
+SET @s = CONCAT('CREATE DATABASE IF NOT EXISTS ', @d, ' CHARACTER SET utf8mb4 COLLATE utf8mb4_bin');
+PREPARE s FROM @s; EXECUTE s;
+SET @s = CONCAT('GRANT ALL ON ', @d, '.* TO ', QUOTE(@u), '@''%''');
+PREPARE s FROM @s; EXECUTE s;
 SQL
+say "MariaDB JDBC driver: $(ls /usr/share/java/mariadb-java-client.jar 2>/dev/null || echo 'not found')"
