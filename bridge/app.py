@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from actions.base import Backend, FunctionContext
 from actions.cassa.backend import CassaBackend
 from actions.mongo.backend import MongoBackend
+from actions.mysql.backend import MysqlBackend
 from actions.pgsql.backend import PgsqlBackend
 from actions.redis.backend import RedisBackend
 from bridge.brokers.base import BrokerSource, Capability
@@ -45,6 +46,7 @@ BACKENDS: dict[str, type[Backend]] = {
     "pgsql": PgsqlBackend,
     "mongo": MongoBackend,
     "cassa": CassaBackend,
+    "mysql": MysqlBackend,
 }
 
 MODE_CAPABILITIES: dict[str, frozenset[Capability]] = {

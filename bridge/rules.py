@@ -29,7 +29,7 @@ from bridge.topics import filter_error
 
 _HOOK_KEY = re.compile(r"^backend\.([a-z]+)\.hook\.([a-z]+\.[a-z]+)\.(\d+)$")
 _RULE_KEYS = ("pool", "action", "topic", "offline_opts", "expired_time", "payload_format")
-_STATEMENT_KIND = {"redis": "commands", "pgsql": "sql", "cassa": "cql"}
+_STATEMENT_KIND = {"redis": "commands", "pgsql": "sql", "cassa": "cql", "mysql": "sql"}
 _ACTION_KINDS = ("function", "commands", "sql", "cql", "template")
 _ACTION_OPTIONS = {"commands": ("pipeline",)}  # keys an action object may hold beside its kind
 _MAX_RETURNED = 100_000  # one fetch page; the rest follows as the subscriber acks
@@ -138,7 +138,7 @@ class _RuleBuilder:
         db, hook_text, order = match.group(1), match.group(2), int(match.group(3))
         hook_col = entry.key.index(".hook.") + 6
         key_at = entry.key_at
-        if db not in ("redis", "pgsql", "mongo", "cassa"):
+        if db not in ("redis", "pgsql", "mongo", "cassa", "mysql"):
             self.errors.append(ConfError(key_at, f"unknown database {db!r}{_suggest(db, list(_STATEMENT_KIND))}"))
             return None
         try:

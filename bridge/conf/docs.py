@@ -77,7 +77,7 @@ def render() -> str:
         "## Pools: `backend.<db>.<pool>.<key>`",
         "",
         'A pool is a named connection to one database; rules pick it with `"pool": "<pool>"`',
-        "(optional when the database has one pool). `<db>` is `redis`, `pgsql`, `mongo` or `cassa`.",
+        "(optional when the database has one pool). `<db>` is `redis`, `pgsql`, `mongo`, `cassa` or `mysql`.",
         "An unset `server` is `127.0.0.1` on the database's default port.",
         "",
         "### Every pool",

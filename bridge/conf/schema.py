@@ -347,6 +347,10 @@ POOL_BY_DB: dict[str, dict[str, Setting]] = {
         "database": Setting(v.int_in(0, 2**31 - 1), 0, "Redis logical database number"),
     },
     "pgsql": {"database": Setting(v.string(required=True, max_bytes=63), "mqtt", "database name")},
+    "mysql": {
+        "database": Setting(v.string(required=True, max_bytes=64), "mqtt", "database name"),
+        "user": Setting(v.parse_str, "", "user name (EMQX 4's name for `username`; either works)"),
+    },
     "mongo": {
         "server": Setting(
             a.parse_hostports, None, "server address, or several, comma-separated", example="127.0.0.1:27017"
@@ -375,7 +379,7 @@ POOL_BY_DB: dict[str, dict[str, Setting]] = {
     },
 }
 
-DEFAULT_PORTS = {"redis": 6379, "pgsql": 5432, "mongo": 27017, "cassa": 9042}
+DEFAULT_PORTS = {"redis": 6379, "pgsql": 5432, "mongo": 27017, "cassa": 9042, "mysql": 3306}
 
 
 def pool_settings(db: str) -> dict[str, Setting]:
