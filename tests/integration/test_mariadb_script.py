@@ -77,7 +77,7 @@ def test_mariadb_starts_reuses_and_stops_on_a_port(port: int) -> None:
     assert again.returncode == 0, again.stderr
     assert "already answering" in again.stderr
     assert _script(str(port), "stop").returncode == 0
-    with pytest.raises(asyncmy.errors.OperationalError, match="Can.t connect"):
+    with pytest.raises(asyncmy.errors.OperationalError, match=r"Can.t connect"):
         _query(port, "SELECT 1")
     assert _script(str(port), "stop").returncode == 0  # stopping twice is fine
     restarted = _script(str(port))  # the data directory is kept: the table is still there
