@@ -128,10 +128,12 @@ class MysqlBackend(Backend):
             collation = await self._collation(conn)
             # One bridge migrates at a time (DDL commits implicitly: a named lock, not a transaction).
             await query(conn, "SELECT GET_LOCK('hookbridge_schema', 60)")
+            await query(conn, "SET SESSION sql_notes = 0")  # "table already exists" is the expected case
             try:
                 for statement in schema.statements(collation):
                     await query(conn, statement)
             finally:
+                await query(conn, "SET SESSION sql_notes = 1")
                 await query(conn, "SELECT RELEASE_LOCK('hookbridge_schema')")
         return schema.describe(collation)
 
