@@ -15,7 +15,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-from actions.base import PermanentError
+from bridge.backend import PermanentError
 
 Convert = Callable[[Any], Any]
 

@@ -70,41 +70,56 @@ class Row:
     start: Start
 
 
-def publish_through(server: Server, messages: int, workdir: Path) -> float:
-    """One run: messages per second from mosquitto_pub to mosquitto_sub through `server`."""
+def publish_through(
+    server: Server, messages: int, workdir: Path, *, subscribers: int = 1, persistent: bool = False
+) -> float:
+    """One run: messages per second from mosquitto_pub to `subscribers` mosquitto_sub clients
+    through `server` (`persistent`: clean session 0, each with a client id of its own). The time
+    ends when the last subscriber has all its messages."""
     port = str(server.port)
     subprocess.run(["mosquitto_pub", "-p", port, "-q", "1", "-r", "-t", READY, "-m", "ready"], check=True, timeout=30)
-    received = workdir / "received"
-    with received.open("wb") as sink:
-        sub_command = ["mosquitto_sub", "-p", port, "-q", "1", "-i", "bench-sub", "-t", TOPIC, "-t", READY]
-        sub = subprocess.Popen([*sub_command, "-C", str(messages + 1)], stdout=sink, stderr=subprocess.DEVNULL)
+    subs: list[tuple[subprocess.Popen[bytes], Path]] = []
     pub: subprocess.Popen[bytes] | None = None
     try:
-        _wait_for_output(sub, received)
+        for number in range(subscribers):
+            received = workdir / f"received-{number}"
+            subs.append((_subscriber(port, f"bench-sub-{number}", messages + 1, persistent, received), received))
+        for sub, received in subs:
+            _wait_for_output(sub, received)
         pub_command = ["mosquitto_pub", "-p", port, "-q", "1", "-i", "bench-pub", "-t", TOPIC, "-l"]
         pub = subprocess.Popen([*pub_command, "-M", str(INFLIGHT)], stdin=subprocess.PIPE, stderr=subprocess.DEVNULL)
         time.sleep(PUBLISHER_CONNECT)
         assert pub.stdin is not None
         feed = threading.Thread(target=_write_and_close, args=(pub.stdin, (PAYLOAD + b"\n") * messages))
-        watchdog = threading.Thread(target=_watchdog, args=(pub, sub, received))
+        watchdog = threading.Thread(target=_watchdog, args=(pub, subs))
         started = time.perf_counter()
         feed.start()
         watchdog.start()
-        sub.wait()  # no timeout: Popen.wait(timeout) polls, up to 50 ms late
+        for sub, _ in subs:
+            sub.wait()  # no timeout: Popen.wait(timeout) polls, up to 50 ms late
         elapsed = time.perf_counter() - started
         feed.join()
         watchdog.join()
         pub.wait(60)
     finally:
-        for process in (sub, pub):
+        for process in [*(sub for sub, _ in subs), pub]:
             if process is not None:
                 process.kill()
                 process.wait()
-    lines = received.read_bytes().splitlines()
-    arrived = sum(line == PAYLOAD for line in lines)
-    if arrived != messages or len(lines) != messages + 1:
-        raise RuntimeError(f"{server.name}: {arrived} of {messages} messages arrived ({len(lines)} lines)")
+    for _, received in subs:
+        lines = received.read_bytes().splitlines()
+        arrived = sum(line == PAYLOAD for line in lines)
+        if arrived != messages or len(lines) != messages + 1:
+            raise RuntimeError(f"{server.name}: {arrived} of {messages} messages arrived ({len(lines)} lines)")
     return messages / elapsed
+
+
+def _subscriber(port: str, client_id: str, count: int, persistent: bool, received: Path) -> subprocess.Popen[bytes]:
+    """mosquitto_sub of TOPIC and READY (whose retained message says it is subscribed), writing
+    each payload to `received` and leaving after `count` messages."""
+    command = ["mosquitto_sub", "-p", port, "-q", "1", "-i", client_id, "-t", TOPIC, "-t", READY, "-C", str(count)]
+    with received.open("wb") as sink:
+        return subprocess.Popen([*command, *(["-c"] if persistent else [])], stdout=sink, stderr=subprocess.DEVNULL)
 
 
 def _wait_for_output(sub: subprocess.Popen[bytes], received: Path, timeout: float = 30.0) -> None:
@@ -121,15 +136,16 @@ def _write_and_close(stream: IO[bytes], data: bytes) -> None:
         stream.close()
 
 
-def _watchdog(pub: subprocess.Popen[bytes], sub: subprocess.Popen[bytes], received: Path) -> None:
-    """Kill the subscriber, which ends the timed wait, if the publisher fails or no message
+def _watchdog(pub: subprocess.Popen[bytes], subs: list[tuple[subprocess.Popen[bytes], Path]]) -> None:
+    """Kill the subscribers, which ends the timed wait, if the publisher fails or no message
     arrives for STALL seconds (a broker that lost some: the run then reports how many)."""
     size, last_change = -1, time.monotonic()
-    while sub.poll() is None:
+    while any(sub.poll() is None for sub, _ in subs):
         if pub.poll() not in (None, 0) or time.monotonic() - last_change > STALL:
-            sub.kill()
+            for sub, _ in subs:
+                sub.kill()
             return
-        if (now := received.stat().st_size) != size:
+        if (now := sum(received.stat().st_size for _, received in subs)) != size:
             size, last_change = now, time.monotonic()
         time.sleep(0.5)
 

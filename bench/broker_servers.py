@@ -1,9 +1,14 @@
-"""The brokers `bench.broker_bench` measures, each a process of its own on a free loopback port.
+"""The brokers `bench.broker_bench` and `bench.durable_bench` measure, each a process of its own
+on a free loopback port.
 
-- Mosquitto 2.0 with a temporary config (no persistence, anonymous clients, no connection
-  limit), as tests/broker_suite/conftest.py starts it;
+- Mosquitto 2.0 with a temporary config (anonymous clients, no connection limit; persistence
+  off, as tests/broker_suite/conftest.py starts it, or on: `persistence true` in its workdir);
 - hookbridge's embedded broker as a user runs it, `python -m bridge run`, from a temporary
-  config and rules directory (no rules at all, or the shipped rules/redis.conf into a Redis).
+  config and rules directory (no rules at all, or the shipped rules/redis.conf into a Redis;
+  durable sessions off, or on with `broker.durable_dir` in its workdir).
+
+A `Launch` is how to start one of them; running it again after a stop restarts the broker on
+the same files and port, which is how the durable bench times a restart.
 
 A broker is ready once it answers an MQTT CONNECT with a CONNACK (a listening socket is not
 enough: the bridge listens before it is up). Memory is the resident set of the broker's whole
@@ -24,12 +29,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.services import ROOT
 from bridge.mqtt import MQTT_3_1_1, Connect, encode
 
-ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
 # CONNACK of MQTT 3.1.1: type 2, remaining length 2, no session present, return code 0 (accepted).
 CONNACK_ACCEPTED = b"\x20\x02\x00\x00"
+# A graceful stop may write a broker's whole state (Mosquitto's persistence file), so it gets time.
+STOP_TIMEOUT = 120.0
 
 
 def connect_packet(client_id: str) -> bytes:
@@ -49,10 +56,44 @@ class Server:
     port: int
     process: subprocess.Popen[bytes]
     log: Path
+    started: float
+    """time.perf_counter() just before the process was started."""
 
     def rss(self) -> int:
         """Resident bytes of the broker's process and all its descendants."""
         return tree_rss(self.process.pid)
+
+    def stop(self, *, kill: bool = False) -> float:
+        """SIGTERM (a graceful stop, which may write state to disk) or SIGKILL; the seconds until
+        the process had exited."""
+        started = time.perf_counter()
+        self.process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            self.process.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise RuntimeError(f"{self.name} did not stop in {STOP_TIMEOUT:.0f} s; see {self.log}") from None
+        return time.perf_counter() - started
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to start one broker process. `run()` again after its stop is a restart on the same
+    config, files and port."""
+
+    name: str
+    command: list[str]
+    workdir: Path
+    port: int
+    log_name: str
+    metrics_port: int | None = None
+    """hookbridge's /metrics listener, where it was asked for."""
+
+    def run(self, *, wait: bool = True) -> contextlib.AbstractContextManager[Server]:
+        """The running broker; with `wait`, only once it answers a CONNECT (else right after
+        the process started, for a caller that times its start itself)."""
+        return _running(self, wait)
 
 
 def tree_rss(root: int) -> int:
@@ -101,30 +142,42 @@ def _wait_ready(server: Server, timeout: float = 30.0) -> None:
 
 
 @contextlib.contextmanager
-def _running(name: str, command: list[str], log: Path, port: int) -> Iterator[Server]:
-    with log.open("wb") as sink:
-        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, cwd=ROOT)
-    server = Server(name, port, process, log)
+def _running(launch: Launch, wait: bool) -> Iterator[Server]:
+    log = launch.workdir / launch.log_name
+    with log.open("ab") as sink:  # a restart's output goes after the previous run's
+        started = time.perf_counter()
+        process = subprocess.Popen(launch.command, stdout=sink, stderr=subprocess.STDOUT, cwd=ROOT)
+    server = Server(launch.name, launch.port, process, log, started)
     try:
-        _wait_ready(server)
+        if wait:
+            _wait_ready(server)
         yield server
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if process.poll() is None:  # not stopped by the caller already
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 def mosquitto(workdir: Path) -> contextlib.AbstractContextManager[Server]:
-    """Mosquitto on a free port; its connection limit off (it still needs the fds: see raise_fd_limit)."""
+    """Mosquitto on a free port, no persistence."""
+    return mosquitto_launch(workdir).run()
+
+
+def mosquitto_launch(workdir: Path, *, persistence: bool = False) -> Launch:
+    """Mosquitto on a free port; its connection limit off (it still needs the fds: see
+    raise_fd_limit). With `persistence`, its file is `workdir/mosquitto.db`, written at its
+    autosave (every 1,800 s by default, which no run here reaches) and when it stops."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     lines = [
         f"listener {port} {HOST}",
         "allow_anonymous true",
-        "persistence false",
+        f"persistence {'true' if persistence else 'false'}",
+        f"persistence_location {workdir}/",
         "max_connections -1",
         # Its default, 1,000 messages queued per client, drops QoS 1 messages for a subscriber
         # that falls behind a publisher keeping 1,000 in flight (62 of 20,000 lost in a run here);
@@ -136,27 +189,44 @@ def mosquitto(workdir: Path) -> contextlib.AbstractContextManager[Server]:
         lines.append("user root")  # as root it would switch to `mosquitto`, who cannot write here
     conf = workdir / "mosquitto.conf"
     conf.write_text("\n".join(lines) + "\n")
-    return _running("mosquitto", ["mosquitto", "-c", str(conf)], workdir / "mosquitto.out", port)
+    return Launch("mosquitto", ["mosquitto", "-c", str(conf)], workdir, port, "mosquitto.out")
 
 
 def hookbridge(
     workdir: Path, *, redis_port: int | None = None, max_connections: int | None = None
 ) -> contextlib.AbstractContextManager[Server]:
-    """`python -m bridge run` on a free port: no rules, or (redis_port given) the shipped
-    rules/redis.conf with its pool `pool1` pointed at that Redis."""
+    """`python -m bridge run` on a free port: see hookbridge_launch."""
+    return hookbridge_launch(workdir, redis_port=redis_port, max_connections=max_connections).run()
+
+
+def hookbridge_launch(
+    workdir: Path,
+    *,
+    redis_port: int | None = None,
+    max_connections: int | None = None,
+    durable: bool = False,
+    metrics: bool = False,
+) -> Launch:
+    """`python -m bridge run` on a free port from a fresh `workdir`: no rules, or (redis_port
+    given) the shipped rules/redis.conf with its pool `pool1` pointed at that Redis; with
+    `durable`, durable sessions on and their store in `workdir/durable`; with `metrics`, its
+    /metrics on a free port too."""
     shutil.rmtree(workdir, ignore_errors=True)
     (workdir / "rules").mkdir(parents=True)
     port = free_port()
+    metrics_port = free_port() if metrics else None
     config = [
         f"broker.listener.tcp = {HOST}:{port}",
-        "metrics.listener = off",
+        f"metrics.listener = {f'{HOST}:{metrics_port}' if metrics_port else 'off'}",
         f"spool.dir = {workdir / 'spool'}",
     ]
     if max_connections is not None:
         config.append(f"broker.max_connections = {max_connections}")
+    if durable:
+        config += ["broker.durable_sessions = on", f"broker.durable_dir = {workdir / 'durable'}"]
     if redis_port is not None:
         shutil.copy(ROOT / "rules" / "redis.conf", workdir / "rules")
         config.append(f"backend.redis.pool1.server = {HOST}:{redis_port}")
     (workdir / "bridge.conf").write_text("\n".join(config) + "\n")
     command = [sys.executable, "-m", "bridge", "run", "-c", str(workdir / "bridge.conf"), "-r", str(workdir / "rules")]
-    return _running("hookbridge", command, workdir / "bridge.log", port)
+    return Launch("hookbridge", command, workdir, port, "bridge.log", metrics_port)

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import subprocess
-import sys
 import time
 import warnings
 
@@ -26,17 +24,7 @@ from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 
 from actions.cassa import schema
 from actions.cassa.functions import STATEMENTS, bucket_of, when
-from bench.feed import make_events
-from bench.persistence import (
-    Method,
-    measure,
-    parse_args,
-    pool_config,
-    pool_settings,
-    report,
-    runner_latency,
-    through_runner,
-)
+from bench.persistence import Database, Method, bench_main, compare, events_for, pool_config, pool_settings
 from bridge.events import MessagePublish
 
 KEYSPACE = "mqtt_bench"
@@ -102,56 +90,46 @@ def stored(session: Session) -> tuple[int, int]:
 
 async def main(args: argparse.Namespace) -> int:
     settings = {"concurrency": "256", **pool_settings(args)}
-    events = make_events(max(args.messages, args.naive_messages), args.payload, TOPICS)
+    events = events_for(args, TOPICS)
     cluster, session = connect(args.port)
     version = session.execute("SELECT release_version FROM system.local").one()[0]
-    config = bridge_config(args.port, settings)
     concurrency = int(settings["concurrency"])
-    methods = [
-        Method(
-            "hookbridge runner (on_message_publish)",
-            args.messages,
-            lambda n: through_runner(config, RULE, events[:n]),
-        ),
-        Method(
-            f"ceiling: execute_concurrent_with_args, same INSERT, {concurrency} in flight",
-            args.messages,
-            lambda n: asyncio.to_thread(hand_written, session, events[:n], concurrency),
-        ),
-        Method(
-            "naive: one synchronous execute per message",
-            args.naive_messages,
-            lambda n: asyncio.to_thread(naive, session, events[:n]),
-        ),
-    ]
 
     async def fresh() -> None:
         await asyncio.to_thread(empty, session)
 
-    wrong = await measure(methods, args.runs, fresh, lambda: asyncio.to_thread(stored, session))
-    await fresh()
-    latency = await runner_latency(config, RULE, events[: min(args.messages, 20_000)], methods[0].median / 2)
-    await fresh()
-    cluster.shutdown()
-    report(
-        methods,
-        [
-            f"server: Cassandra {version}, single node on this machine (1 GB heap, scripts/cassandra.sh)",
-            f"payload {args.payload} B, {TOPICS} topics, expired_time {EXPIRED_TIME}, {args.runs} runs each",
-            f"runner pool settings: {', '.join(f'{k} {v}' for k, v in settings.items())}",
-            "the runner also writes the topic and bucket index rows; the other two write msg only",
-        ],
-        ceiling="execute_concurrent",
-        latency=latency,
-        json_path=args.json,
+    db = Database(
+        bridge_config(args.port, settings),
+        settings,
+        RULE,
+        TOPICS,
+        EXPIRED_TIME,
+        f"Cassandra {version}, single node on this machine (1 GB heap, scripts/cassandra.sh)",
+        fresh,
+        lambda: asyncio.to_thread(stored, session),
     )
-    for problem in wrong:
-        print(f"WRONG ROW COUNT: {problem}", file=sys.stderr)
-    return 1 if wrong else 0
+    try:
+        return await compare(
+            args,
+            db,
+            events,
+            Method(
+                f"ceiling: execute_concurrent_with_args, same INSERT, {concurrency} in flight",
+                args.messages,
+                lambda n: asyncio.to_thread(hand_written, session, events[:n], concurrency),
+            ),
+            Method(
+                "naive: one synchronous execute per message",
+                args.naive_messages,
+                lambda n: asyncio.to_thread(naive, session, events[:n]),
+            ),
+            ceiling_name="execute_concurrent",
+            notes=["the runner also writes the topic and bucket index rows; the other two write msg only"],
+        )
+    finally:
+        cluster.shutdown()
 
 
 if __name__ == "__main__":
-    arguments = parse_args("cassa", port=9042, naive_messages=2_000)
     warnings.simplefilter("ignore", DeprecationWarning)
-    subprocess.run(["bash", "scripts/cassandra.sh", str(arguments.port)], check=True, capture_output=True)
-    sys.exit(asyncio.run(main(arguments)))
+    bench_main("cassa", 9042, 2_000, "cassandra.sh", main)

@@ -21,9 +21,7 @@ the ratios say how much the runner costs over the driver's own bulk path on the 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime as dt
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,21 +32,20 @@ from bson.int64 import Int64
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 
-from actions.base import FunctionContext, Job
 from actions.mongo.backend import MongoBackend
 from actions.mongo.functions import message_document
-from bench.feed import make_events
 from bench.persistence import (
+    CEILING_WRITES_TOPICS,
+    Database,
     Method,
+    bench_main,
+    compare,
+    events_for,
     load_bridge,
-    measure,
-    parse_args,
     pool_config,
     pool_settings,
-    report,
-    runner_latency,
-    through_runner,
 )
+from bridge.backend import FunctionContext, Job
 from bridge.conf.config import load_config
 from bridge.events import MessagePublish
 from bridge.rules import Rule
@@ -133,57 +130,49 @@ def ferretdb_version() -> str:
 
 async def main(args: argparse.Namespace) -> int:
     settings = pool_settings(args)
-    events = make_events(max(args.messages, args.naive_messages), args.payload, TOPICS)
+    events = events_for(args, TOPICS)
     if not same_documents(events[0], args.port):
         print("the hand-written document differs from the backend's: fix hand_written()", file=sys.stderr)
         return 1
     client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(
         f"mongodb://127.0.0.1:{args.port}/?directConnection=true"
     )
-    version = await server(client)
-    db = client.bench
-    methods = [
-        Method(
-            "hookbridge runner (on_message_publish)",
-            args.messages,
-            lambda n: through_runner(bridge_config(args.port, settings), RULE, events[:n]),
-        ),
-        Method(
-            "ceiling: insert_many(ordered=True), 10,000-doc chunks (+ topics)",
-            args.messages,
-            lambda n: ceiling(db, events[:n]),
-        ),
-        Method("naive: one awaited insert_one per message", args.naive_messages, lambda n: naive(db, events[:n])),
-    ]
+    bench = client.bench
 
     async def stored() -> tuple[int, int]:
-        return await db.mqtt_msg.count_documents({}), await db.mqtt_topic.count_documents({})
+        return await bench.mqtt_msg.count_documents({}), await bench.mqtt_topic.count_documents({})
 
-    wrong = await measure(methods, args.runs, lambda: fresh_database(client, args.port), stored)
-    await fresh_database(client, args.port)
-    latency = await runner_latency(
-        bridge_config(args.port, settings), RULE, events[: min(args.messages, 20_000)], methods[0].median / 2
+    db = Database(
+        bridge_config(args.port, settings),
+        settings,
+        RULE,
+        TOPICS,
+        EXPIRED_TIME,
+        f"{await server(client)}, on this machine",
+        lambda: fresh_database(client, args.port),
+        stored,
+        unit="document",
     )
-    await client.drop_database("bench")
-    await client.close()
-    report(
-        methods,
-        [
-            f"server: {version}, on this machine",
-            f"payload {args.payload} B, {TOPICS} topics, expired_time {EXPIRED_TIME}, {args.runs} runs each",
-            f"runner pool settings: {', '.join(f'{k} {v}' for k, v in settings.items()) or 'defaults'}",
-            "the ceiling also inserts the distinct topics into mqtt_topic, as the runner does; the naive way does not",
-        ],
-        ceiling="insert_many",
-        latency=latency,
-        json_path=args.json,
-    )
-    for problem in wrong:
-        print(f"WRONG DOCUMENT COUNT: {problem}", file=sys.stderr)
-    return 1 if wrong else 0
+    try:
+        return await compare(
+            args,
+            db,
+            events,
+            Method(
+                "ceiling: insert_many(ordered=True), 10,000-doc chunks (+ topics)",
+                args.messages,
+                lambda n: ceiling(bench, events[:n]),
+            ),
+            Method(
+                "naive: one awaited insert_one per message", args.naive_messages, lambda n: naive(bench, events[:n])
+            ),
+            ceiling_name="insert_many",
+            notes=[CEILING_WRITES_TOPICS],
+        )
+    finally:
+        await client.drop_database("bench")
+        await client.close()
 
 
 if __name__ == "__main__":
-    arguments = parse_args("mongo", port=27018, naive_messages=2_000)
-    subprocess.run(["bash", "scripts/ferretdb.sh", str(arguments.port)], check=True, capture_output=True)
-    sys.exit(asyncio.run(main(arguments)))
+    bench_main("mongo", 27018, 2_000, "ferretdb.sh", main)

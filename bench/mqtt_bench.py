@@ -34,20 +34,16 @@ import paho.mqtt.client as paho
 import redis as redis_sync
 from paho.mqtt.enums import CallbackAPIVersion
 
-from actions.base import Job
 from actions.redis import keys
 from bench import pgsql_bench
 from bench.machine import describe, table
+from bench.services import start_server
 from bridge.app import Bridge, Paths
+from bridge.backend import Job
 from bridge.msgid import MsgIdGenerator
 
-ROOT = Path(__file__).resolve().parents[1]
 PUBLISHERS = 4
 PAD = b"x" * 150
-
-
-def service(script: str, port: int) -> None:
-    subprocess.run(["bash", str(ROOT / "scripts" / script), str(port)], check=True, capture_output=True)
 
 
 class Publishers:
@@ -249,16 +245,16 @@ def parse_args() -> argparse.Namespace:
 
 
 async def main(args: argparse.Namespace) -> None:
-    service("mosquitto.sh", args.mqtt_port)
+    start_server("mosquitto.sh", args.mqtt_port)
     version = mosquitto_version()
     print(f"machine: {describe()}; {version}")
     rows = []
     for db in args.db.split(","):
         if db == "redis":
-            service("redis.sh", args.redis_port)
+            start_server("redis.sh", args.redis_port)
             redis_sync.Redis(port=args.redis_port).flushall()
         else:
-            service("postgres.sh", args.pg_port)
+            start_server("postgres.sh", args.pg_port)
             conn = await asyncpg.connect(pgsql_bench.dsn(args.pg_port))
             await pgsql_bench.fresh_tables(conn)
             await conn.close()

@@ -1,9 +1,10 @@
-"""What the persistence benchmarks share: arguments, rounds of the methods, the printed report.
+"""What the persistence benchmarks share: arguments, the server, rounds of the methods, the report.
 
-Each database's script (pgsql_bench, mongo_bench, ...) supplies its three methods (the runner,
-the driver's fastest bulk path, the naive way), how to empty the database before each one,
-and how to count what got stored; this module runs them in rounds, so that a busy moment of
-the machine hits them alike, and prints medians with the machine they ran on.
+Each database's script (pgsql_bench, mongo_bench, ...) supplies its bridge config and rule, its
+two reference methods (the driver's fastest bulk path, the naive way), how to empty the database
+before each one and how to count what got stored, and calls `compare`; `bench_main` is its
+`__main__`. The runner's method, the rounds (so that a busy moment of the machine hits every
+method alike), the latency run and the printed medians with the machine are this module's.
 """
 
 from __future__ import annotations
@@ -13,14 +14,17 @@ import asyncio
 import json
 import re
 import statistics
+import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, NoReturn
 
-from bench.feed import feed
+from bench.feed import feed, make_events
 from bench.machine import describe, table
+from bench.services import start_server
 from bridge.app import Bridge, Paths
 from bridge.events import MessagePublish
 
@@ -39,6 +43,20 @@ def parse_args(db: str, port: int, naive_messages: int) -> argparse.Namespace:
     pool.add_argument("--max-inflight", help=f"backend.{db}.pool1.max_inflight")
     pool.add_argument("--pool-size", help=f"backend.{db}.pool1.pool_size")
     return parser.parse_args()
+
+
+def bench_main(
+    db: str, port: int, naive_messages: int, script: str, main: Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
+) -> NoReturn:
+    """A persistence benchmark's `__main__`: its arguments, its server (scripts/<script>), its exit code."""
+    arguments = parse_args(db, port, naive_messages)
+    start_server(script, arguments.port)
+    sys.exit(asyncio.run(main(arguments)))
+
+
+def events_for(args: argparse.Namespace, topics: int) -> list[MessagePublish]:
+    """The generated publishes every method of one run writes (the first --messages of them)."""
+    return make_events(max(args.messages, args.naive_messages), args.payload, topics)
 
 
 def pool_settings(args: argparse.Namespace) -> dict[str, str]:
@@ -156,6 +174,66 @@ async def measure(
             if method.stored[0] != method.count:
                 wrong.append(f"{method.name}: {method.stored[0]} messages stored, expected {method.count}")
     return wrong
+
+
+CEILING_WRITES_TOPICS = (
+    "the ceiling also inserts the distinct topics into mqtt_topic, as the runner does; the naive way does not"
+)
+
+
+@dataclass
+class Database:
+    """What one database's benchmark supplies to `compare`."""
+
+    config: str  # the bridge's pool lines
+    settings: dict[str, str]  # the pool settings in them from the command line
+    rule: str  # the hook line the runner runs
+    topics: int  # of the generated events
+    expired_time: int  # the rule's
+    server: str  # what it ran against, for the report
+    fresh: Callable[[], Awaitable[None]]  # empty the database
+    stored: Callable[[], Awaitable[tuple[int, int]]]  # messages and topics stored
+    unit: str = "row"  # what `stored` counts first, for a wrong count: row, document, message
+
+
+async def compare(
+    args: argparse.Namespace,
+    db: Database,
+    events: Sequence[MessagePublish],
+    ceiling: Method,
+    naive: Method,
+    ceiling_name: str,
+    notes: Sequence[str] = (),
+    naive_target: int = 10,
+) -> int:
+    """The runner against `ceiling` and `naive` in rounds, its latency at half its throughput, the
+    report (`notes`: what differs between the methods); 1 if a method stored a wrong count, else 0."""
+    runner = Method(
+        "hookbridge runner (on_message_publish)",
+        args.messages,
+        lambda n: through_runner(db.config, db.rule, events[:n]),
+    )
+    methods = [runner, ceiling, naive]
+    wrong = await measure(methods, args.runs, db.fresh, db.stored)
+    await db.fresh()
+    latency = await runner_latency(db.config, db.rule, events[: min(args.messages, 20_000)], runner.median / 2)
+    await db.fresh()
+    report(
+        methods,
+        [
+            f"server: {db.server}",
+            f"payload {args.payload} B, {db.topics} topics, expired_time {db.expired_time}, {args.runs} runs each",
+            f"runner pool settings: {', '.join(f'{k} {v}' for k, v in db.settings.items()) or 'defaults'}",
+            *notes,
+        ],
+        ceiling=ceiling_name,
+        naive_target=naive_target,
+        latency=latency,
+        json_path=args.json,
+    )
+    for problem in wrong:
+        print(f"WRONG {db.unit.upper()} COUNT: {problem}", file=sys.stderr)
+    return 1 if wrong else 0
 
 
 def report(

@@ -13,10 +13,7 @@ Every method starts from freshly created, empty mqtt_* tables.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime as dt
-import subprocess
-import sys
 import time
 from typing import Any
 
@@ -24,16 +21,15 @@ import asyncpg
 
 from actions.pgsql.functions import when
 from actions.pgsql.schema import SCHEMA
-from bench.feed import make_events
 from bench.persistence import (
+    CEILING_WRITES_TOPICS,
+    Database,
     Method,
-    measure,
-    parse_args,
+    bench_main,
+    compare,
+    events_for,
     pool_config,
     pool_settings,
-    report,
-    runner_latency,
-    through_runner,
 )
 from bridge.events import MessagePublish
 
@@ -99,52 +95,43 @@ async def server(conn: asyncpg.Connection) -> str:
 
 async def main(args: argparse.Namespace) -> int:
     settings = pool_settings(args)
-    events = make_events(max(args.messages, args.naive_messages), args.payload, TOPICS)
+    events = events_for(args, TOPICS)
     conn = await asyncpg.connect(dsn(args.port))
-    version = await server(conn)
-    methods = [
-        Method(
-            "hookbridge runner (on_message_publish)",
-            args.messages,
-            lambda n: through_runner(bridge_config(args.port, settings), RULE, events[:n]),
-        ),
-        Method(
-            "ceiling: asyncpg COPY, 10,000-row chunks (+ topics)", args.messages, lambda n: ceiling(conn, events[:n])
-        ),
-        Method("naive: one autocommitted INSERT per message", args.naive_messages, lambda n: naive(conn, events[:n])),
-    ]
 
     async def stored() -> tuple[int, int]:
-        return await conn.fetchval("SELECT count(*) FROM mqtt_msg"), await conn.fetchval(
-            "SELECT count(*) FROM mqtt_topic"
-        )
+        messages = await conn.fetchval("SELECT count(*) FROM mqtt_msg")
+        return messages, await conn.fetchval("SELECT count(*) FROM mqtt_topic")
 
-    wrong = await measure(methods, args.runs, lambda: fresh_tables(conn), stored)
-    await fresh_tables(conn)
-    latency = await runner_latency(
-        bridge_config(args.port, settings), RULE, events[: min(args.messages, 20_000)], methods[0].median / 2
+    db = Database(
+        bridge_config(args.port, settings),
+        settings,
+        RULE,
+        TOPICS,
+        EXPIRED_TIME,
+        await server(conn),
+        lambda: fresh_tables(conn),
+        stored,
     )
-    await fresh_tables(conn)
-    await conn.close()
-    report(
-        methods,
-        [
-            f"server: {version}",
-            f"payload {args.payload} B, {TOPICS} topics, expired_time {EXPIRED_TIME}, {args.runs} runs each",
-            f"runner pool settings: {', '.join(f'{k} {v}' for k, v in settings.items()) or 'defaults'}",
-            "the ceiling also inserts the distinct topics into mqtt_topic, as the runner does; the naive way does not",
-        ],
-        ceiling="COPY",
-        naive_target=20,
-        latency=latency,
-        json_path=args.json,
-    )
-    for problem in wrong:
-        print(f"WRONG ROW COUNT: {problem}", file=sys.stderr)
-    return 1 if wrong else 0
+    try:
+        return await compare(
+            args,
+            db,
+            events,
+            Method(
+                "ceiling: asyncpg COPY, 10,000-row chunks (+ topics)",
+                args.messages,
+                lambda n: ceiling(conn, events[:n]),
+            ),
+            Method(
+                "naive: one autocommitted INSERT per message", args.naive_messages, lambda n: naive(conn, events[:n])
+            ),
+            ceiling_name="COPY",
+            notes=[CEILING_WRITES_TOPICS],
+            naive_target=20,
+        )
+    finally:
+        await conn.close()
 
 
 if __name__ == "__main__":
-    arguments = parse_args("pgsql", port=5439, naive_messages=5_000)
-    subprocess.run(["bash", "scripts/postgres.sh", str(arguments.port)], check=True, capture_output=True)
-    sys.exit(asyncio.run(main(arguments)))
+    bench_main("pgsql", 5439, 5_000, "postgres.sh", main)

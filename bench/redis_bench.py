@@ -11,25 +11,12 @@ message, as a subscriber script would write it).
 from __future__ import annotations
 
 import argparse
-import asyncio
-import subprocess
-import sys
 import time
 
 import redis.asyncio as aioredis
 
 from actions.redis import keys, scripts
-from bench.feed import make_events
-from bench.persistence import (
-    Method,
-    measure,
-    parse_args,
-    pool_config,
-    pool_settings,
-    report,
-    runner_latency,
-    through_runner,
-)
+from bench.persistence import Database, Method, bench_main, compare, events_for, pool_config, pool_settings
 from bridge.events import MessagePublish
 
 TOPICS = 100
@@ -44,6 +31,7 @@ def store_args(event: MessagePublish) -> list[object]:
         keys.message(event.msgid),
         keys.topic_list(event.topic),
         keys.retain(event.topic),
+        keys.MSG_INDEX,
         event.msgid,
         keys.score(event.msgid),
         3600,
@@ -62,7 +50,7 @@ async def ceiling(client: aioredis.Redis, events: list[MessagePublish]) -> float
     for start in range(0, len(events), 500):
         pipe = client.pipeline(transaction=False)
         for event in events[start : start + 500]:
-            pipe.evalsha(sha, 3, *store_args(event))  # type: ignore[arg-type]
+            pipe.evalsha(sha, 4, *store_args(event))  # type: ignore[arg-type]
         await pipe.execute()
     return len(events) / (time.perf_counter() - started)
 
@@ -99,41 +87,42 @@ async def stored(client: aioredis.Redis) -> tuple[int, int]:
 
 async def main(args: argparse.Namespace) -> int:
     settings = pool_settings(args)
-    events = make_events(max(args.messages, args.naive_messages), args.payload, TOPICS)
+    events = events_for(args, TOPICS)
     client = aioredis.Redis(port=args.port, protocol=2)
-    config = bridge_config(args.port, settings)
-    methods = [
-        Method(
-            "hookbridge runner (on_message_publish)", args.messages, lambda n: through_runner(config, RULE, events[:n])
-        ),
-        Method(
-            "ceiling: hand-batched pipelines of the same script", args.messages, lambda n: ceiling(client, events[:n])
-        ),
-        Method("naive: one HSET+ZADD+EXPIRE round trip each", args.naive_messages, lambda n: naive(client, events[:n])),
-    ]
-    wrong = await measure(methods, args.runs, client.flushall, lambda: stored(client))
-    await client.flushall()
-    latency = await runner_latency(config, RULE, events[: min(args.messages, 20_000)], methods[0].median / 2)
     version = (await client.info("server"))["redis_version"]
-    await client.flushall()
-    await client.aclose()
-    report(
-        methods,
-        [
-            f"server: Redis {version} on this machine",
-            f"payload {args.payload} B, {TOPICS} topics, expired_time 3600, {args.runs} runs each",
-            f"runner pool settings: {', '.join(f'{k} {v}' for k, v in settings.items()) or 'defaults'}",
-        ],
-        ceiling="pipelined script",
-        latency=latency,
-        json_path=args.json,
+
+    async def fresh() -> None:
+        await client.flushall()
+
+    db = Database(
+        bridge_config(args.port, settings),
+        settings,
+        RULE,
+        TOPICS,
+        3600,
+        f"Redis {version} on this machine",
+        fresh,
+        lambda: stored(client),
+        unit="message",
     )
-    for problem in wrong:
-        print(f"WRONG COUNT: {problem}", file=sys.stderr)
-    return 1 if wrong else 0
+    try:
+        return await compare(
+            args,
+            db,
+            events,
+            Method(
+                "ceiling: hand-batched pipelines of the same script",
+                args.messages,
+                lambda n: ceiling(client, events[:n]),
+            ),
+            Method(
+                "naive: one HSET+ZADD+EXPIRE round trip each", args.naive_messages, lambda n: naive(client, events[:n])
+            ),
+            ceiling_name="pipelined script",
+        )
+    finally:
+        await client.aclose()
 
 
 if __name__ == "__main__":
-    arguments = parse_args("redis", port=6393, naive_messages=5_000)
-    subprocess.run(["bash", "scripts/redis.sh", str(arguments.port)], check=True, capture_output=True)
-    sys.exit(asyncio.run(main(arguments)))
+    bench_main("redis", 6393, 5_000, "redis.sh", main)

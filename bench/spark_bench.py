@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,8 +23,8 @@ from pathlib import Path
 import asyncpg
 
 from bench.machine import describe, table
+from bench.services import ROOT, start_server
 
-ROOT = Path(__file__).resolve().parents[1]
 DATABASE = "spark_bench"
 START = 1_780_000_000.0  # 2026-05-28T20:26:40Z: a fixed window, so runs are comparable
 
@@ -54,7 +53,7 @@ async def fresh_database(port: int) -> None:
 def fill(args: argparse.Namespace) -> int:
     from spark_analytics.fleet import Fleet, fill_from_config
 
-    subprocess.run(["bash", str(ROOT / "scripts" / "postgres.sh"), str(args.port)], check=True)
+    start_server("postgres.sh", args.port, quiet=False)
     asyncio.run(fresh_database(args.port))
     fleet = Fleet(
         devices=args.devices,

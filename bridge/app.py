@@ -13,17 +13,13 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from actions.base import Backend, FunctionContext
-from actions.cassa.backend import CassaBackend
-from actions.mongo.backend import MongoBackend
-from actions.mysql.backend import MysqlBackend
-from actions.pgsql.backend import PgsqlBackend
-from actions.redis.backend import RedisBackend
-from bridge.brokers.base import BrokerSource, Capability
+from bridge import registry
+from bridge.backend import FunctionContext, backend_class
+from bridge.brokers.base import BrokerSource
 from bridge.conf.config import Config, load_config
-from bridge.conf.errors import ConfError, ConfErrors, Position
+from bridge.conf.errors import ConfErrors
 from bridge.conf.schema import GLOBAL
 from bridge.delivery import DeliveryLog
 from bridge.dispatcher import Dispatcher
@@ -36,27 +32,7 @@ from bridge.rules import Rule, RuleContext, load_rules
 from bridge.runner import Runner
 from bridge.spool import Budget
 
-if TYPE_CHECKING:
-    from bridge.brokers.embedded.auth import AuthGate
-
 log = logging.getLogger(__name__)
-
-BACKENDS: dict[str, type[Backend]] = {
-    "redis": RedisBackend,
-    "pgsql": PgsqlBackend,
-    "mongo": MongoBackend,
-    "cassa": CassaBackend,
-    "mysql": MysqlBackend,
-}
-
-MODE_CAPABILITIES: dict[str, frozenset[Capability]] = {
-    "embedded": frozenset({Capability.PROXY_SUBSCRIBE, Capability.DELIVER_TO_SESSION}),
-    # EMQX 5's REST API subscribes a client on its behalf; it has no call that delivers
-    # to one session, so fetch and retain lookup are refused in emqx mode.
-    "emqx": frozenset({Capability.PROXY_SUBSCRIBE}),
-    # A generic broker offers neither.
-    "mqtt": frozenset(),
-}
 
 
 @dataclass(frozen=True)
@@ -72,17 +48,8 @@ class Paths:
 def load_all(paths: Paths) -> tuple[Config, list[Rule]]:
     """Config + rules + templates, every problem reported at once (ConfErrors)."""
     config = load_config(paths.config)
-    mode = config["broker.mode"]
-    if mode not in MODE_CAPABILITIES:
-        raise ConfErrors(
-            [
-                ConfError(
-                    Position(str(paths.config), 1, 1),
-                    f"broker.mode = {mode} is not available in this version (use embedded)",
-                )
-            ]
-        )
-    ctx = RuleContext(config, paths.templates, frozenset(BACKENDS), MODE_CAPABILITIES[mode])
+    mode = registry.modes()[config["broker.mode"]]  # the config only takes an installed mode
+    ctx = RuleContext(config, paths.templates, frozenset(registry.backends()), mode.capabilities)
     return config, load_rules(paths.rules, ctx)
 
 
@@ -94,7 +61,6 @@ class Bridge:
         # Masks secrets wherever the bridge prints (logs, /healthz); a reload adds new pools' ones.
         self.redactor = Redactor(config.secrets)
         self.msgids = MsgIdGenerator(config["node.name"])
-        self.gate: AuthGate | None = None  # the embedded broker's users (SIGHUP reads them again)
         self.broker = broker or self._make_broker(rules)
         self.engine = Engine(rules)
         self.runners: dict[str, Runner] = {}
@@ -114,27 +80,11 @@ class Bridge:
         return cls(config, rules, paths, broker)
 
     def _make_broker(self, rules: list[Rule]) -> BrokerSource:
-        if self.config["broker.mode"] != "embedded":
-            from bridge.brokers.external import make_external_source  # gmqtt only loads in these modes
-
-            return make_external_source(self.config, rules, self.msgids)
-        from bridge.brokers.embedded import EmbeddedBroker
-        from bridge.brokers.embedded.auth import make_gate, takeover_of
-        from bridge.brokers.embedded.limits import Limits
-        from bridge.brokers.embedded.listeners import configured
-
-        host, port = self.config["broker.listener.tcp"]
-        self.gate = make_gate(self.config)
-        return EmbeddedBroker(
-            f"{host}:{port}",
-            node=self.config["node.name"],
-            msgids=self.msgids,
-            limits=Limits.from_config(self.config),
-            gate=self.gate,
-            takeover=takeover_of(self.config),
-            listeners=[listener for listener in configured(self.config.settings) if listener.name != "tcp"],
-            durable_dir=self.config["broker.durable_dir"] if self.config["broker.durable_sessions"] else None,
-        )
+        """The configured mode's source, from its plug-in (its modules load only in that mode)."""
+        source = registry.modes()[self.config["broker.mode"]].source_factory()(self.config, rules, self.msgids)
+        if not isinstance(source, BrokerSource):
+            raise TypeError(f"broker mode {self.config['broker.mode']} made {source!r}, which is not a BrokerSource")
+        return source
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -171,7 +121,7 @@ class Bridge:
         ctx = FunctionContext(
             node=self.config["node.name"], broker=self.broker, pager=self.dispatcher.pager, deliveries=self.deliveries
         )
-        backend = BACKENDS[pool.db](pool, ctx)
+        backend = backend_class(pool.db)(pool, ctx)
         backend.trim_enabled = any(r.expired_time for r in rules if r.pool == pool_id)  # maintenance: trim
         try:
             await backend.connect()
@@ -207,9 +157,8 @@ class Bridge:
         that cannot connect (a wrong password) refuses the whole reload, and the pools connected
         for it are closed again.
         """
-        if self.gate is not None:
-            for problem in self.gate.reload():  # the password and ACL files: on a problem the old ones stay
-                log.error("not reloaded, the users and ACL entries read before stay: %s", problem)
+        for problem in self.broker.reload():  # the password and ACL files: on a problem the old ones stay
+            log.error("not reloaded, the users and ACL entries read before stay: %s", problem)
         try:
             config, rules = load_all(self.paths)
         except ConfErrors as exc:
@@ -325,14 +274,11 @@ class Bridge:
         )
 
     def _refusals(self) -> None:
-        """Embedded mode: what the broker refused (limits, logins, ACL), every reason shown from
+        """What the broker refused (the embedded one: limits, logins, ACL), every reason shown from
         the start so a rate can be alerted on before the first refusal."""
-        if self.broker.mode != "embedded":
+        if not self.broker.refusal_reasons:
             return
-        from bridge.brokers.embedded.access import ACL_REFUSALS, LOGIN_REFUSALS
-        from bridge.brokers.embedded.limits import REFUSALS
-
-        reasons = dict.fromkeys((*REFUSALS, *LOGIN_REFUSALS, *ACL_REFUSALS), 0)
+        reasons = dict.fromkeys(self.broker.refusal_reasons, 0)
         self.metrics.counter(
             "hookbridge_broker_refused_total",
             "Connections, packets, logins and queued messages the embedded broker refused or dropped, by reason",

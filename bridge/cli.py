@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bridge import logs
-from bridge.app import BACKENDS, Bridge, Paths, load_all
+from bridge.app import Bridge, Paths, load_all
 from bridge.conf.config import load_config
 from bridge.conf.errors import ConfErrors
 from bridge.redact import Redactor
@@ -116,11 +116,9 @@ def cmd_schema(args: argparse.Namespace) -> int:
         known = ", ".join(sorted(config.pools)) or "none"
         print(f"{args.config}: no pool {args.pool!r} (configured: {known})", file=sys.stderr)
         return EXIT_CONFIG
-    backend_type = BACKENDS.get(pool.db)
-    if backend_type is None:
-        print(f"the {pool.db} backend is not available in this version", file=sys.stderr)
-        return EXIT_CONFIG
-    from actions.base import FunctionContext
+    from bridge.backend import FunctionContext, backend_class
+
+    backend_type = backend_class(pool.db)  # the config takes installed backends only
 
     logs.setup("error")  # the command's own one-line error says it; no "will retry" warnings
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from actions.base import Job
+from bridge.backend import Job
 from bridge.engine import Engine
 from bridge.events import Event, Hookpoint
 from bridge.metrics import Metrics

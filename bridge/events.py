@@ -153,6 +153,15 @@ Event = (
     | MessageAcked
 )
 
+
+def ordering_key(event: Event) -> str:
+    """What an event's order is kept within: a publisher's topic for a message, a client
+    for everything else. The runner's lanes and a backend's own concurrency (Cassandra) both use it."""
+    if isinstance(event, MessagePublish):
+        return f"{event.clientid}\x00{event.topic}"
+    return event.clientid  # session, client, delivered and acked events: per client
+
+
 EVENT_TYPES: dict[Hookpoint, type[Any]] = {
     Hookpoint.CLIENT_CONNECTED: ClientConnected,
     Hookpoint.CLIENT_DISCONNECTED: ClientDisconnected,

@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from bridge.errors import HookbridgeError
 from bridge.redact import Redactor
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,7 @@ _LINGER_BYTES = 256 * 1024  # read (and drop) this much of a refused request, so
 _REQUEST_LINE = re.compile(r"([A-Z]+) (/\S*) HTTP/1\.[01]")
 
 
-class BadRequest(Exception):
+class BadRequest(HookbridgeError):
     def __init__(self, status: str) -> None:
         super().__init__(status)
         self.status = status

@@ -19,13 +19,14 @@ import contextvars
 import logging
 import os
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
-from actions.base import Job
+from bridge.backend import Job
 from bridge.spool import LaneSpool, Record, RecordError, decode, encode
 
 if TYPE_CHECKING:
-    from bridge.runner import Runner
+    from bridge.rules import Rule
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +40,33 @@ INSIDE_COMMIT = contextvars.ContextVar("inside_commit", default=False)
 _PROCESS = f"{os.getpid()}-{id(object())}"
 # Pauses after a failed step (and between tries of a spool that cannot write), doubling.
 _RETRY_FIRST, _RETRY_MAX = 0.1, 5.0
+_DROP_OLDEST = "spool full (overflow policy drop_oldest)"
+
+
+class LaneOwner(Protocol):
+    """What a lane needs of the runner of its pool (bridge/runner.py): the lane owns its queue and
+    its spool; the runner owns writing, the pool's health and the counters."""
+
+    pool_id: str
+    batch_size: int
+    healthy: bool
+    progress: asyncio.Event  # set after every batch
+
+    def rule(self, rule_id: str) -> Rule | None:
+        """The loaded rule of a spooled action (None: a reload removed it)."""
+
+    async def commit(self, batch: Sequence[Job], on_stall: Callable[[], None]) -> None:
+        """Write a batch, retrying in place; `on_stall` once the pool is found down under it."""
+
+    def spooled(self, jobs: Sequence[Job]) -> None:
+        """These jobs are safe on disk: count them, and they are done for the broker's acks."""
+
+    def dropped(self, rule_id: str, why: str, seq: int = 0, log_it: bool = True) -> None:
+        """A spooled action will never be written: count it; nobody may wait for it."""
 
 
 class Lane:
-    def __init__(self, runner: Runner, index: int, capacity: int, spool: LaneSpool | None) -> None:
+    def __init__(self, runner: LaneOwner, index: int, capacity: int, spool: LaneSpool | None) -> None:
         self.runner = runner
         self.index = index
         self.capacity = capacity
@@ -55,6 +79,7 @@ class Lane:
         self.batch_spooled = False  # the batch is in the spool too (it stays there until written)
         self._written_upto: tuple[tuple[int, int], int] | None = None  # spool position and records to ack
         self.current: frozenset[int] = frozenset()  # seqs of the batch being written
+        self.spool_error = ""  # why the spool cannot write (disk full), while it cannot
 
     @property
     def depth(self) -> int:
@@ -75,7 +100,7 @@ class Lane:
         while self.spool is not None and (
             self.spool.pending or len(self.memory) >= self.capacity or not runner.healthy
         ):
-            if await runner.spool_job(self, job):
+            if await self._spool(job):
                 self.wakeup.set()
                 return
             if not self.spool.pending and len(self.memory) < self.capacity:
@@ -96,6 +121,59 @@ class Lane:
 
     def spool_body(self, job: Job) -> bytes:
         return encode(job.rule.id, job.event, job.cursor, job.seq, _PROCESS)
+
+    # -- spooling ------------------------------------------------------------
+
+    async def _spool(self, job: Job) -> bool:
+        """Write a job to the spool; False when the spool cannot write (it stays in memory)."""
+        assert self.spool is not None
+        body = self.spool_body(job)
+        await self._room_for(len(body) + 8)
+        try:
+            self.spool.append(body)
+        except OSError as exc:
+            if not self.spool_error:
+                log.error(
+                    "pool %s: the spool cannot write (%s); actions wait for it, or in memory if none is spooled",
+                    self.runner.pool_id,
+                    exc,
+                )
+            self.spool_error = f"spool cannot write: {exc}"
+            return False
+        if self.spool_error:
+            log.info("pool %s: the spool writes again", self.runner.pool_id)
+            self.spool_error = ""
+        self.runner.spooled([job])
+        return True
+
+    async def _room_for(self, size: int) -> None:
+        """Wait until the shared budget has `size` bytes free, or make room (overflow policy)."""
+        assert self.spool is not None
+        budget = self.spool.budget
+        while budget is not None and not budget.fits(size):
+            if budget.overflow == "drop_oldest" and self._drop_oldest():
+                continue
+            budget.freed.clear()  # block: wait until a lane writes some of its spool
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(budget.freed.wait(), 1.0)
+
+    def _drop_oldest(self) -> bool:
+        """Drop the oldest spooled segment (not records being written right now); False if none."""
+        assert self.spool is not None
+        bodies, freed = self.spool.drop_oldest(keep_reading=self.busy and self.batch_spooled)
+        if not freed:
+            return False
+        for body in bodies:
+            try:
+                record = decode(body)
+            except ValueError:
+                self.runner.dropped("unknown", _DROP_OLDEST, log_it=False)
+                continue
+            self.runner.dropped(record.rule_id, _DROP_OLDEST, self.seq_of(record), log_it=False)
+        log.warning(
+            "pool %s: spool full: dropped the %d oldest spooled actions (drop_oldest)", self.runner.pool_id, len(bodies)
+        )
+        return True
 
     # -- writing -------------------------------------------------------------
 
@@ -136,11 +214,14 @@ class Lane:
         written = False
         try:
             if batch:
-                await runner.commit(batch, self)
+                await runner.commit(batch, self.spill)
             written = True
             if self._written_upto is not None:
                 assert self.spool is not None
-                runner.spool_freed(self.spool.ack(*self._written_upto))
+                self.spool.ack(*self._written_upto)
+                if self.spool_error and not self.spool.pending:
+                    log.info("pool %s: the spool is written out; it will be tried again when needed", runner.pool_id)
+                    self.spool_error = ""
         finally:
             INSIDE_COMMIT.reset(token)
             if not written and not self.batch_spooled:
@@ -174,9 +255,9 @@ class Lane:
             try:
                 record = decode(body)
             except RecordError as exc:
-                self.runner.spool_problem(f"{self.spool.directory}: {exc}")
+                self.spool.report(f"{self.spool.directory}: {exc}")
                 continue
-            rule = self.runner.rules.get(record.rule_id)
+            rule = self.runner.rule(record.rule_id)
             if rule is None:
                 self.runner.dropped(record.rule_id, "its rule is no longer loaded", self.seq_of(record))
                 continue
@@ -186,22 +267,18 @@ class Lane:
     def spill(self) -> None:
         """The pool went down under this lane's batch: put the batch and the memory queue on disk
         (in front of what is spooled), so that from now on nothing of this lane lives in memory only."""
-        if self.spool is None or self.batch_spooled or self.runner.spool is None:
+        if self.spool is None or self.batch_spooled:
             return
         jobs = list(self.batch) + list(self.memory)
-        before = self.spool.bytes
         try:
             position = self.spool.put_first([self.spool_body(job) for job in jobs], mark=len(self.batch))
         except OSError as exc:
-            self.runner.spool_problem(f"cannot spill to the spool: {exc}")
+            self.spool.report(f"cannot spill to the spool: {exc}")
             return
-        self.runner.spool.budget.used += self.spool.bytes - before
         self.memory.clear()
         self.batch_spooled = True
         self._written_upto = (position, len(self.batch))
-        for job in jobs:
-            self.runner.metrics.count(job.rule.id, "spooled")
-        self.runner.handed_over(jobs)
+        self.runner.spooled(jobs)
         self.room.set()
 
     @staticmethod
@@ -209,7 +286,22 @@ class Lane:
         """The runner's number for a spooled action: only meaningful in the process that spooled it."""
         return record.seq if record.process == _PROCESS else 0
 
-    def unwritten(self) -> list[Job]:
-        """What this lane holds in memory only (the batch being written, then the queue): for shutdown."""
-        batch = [] if self.batch_spooled else list(self.batch)
-        return batch + list(self.memory)
+    def spool_leftovers(self) -> None:
+        """At shutdown (the lane's task has ended): what is still in memory only (the batch being
+        written, then the queue) goes to the front of the spool, replayed first at the next start."""
+        jobs = ([] if self.batch_spooled else list(self.batch)) + list(self.memory)
+        if not jobs:
+            return
+        pool = self.runner.pool_id
+        if self.spool is None:
+            log.error("pool %s: %d actions lost at shutdown (no spool)", pool, len(jobs))
+            return
+        try:
+            self.spool.put_first([self.spool_body(job) for job in jobs])
+        except OSError as exc:
+            log.error("pool %s: %d actions lost at shutdown: the spool cannot write: %s", pool, len(jobs), exc)
+            return
+        self.memory.clear()
+        self.batch = []
+        self.runner.spooled(jobs)
+        log.info("pool %s: %d unwritten actions spooled for the next start", pool, len(jobs))

@@ -15,7 +15,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from actions.base import Job, Pager
+from bridge.backend import Job, Pager
 from bridge.events import ClientConnected, Event, MessageAcked, SessionSubscribed, SessionUnsubscribed
 
 log = logging.getLogger(__name__)

@@ -21,6 +21,7 @@ import jinja2
 import jinja2.meta
 import jinja2.sandbox
 
+from bridge.errors import HookbridgeError
 from bridge.events import (
     KEYED_PLACEHOLDERS,
     PLACEHOLDERS,
@@ -37,7 +38,7 @@ PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[^.\s]+)*$")
 
 
-class RenderError(ValueError):
+class RenderError(HookbridgeError, ValueError):
     """A template problem found at load time; `offset`/`line` locate it."""
 
     def __init__(self, message: str, offset: int = 0, line: int | None = None, col: int = 1) -> None:

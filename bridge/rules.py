@@ -15,21 +15,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from actions.redis.commands import command_problem
-from actions.registry import FETCH_FUNCTIONS, FUNCTIONS, FunctionSpec
+from bridge import registry
 from bridge.brokers.base import Capability
 from bridge.conf.config import Config
 from bridge.conf.errors import ConfError, ConfErrors, Position
 from bridge.conf.lexer import Entry, read_entries
 from bridge.conf.values import JsonProblem, duration_in, load_json
 from bridge.events import Hookpoint
+from bridge.functions import FETCH_FUNCTIONS, FUNCTIONS, FunctionSpec
 from bridge.render import CommandTemplate, RenderError, StatementTemplate
 from bridge.sql import SqlStatement, cql_marker, pg_marker
 from bridge.topics import filter_error
 
 _HOOK_KEY = re.compile(r"^backend\.([a-z]+)\.hook\.([a-z]+\.[a-z]+)\.(\d+)$")
 _RULE_KEYS = ("pool", "action", "topic", "offline_opts", "expired_time", "payload_format")
-_STATEMENT_KIND = {"redis": "commands", "pgsql": "sql", "cassa": "cql", "mysql": "sql"}
 _ACTION_KINDS = ("function", "commands", "sql", "cql", "template")
 _ACTION_OPTIONS = {"commands": ("pipeline",)}  # keys an action object may hold beside its kind
 _MAX_RETURNED = 100_000  # one fetch page; the rest follows as the subscriber acks
@@ -97,7 +96,7 @@ class RuleContext:
 
     config: Config
     templates_dir: Path
-    backends: frozenset[str]  # databases this build implements
+    backends: frozenset[str]  # the installed backends (bridge/registry.py)
     capabilities: frozenset[Capability]  # of the configured broker mode
 
 
@@ -138,8 +137,8 @@ class _RuleBuilder:
         db, hook_text, order = match.group(1), match.group(2), int(match.group(3))
         hook_col = entry.key.index(".hook.") + 6
         key_at = entry.key_at
-        if db not in ("redis", "pgsql", "mongo", "cassa", "mysql"):
-            self.errors.append(ConfError(key_at, f"unknown database {db!r}{_suggest(db, list(_STATEMENT_KIND))}"))
+        if db not in self.ctx.backends:
+            self.errors.append(ConfError(key_at, f"unknown database {db!r}{_suggest(db, sorted(self.ctx.backends))}"))
             return None
         try:
             hookpoint = Hookpoint(hook_text)
@@ -159,9 +158,6 @@ class _RuleBuilder:
         for key in body:
             if key not in _RULE_KEYS:
                 self.error(f"unknown key {key!r}{_suggest(key, list(_RULE_KEYS))}", f'"{key}"')
-        if db not in self.ctx.backends:
-            self.errors.append(ConfError(key_at, f"the {db} backend is not available in this version of hookbridge"))
-            return None
         pool = self._pool(db, body.get("pool"))
         topics = self._topics(hookpoint, body.get("topic"))
         action = self._action(db, hookpoint, body.get("action"))
@@ -231,20 +227,21 @@ class _RuleBuilder:
         for key in action.keys() - {kind, *_ACTION_OPTIONS.get(kind, ())}:
             self.error(f"unknown key {key!r} in a {kind} action", '"action"', f'"{key}"')
         if kind == "function":
-            return self._function(hookpoint, action["function"])
+            return self._function(db, hookpoint, action["function"])
         if kind == "template":
             return self._template(hookpoint, action["template"])
-        if kind != _STATEMENT_KIND.get(db):
-            allowed = _STATEMENT_KIND.get(db)
+        plugin = registry.backends()[db]
+        if kind != plugin.statements:
+            allowed = plugin.statements
             self.error(
                 f"{kind} actions are not for {db}" + (f"; {db} takes {allowed}" if allowed else ""),
                 '"action"',
                 f'"{kind}"',
             )
             return None
-        return self._statements(kind, hookpoint, action)
+        return self._statements(plugin, kind, hookpoint, action)
 
-    def _function(self, hookpoint: Hookpoint, name: Any) -> Action | None:
+    def _function(self, db: str, hookpoint: Hookpoint, name: Any) -> Action | None:
         needle = ('"function"', f'"{name}"')
         spec = FUNCTIONS.get(name) if isinstance(name, str) else None
         if spec is None:
@@ -253,6 +250,9 @@ class _RuleBuilder:
         if hookpoint not in spec.hookpoints:
             bound = ", ".join(sorted(spec.hookpoints))
             self.error(f"function {name} cannot run on {hookpoint} (it runs on {bound})", *needle)
+            return None
+        if spec.impl_name not in registry.backends()[db].functions:
+            self.error(f"function {name} is not implemented by the {db} backend", *needle)
             return None
         missing = spec.needs - self.ctx.capabilities
         if missing:
@@ -281,7 +281,9 @@ class _RuleBuilder:
             self.errors.append(ConfError(Position(display, exc.line or 1, exc.col), str(exc)))
             return None
 
-    def _statements(self, kind: str, hookpoint: Hookpoint, action: dict[str, Any]) -> Action | None:
+    def _statements(
+        self, plugin: registry.BackendPlugin, kind: str, hookpoint: Hookpoint, action: dict[str, Any]
+    ) -> Action | None:
         texts = action[kind]
         if isinstance(texts, str):
             texts = [texts]
@@ -296,7 +298,7 @@ class _RuleBuilder:
             start = _locate(self.entry.value, f'"{kind}"', json.dumps(text)[:-1]) + 1
             try:
                 if kind == "commands":
-                    compiled.append(self._command(text, hookpoint))
+                    compiled.append(self._command(plugin, text, hookpoint))
                 else:
                     marker = cql_marker if kind == "cql" else pg_marker
                     compiled.append(SqlStatement.compile(text, hookpoint, marker))
@@ -307,9 +309,9 @@ class _RuleBuilder:
             return CommandsAction(tuple(compiled), pipeline is not False)
         return SqlAction(tuple(compiled))
 
-    def _command(self, text: str, hookpoint: Hookpoint) -> CommandTemplate:
+    def _command(self, plugin: registry.BackendPlugin, text: str, hookpoint: Hookpoint) -> CommandTemplate:
         template = CommandTemplate.compile(text, hookpoint)
-        problem = command_problem(text.split())
+        problem = plugin.statement_problem(text)
         if problem:
             raise RenderError(problem, len(text) - len(text.lstrip()))
         return template

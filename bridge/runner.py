@@ -18,7 +18,6 @@ its lanes then spill to the spool, so the broker's acknowledgements, which wait 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import zlib
@@ -26,12 +25,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from actions.base import Backend, Job
+from bridge.backend import Backend, Job
 from bridge.conf.config import PoolConfig
-from bridge.events import Event, Hookpoint, MessagePublish
+from bridge.events import Event, Hookpoint, ordering_key
 from bridge.lanes import Lane
 from bridge.metrics import Metrics
-from bridge.spool import Budget, PoolSpool, decode
+from bridge.spool import Budget, PoolSpool
 
 if TYPE_CHECKING:
     from bridge.rules import Rule
@@ -44,18 +43,23 @@ log = logging.getLogger(__name__)
 CommitHook = Callable[[Job, BaseException | None], None]
 
 
-def ordering_key(event: Event) -> str:
-    if isinstance(event, MessagePublish):
-        return f"{event.clientid}\x00{event.topic}"
-    return event.clientid  # session, client, delivered and acked events: per client
-
-
 def lane_index(event: Event, lanes: int) -> int:
     """The lane of an event: stable across processes (spooled actions keep their lane after a
     restart), and spread evenly: crc32 alone is linear, so similar keys share low bits; the
     Fibonacci multiplication mixes every bit into the high ones used here."""
     mixed = (zlib.crc32(ordering_key(event).encode("utf-8", "surrogatepass")) * 0x9E3779B97F4A7C15) >> 32
     return (mixed & 0xFFFFFFFF) % lanes
+
+
+class Backoff:
+    """The pause before retry `attempt` (1, 2, ...) of a batch: doubling from `first`, at most `cap`."""
+
+    def __init__(self, first: float, cap: float) -> None:
+        self.first = first
+        self.cap = cap
+
+    def delay(self, attempt: int) -> float:
+        return min(self.cap, self.first * 2.0 ** min(attempt - 1, 32))
 
 
 class Runner:
@@ -72,7 +76,7 @@ class Runner:
         self.metrics = metrics
         self.batch_size = max(1, int(pool["batch_size"]))
         self.batch_time = float(pool["batch_time"])
-        self.backoff_max = float(pool["retry_backoff_max"])
+        self.backoff = Backoff(0.1, float(pool["retry_backoff_max"]))
         self.request_timeout = float(pool["request_timeout"])
         self.trim_interval = float(pool["trim_interval"])
         lanes = max(1, int(pool["max_inflight"]))
@@ -83,7 +87,6 @@ class Runner:
         self._lanes = [Lane(self, i, capacity, spool.lanes[i] if spool else None) for i in range(lanes)]
         self.rules: dict[str, Rule] = {}  # by id: spooled actions find their rule again
         self.progress = asyncio.Event()  # set after every batch
-        self.spool_error = ""  # why the spool cannot write (disk full), while it cannot
         self._tasks: list[asyncio.Task[None]] = []
         self._seq = 0
         self._pending_publishes: set[int] = set()
@@ -115,30 +118,10 @@ class Runner:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
-        self._spool_leftovers()
+        for lane in self._lanes:
+            lane.spool_leftovers()
         if self.spool is not None:
             self.spool.close()
-
-    def _spool_leftovers(self) -> None:
-        """Actions still in memory go to the front of their lane's spool: replayed first at the next start."""
-        for lane in self._lanes:
-            jobs = lane.unwritten()
-            if not jobs:
-                continue
-            if lane.spool is None:
-                log.error("pool %s: %d actions lost at shutdown (no spool)", self.pool_id, len(jobs))
-                continue
-            try:
-                lane.spool.put_first([lane.spool_body(job) for job in jobs])
-            except OSError as exc:
-                log.error(
-                    "pool %s: %d actions lost at shutdown: the spool cannot write: %s", self.pool_id, len(jobs), exc
-                )
-                continue
-            for job in jobs:
-                self.metrics.count(job.rule.id, "spooled")
-            self.handed_over(jobs)
-            log.info("pool %s: %d unwritten actions spooled for the next start", self.pool_id, len(jobs))
 
     # -- intake --------------------------------------------------------------
 
@@ -149,8 +132,6 @@ class Runner:
         if job.event.hookpoint is Hookpoint.MESSAGE_PUBLISH:
             self._pending_publishes.add(job.seq)
         self.metrics.count(job.rule.id, "matched")
-        # hash() of a str is stable within a process, which is all ordering needs, and spreads
-        # keys evenly (crc32 left two of four lanes with three quarters of 100 topics).
         await self._lanes[lane_index(job.event, len(self._lanes))].put(job)
 
     @property
@@ -185,70 +166,22 @@ class Runner:
         async with self._publishes_changed:
             await self._publishes_changed.wait_for(done)
 
-    # -- spooling ------------------------------------------------------------
+    # -- what the lanes report (bridge/lanes.py LaneOwner) -------------------
 
-    async def spool_job(self, lane: Lane, job: Job) -> bool:
-        """Write a job to the lane's spool; False when the spool cannot write (it stays in memory)."""
-        assert self.spool is not None
-        assert lane.spool is not None
-        body = lane.spool_body(job)
-        budget = self.spool.budget
-        while not budget.fits(len(body) + 8):
-            if budget.overflow == "drop_oldest" and self._drop_oldest(lane):
-                continue
-            budget.freed.clear()  # block: wait until a lane writes some of its spool
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(budget.freed.wait(), 1.0)
-        try:
-            budget.used += lane.spool.append(body)
-        except OSError as exc:
-            if not self.spool_error:
-                log.error(
-                    "pool %s: the spool cannot write (%s); actions wait for it, or in memory if none is spooled",
-                    self.pool_id,
-                    exc,
-                )
-            self.spool_error = f"spool cannot write: {exc}"
-            return False
-        if self.spool_error:
-            log.info("pool %s: the spool writes again", self.pool_id)
-            self.spool_error = ""
-        self.metrics.count(job.rule.id, "spooled")
-        self.handed_over([job])
-        return True
+    @property
+    def spool_error(self) -> str:
+        """Why the pool's spool cannot write (disk full), while it cannot; "" when it can."""
+        return next((lane.spool_error for lane in self._lanes if lane.spool_error), "")
 
-    def handed_over(self, jobs: Sequence[Job]) -> None:
+    def rule(self, rule_id: str) -> Rule | None:
+        return self.rules.get(rule_id)
+
+    def spooled(self, jobs: Sequence[Job]) -> None:
         """Jobs now safe on disk: for the commit hooks, they are done."""
         for job in jobs:
+            self.metrics.count(job.rule.id, "spooled")
             for hook in self.commit_hooks:
                 hook(job, None)
-
-    def _drop_oldest(self, lane: Lane) -> bool:
-        """Drop the lane's oldest spooled segment (not records being written right now); False if none."""
-        assert lane.spool is not None
-        assert self.spool is not None
-        bodies, freed = lane.spool.drop_oldest(keep_reading=lane.busy and lane.batch_spooled)
-        if not freed:
-            return False
-        self.spool.budget.release(freed)
-        for body in bodies:
-            try:
-                record = decode(body)
-            except ValueError:
-                self.dropped("unknown", "spool full (overflow policy drop_oldest)", log_it=False)
-                continue
-            self.dropped(record.rule_id, "spool full (overflow policy drop_oldest)", lane.seq_of(record), log_it=False)
-        log.warning(
-            "pool %s: spool full: dropped the %d oldest spooled actions (drop_oldest)", self.pool_id, len(bodies)
-        )
-        return True
-
-    def spool_freed(self, size: int) -> None:
-        if self.spool is not None:
-            self.spool.budget.release(size)
-            if self.spool_error and not self.spool.pending:
-                log.info("pool %s: the spool is written out; it will be tried again when needed", self.pool_id)
-                self.spool_error = ""
 
     def spool_problem(self, message: str) -> None:
         log.error("pool %s: %s", self.pool_id, message)
@@ -268,13 +201,14 @@ class Runner:
 
     # -- writing -------------------------------------------------------------
 
-    async def commit(self, batch: Sequence[Job], lane: Lane | None = None) -> None:
-        """Write a batch, retrying in place until it is written or fails for good."""
+    async def commit(self, batch: Sequence[Job], on_stall: Callable[[], None] = lambda: None) -> None:
+        """Write a batch, retrying in place until it is written or fails for good; `on_stall` is
+        called when the pool is found down under it (the lane then spills its actions to disk)."""
         attempt = 0
         while True:
             started = time.perf_counter()
             try:
-                outcomes = await self._execute(batch, lane)
+                outcomes = await self._execute(batch, on_stall)
             except Exception as exc:
                 if not self.backend.is_recoverable(exc):
                     log.error("pool %s: batch of %d failed: %s", self.pool_id, len(batch), exc)
@@ -282,11 +216,11 @@ class Runner:
                 else:
                     attempt += 1
                     self._mark_down(exc, attempt)
-                    if attempt == 1 and lane is not None:
-                        lane.spill()  # from now on the lane's actions wait on disk, not in memory
+                    if attempt == 1:
+                        on_stall()  # from now on the lane's actions wait on disk, not in memory
                     for job in batch:
                         self.metrics.count(job.rule.id, "retried")
-                    await asyncio.sleep(min(self.backoff_max, 0.05 * 2 ** min(attempt, 10)))
+                    await asyncio.sleep(self.backoff.delay(attempt))
                     continue
             self.metrics.write_latency[self.pool_id].observe(time.perf_counter() - started)
             break
@@ -295,7 +229,7 @@ class Runner:
         self.healthy, self.last_error = True, ""
         await self._finish(batch, outcomes)
 
-    async def _execute(self, batch: Sequence[Job], lane: Lane | None) -> list[BaseException | None]:
+    async def _execute(self, batch: Sequence[Job], on_stall: Callable[[], None]) -> list[BaseException | None]:
         """The backend writes the batch. Without an answer within `request_timeout` the pool is
         stalled: down from then on, the lane's actions go to disk, while the batch still waits for
         its answer or its error (a driver times out its own requests)."""
@@ -304,8 +238,7 @@ class Runner:
             done, _ = await asyncio.wait({task}, timeout=self.request_timeout)
             if not done:
                 self._mark_down(TimeoutError(f"no answer within {self.request_timeout:g} s (request_timeout)"), 0)
-                if lane is not None:
-                    lane.spill()
+                on_stall()
             return await task
         finally:
             if not task.done():  # this lane was cancelled (shutdown): so is its request

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Iterable
 from functools import lru_cache
 
 
@@ -89,3 +90,15 @@ def prefix_range(topic_filter: str) -> tuple[str, str | None] | None:
     if following == 0xD800:  # surrogates are not characters: skip past them
         following = 0xE000
     return prefix, (prefix[:-1] + chr(following)) if following <= 0x10FFFF else None
+
+
+async def matching(topic_filter: str, candidates: Callable[[str], Awaitable[Iterable[str]]]) -> list[str]:
+    """The topics a filter matches, sorted.
+
+    An exact topic is its own answer (nothing is read); for a wildcard filter, a store's
+    `candidates` (a superset, such as the topics under the filter's literal prefix) are matched
+    by MQTT rules.
+    """
+    if not is_wildcard(topic_filter):
+        return [topic_filter]
+    return sorted(topic for topic in await candidates(topic_filter) if matches(topic_filter, topic))

@@ -130,7 +130,7 @@ def _existing_mysql(source: Source) -> set[str]:
 
     import asyncmy
 
-    from actions.mysql.backend import tls_context
+    from bridge.conf.tls import settings_context
 
     async def tables() -> set[str]:
         host, port = source.setting("server")
@@ -140,7 +140,7 @@ def _existing_mysql(source: Source) -> set[str]:
             user=source.setting("username") or source.setting("user") or None,
             password=source.setting("password") or "",
             db=source.setting("database"),
-            ssl=tls_context(source.pool),
+            ssl=settings_context(source.pool.settings),
             connect_timeout=10,
         )
         try:

@@ -21,14 +21,15 @@ from typing import Any
 from cassandra import DriverException, RequestExecutionException
 from cassandra.query import BatchStatement, BatchType
 
-from actions.base import Backend, Job, PermanentError
 from actions.cassa import schema
 from actions.cassa.coerce import converters
 from actions.cassa.functions import STATEMENTS, WRITERS, Write
-from actions.cassa.reads import QUERIES, READERS, Reads
+from actions.cassa.reads import QUERIES, CassaStore
 from actions.cassa.session import RECOVERABLE, AsyncSession, build_cluster, fatal_connect_error
-from bridge.rules import FunctionAction, SqlAction, TemplateAction
-from bridge.runner import ordering_key
+from bridge.backend import Backend, Job, PermanentError
+from bridge.batches import cut_at_reads, read
+from bridge.fetch import READERS
+from bridge.plugin import FunctionAction, SqlAction, TemplateAction, ordering_key
 from bridge.sql import cql_marker, render_sql
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 _BATCH_ROWS = 100  # rows in one unlogged batch
 _BATCH_BYTES = 1 << 20  # and bytes: well under Cassandra's largest mutation (half a commit log segment)
 _KNOWN_MAX = 200_000  # index rows remembered as written
+_REFUSALS = (DriverException, RequestExecutionException)  # a read the server refused fails its job only
 
 
 Statement = tuple[Any, Sequence[Any] | None]  # (prepared statement or batch, bound values)
@@ -61,6 +63,7 @@ class _Unit:
 
 class CassaBackend(Backend):
     db = "cassa"
+    functions = frozenset(WRITERS) | frozenset(READERS)
 
     @property
     def keyspace(self) -> str:
@@ -104,7 +107,7 @@ class CassaBackend(Backend):
                 prepared[name] = await self.cql.prepare(text.format(ks=self.keyspace))
             await asyncio.to_thread(self.cql.session.set_keyspace, self.keyspace)  # for user cql statements
             self.prepared = prepared
-            self.reads = Reads(self.cql, prepared)
+            self.store = CassaStore(self.cql, prepared)
 
     async def close(self) -> None:
         await asyncio.to_thread(self.cluster.shutdown)
@@ -124,29 +127,7 @@ class CassaBackend(Backend):
 
     async def execute(self, batch: Sequence[Job]) -> list[BaseException | None]:
         await self._open()
-        outcomes: list[BaseException | None] = [None] * len(batch)
-        run: list[int] = []
-        for index, job in enumerate(batch):
-            action = job.rule.action
-            if isinstance(action, FunctionAction) and action.spec.impl_name in READERS:
-                await self._write_run(batch, run, outcomes)
-                run = []
-                outcomes[index] = await self._read(job, action.spec.impl_name)
-            else:
-                run.append(index)
-        await self._write_run(batch, run, outcomes)
-        return outcomes
-
-    async def _read(self, job: Job, name: str) -> BaseException | None:
-        try:
-            await READERS[name](self.reads, self.ctx, job)
-        except Exception as exc:
-            if self.is_recoverable(exc):
-                raise
-            if isinstance(exc, PermanentError | DriverException | RequestExecutionException):
-                return exc
-            raise
-        return None
+        return await cut_at_reads(batch, self._write_run, lambda job: read(self, self.store, job, refusals=_REFUSALS))
 
     async def _write_run(self, batch: Sequence[Job], run: list[int], outcomes: list[BaseException | None]) -> None:
         if not run:

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from actions.base import Job
 from actions.cassa.schema import BUCKET_SECONDS
+from bridge.backend import Job
 from bridge.events import (
     ClientConnected,
     ClientDisconnected,

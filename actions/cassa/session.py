@@ -26,7 +26,7 @@ from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, N
 from cassandra.policies import ConstantReconnectionPolicy, DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.query import tuple_factory
 
-from bridge.conf.config import PoolConfig
+from bridge.plugin import PoolConfig, settings_context
 
 # Worth retrying: no node reachable, node overloaded or restarting, a timeout (every write is idempotent).
 RECOVERABLE: tuple[type[BaseException], ...] = (
@@ -46,18 +46,6 @@ except ImportError:  # pragma: no cover
     pass
 
 
-def tls_context(pool: PoolConfig) -> ssl.SSLContext | None:
-    if not pool["ssl"]:
-        return None
-    context = ssl.create_default_context(cafile=pool["ssl.cafile"] or None)
-    if pool["ssl.certfile"]:
-        context.load_cert_chain(pool["ssl.certfile"], pool["ssl.keyfile"] or None)
-    if not pool["ssl.verify"]:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    return context
-
-
 def build_cluster(pool: PoolConfig) -> Cluster:
     nodes = pool["nodes"] or [("127.0.0.1", 9042)]
     profile = ExecutionProfile(
@@ -72,7 +60,7 @@ def build_cluster(pool: PoolConfig) -> Cluster:
         contact_points=list(nodes),
         port=nodes[0][1],
         auth_provider=auth,
-        ssl_context=tls_context(pool),
+        ssl_context=settings_context(pool.settings),
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         protocol_version=5,
         # A restarted node is used again within half a second (the default backs off up to 10 min).

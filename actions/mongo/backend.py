@@ -23,12 +23,14 @@ from typing import Any
 from pymongo import AsyncMongoClient
 from pymongo.errors import BulkWriteError, CollectionInvalid, ConnectionFailure, OperationFailure, PyMongoError
 
-from actions.base import Backend, Job, PermanentError
 from actions.mongo import schema
 from actions.mongo.functions import DUPLICATE_KEY, WRITERS, Write
-from actions.mongo.reads import READERS
+from actions.mongo.reads import MongoStore
 from actions.mongo.templates import render_writes
-from bridge.rules import FunctionAction, TemplateAction
+from bridge.backend import Backend, Job, PermanentError
+from bridge.batches import cut_at_reads, read
+from bridge.fetch import READERS
+from bridge.plugin import FunctionAction, TemplateAction
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,7 @@ def client_options(pool: Any) -> dict[str, Any]:
 
 class MongoBackend(Backend):
     db = "mongo"
+    functions = frozenset(WRITERS) | frozenset(READERS)
 
     async def connect(self) -> None:
         self.client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(**client_options(self.pool))
@@ -145,18 +148,8 @@ class MongoBackend(Backend):
 
     async def execute(self, batch: Sequence[Job]) -> list[BaseException | None]:
         await self._ensure_schema()
-        outcomes: list[BaseException | None] = [None] * len(batch)
-        run: list[int] = []
-        for index, job in enumerate(batch):
-            action = job.rule.action
-            if isinstance(action, FunctionAction) and action.spec.impl_name in READERS:
-                await self._write_run(batch, run, outcomes)
-                run = []
-                outcomes[index] = await self._read(job, action.spec.impl_name)
-            else:
-                run.append(index)
-        await self._write_run(batch, run, outcomes)
-        return outcomes
+        store = MongoStore(self.database)
+        return await cut_at_reads(batch, self._write_run, lambda job: read(self, store, job, refusals=(PyMongoError,)))
 
     def _writes(self, job: Job) -> list[Write]:
         action = job.rule.action
@@ -262,15 +255,6 @@ class MongoBackend(Backend):
                     if self.is_recoverable(exc):
                         raise
                     current = self._refused(collection.name, index, current, exc.code, exc, outcomes)
-
-    async def _read(self, job: Job, name: str) -> BaseException | None:
-        try:
-            await READERS[name](self.database, self.ctx, job)
-        except (PyMongoError, PermanentError) as exc:
-            if self.is_recoverable(exc):
-                raise
-            return exc
-        return None
 
     async def maintenance(self) -> None:
         """Delete expired messages where the server has no TTL index (rules with `expired_time`)."""

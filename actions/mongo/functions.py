@@ -17,8 +17,8 @@ from typing import Any
 from bson.objectid import ObjectId
 from pymongo import DeleteMany, DeleteOne, InsertOne, UpdateMany, UpdateOne
 
-from actions.base import Job
 from actions.mongo.documents import exact_json, payload_value, seq_of, when
+from bridge.backend import Job
 from bridge.events import (
     ClientConnected,
     ClientDisconnected,

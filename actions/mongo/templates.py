@@ -23,9 +23,9 @@ import json
 import re
 from typing import Any
 
-from actions.base import PermanentError
 from actions.mongo.functions import Write
-from bridge.render import MARK_RE, StatementTemplate, Values
+from bridge.backend import PermanentError
+from bridge.plugin import MARK_RE, StatementTemplate, Values
 
 # A JSON string literal, or a marker outside any string.
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|\x00\d+\x00', re.DOTALL)
@@ -118,7 +118,7 @@ def _text(value: Any) -> str:
 def _write(display: str, op: Any, n: int) -> Write:
     where = f"{display}: operation {n}"
     if not isinstance(op, dict):
-        raise PermanentError(f"{where}: expected an object such as {{\"insert_one\": \"<collection>\", ...}}")
+        raise PermanentError(f'{where}: expected an object such as {{"insert_one": "<collection>", ...}}')
     methods = [method for method in _PARTS if method in op]
     if len(methods) != 1:
         raise PermanentError(f"{where}: needs exactly one of {', '.join(_PARTS)}")

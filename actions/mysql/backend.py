@@ -15,6 +15,7 @@ character set; no event value is ever formatted into statement text by the bridg
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import re
 import ssl
@@ -24,11 +25,13 @@ from typing import Any
 import asyncmy
 from asyncmy import errors
 
-from actions.base import Backend, Job, PermanentError
 from actions.mysql import schema
 from actions.mysql.functions import GROUPED, SINGLE, Write
-from actions.mysql.reads import READERS, query
-from bridge.rules import FunctionAction, SqlAction, TemplateAction
+from actions.mysql.reads import MysqlStore, query
+from bridge.backend import Backend, Job, PermanentError
+from bridge.batches import cut_at_reads, read
+from bridge.fetch import READERS
+from bridge.plugin import FunctionAction, SqlAction, TemplateAction, settings_context
 from bridge.sql import render_sql
 
 log = logging.getLogger(__name__)
@@ -55,20 +58,9 @@ def format_markers(text: str) -> str:
     return "".join(out)
 
 
-def tls_context(pool: Any) -> ssl.SSLContext | None:
-    if not pool["ssl"]:
-        return None
-    context = ssl.create_default_context(cafile=pool["ssl.cafile"] or None)
-    if pool["ssl.certfile"]:
-        context.load_cert_chain(pool["ssl.certfile"], pool["ssl.keyfile"] or None)
-    if not pool["ssl.verify"]:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    return context
-
-
 class MysqlBackend(Backend):
     db = "mysql"
+    functions = frozenset(GROUPED) | frozenset(SINGLE) | frozenset(READERS)
 
     async def connect(self) -> None:
         host, port = self.pool["server"]
@@ -80,7 +72,7 @@ class MysqlBackend(Backend):
             user=self.pool["username"] or self.pool["user"] or None,
             password=self.pool["password"] or "",
             db=self.pool["database"],
-            ssl=tls_context(self.pool),
+            ssl=settings_context(self.pool.settings),
             charset="utf8mb4",
             autocommit=True,
             connect_timeout=10,
@@ -142,19 +134,13 @@ class MysqlBackend(Backend):
     async def execute(self, batch: Sequence[Job]) -> list[BaseException | None]:
         if self._schema_pending:
             await self._ensure_schema()
-        outcomes: list[BaseException | None] = [None] * len(batch)
         async with self.conns.acquire() as conn:
-            run: list[int] = []
-            for index, job in enumerate(batch):
-                action = job.rule.action
-                if isinstance(action, FunctionAction) and action.spec.impl_name in READERS:
-                    await self._write_run(conn, batch, run, outcomes)
-                    run = []
-                    outcomes[index] = await self._read(conn, job, action.spec.impl_name)
-                else:
-                    run.append(index)
-            await self._write_run(conn, batch, run, outcomes)
-        return outcomes
+            store = MysqlStore(conn)
+            return await cut_at_reads(
+                batch,
+                functools.partial(self._write_run, conn),
+                lambda job: read(self, store, job, refusals=(errors.MySQLError,)),
+            )
 
     def _units(self, batch: Sequence[Job], run: list[int], outcomes: list[BaseException | None]) -> list[Unit]:
         """The run's writes in order, except that every job of a merged kind (message and event
@@ -235,15 +221,6 @@ class MysqlBackend(Backend):
                     raise
                 for member in members:
                     outcomes[member] = exc
-
-    async def _read(self, conn: Any, job: Job, name: str) -> BaseException | None:
-        try:
-            await READERS[name](conn, self.ctx, job)
-        except (errors.MySQLError, PermanentError) as exc:
-            if self.is_recoverable(exc):
-                raise
-            return exc
-        return None
 
     async def maintenance(self) -> None:
         """Delete expired messages (rules with `expired_time`), in slices.

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from actions.base import Job
+from bridge.backend import Job
 from bridge.events import (
     ClientConnected,
     ClientDisconnected,

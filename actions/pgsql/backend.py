@@ -10,6 +10,7 @@ write is idempotent.
 
 from __future__ import annotations
 
+import functools
 import logging
 import ssl
 from collections.abc import Callable, Sequence
@@ -17,13 +18,15 @@ from typing import Any
 
 import asyncpg
 
-from actions.base import Backend, Job, PermanentError
 from actions.pgsql import schema
 from actions.pgsql.coerce import converters
 from actions.pgsql.functions import GROUPED, SINGLE, STAGE_COLUMNS, STAGE_TABLE, Write
-from actions.pgsql.reads import READERS
+from actions.pgsql.reads import PgsqlStore
 from actions.values import Convert
-from bridge.rules import FunctionAction, SqlAction, TemplateAction
+from bridge.backend import Backend, Job, PermanentError
+from bridge.batches import cut_at_reads, read
+from bridge.fetch import READERS
+from bridge.plugin import FunctionAction, SqlAction, TemplateAction, settings_context
 from bridge.sql import render_sql
 
 log = logging.getLogger(__name__)
@@ -43,18 +46,6 @@ _RECOVERABLE = (
 Unit = tuple[list[int], list[Write]]  # job indexes and the statements that write them
 
 
-def tls_context(pool: Any) -> ssl.SSLContext | bool:
-    if not pool["ssl"]:
-        return False
-    context = ssl.create_default_context(cafile=pool["ssl.cafile"] or None)
-    if pool["ssl.certfile"]:
-        context.load_cert_chain(pool["ssl.certfile"], pool["ssl.keyfile"] or None)
-    if not pool["ssl.verify"]:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    return context
-
-
 async def _prepare_connection(conn: Any) -> None:
     # Outside any batch transaction, so a rolled-back batch cannot take the table with it.
     await conn.execute(STAGE_TABLE)
@@ -62,6 +53,7 @@ async def _prepare_connection(conn: Any) -> None:
 
 class PgsqlBackend(Backend):
     db = "pgsql"
+    functions = frozenset(GROUPED) | frozenset(SINGLE) | frozenset(READERS)
 
     async def connect(self) -> None:
         host, port = self.pool["server"]
@@ -72,7 +64,7 @@ class PgsqlBackend(Backend):
             user=self.pool["username"] or None,
             password=self.pool["password"] or None,
             database=self.pool["database"],
-            ssl=tls_context(self.pool),
+            ssl=settings_context(self.pool.settings) or False,
             min_size=0,  # connect on first use: a server that is down now must not stop the start
             max_size=max(2, self.pool["pool_size"]),
             command_timeout=60,
@@ -114,19 +106,13 @@ class PgsqlBackend(Backend):
     async def execute(self, batch: Sequence[Job]) -> list[BaseException | None]:
         if self._schema_pending:
             await self._ensure_schema()
-        outcomes: list[BaseException | None] = [None] * len(batch)
         async with self.conns.acquire() as conn:
-            run: list[int] = []
-            for index, job in enumerate(batch):
-                action = job.rule.action
-                if isinstance(action, FunctionAction) and action.spec.impl_name in READERS:
-                    await self._write_run(conn, batch, run, outcomes)
-                    run = []
-                    outcomes[index] = await self._read(conn, job, action.spec.impl_name)
-                else:
-                    run.append(index)
-            await self._write_run(conn, batch, run, outcomes)
-        return outcomes
+            store = PgsqlStore(conn)
+            return await cut_at_reads(
+                batch,
+                functools.partial(self._write_run, conn),
+                lambda job: read(self, store, job, refusals=(asyncpg.PostgresError,)),
+            )
 
     def _units(self, batch: Sequence[Job], run: list[int], outcomes: list[BaseException | None]) -> list[Unit]:
         """The run's writes in order, except that every job of a merged kind (message and event
@@ -214,15 +200,6 @@ class PgsqlBackend(Backend):
                 await conn.execute(write.sql, *args)
         except asyncpg.UniqueViolationError:
             await conn.execute(write.on_duplicate, *args)
-
-    async def _read(self, conn: Any, job: Job, name: str) -> BaseException | None:
-        try:
-            await READERS[name](conn, self.ctx, job)
-        except (asyncpg.PostgresError, PermanentError) as exc:
-            if self.is_recoverable(exc):
-                raise
-            return exc
-        return None
 
     async def maintenance(self) -> None:
         """Delete expired messages (rules with `expired_time`), in slices.

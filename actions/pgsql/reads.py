@@ -1,25 +1,22 @@
-"""Read-then-act functions on PostgreSQL: proxy subscription, retain lookup, offline fetch.
+"""The store queries of the read-then-act functions on PostgreSQL (the protocol: bridge/fetch.py).
 
 A wildcard filter finds its topics in `mqtt_topic` / `mqtt_retain` by an index
 range on its literal prefix (exact MQTT matching on the few candidates), then
-each topic's messages are read by the (topic, id) index, oldest first, merged.
-Order is msgid order (publish order); the fetch cursor is the last msgid considered.
+each topic's messages are read by the (topic, msgid) index, oldest first, merged
+in msgid (publish) order.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Awaitable, Callable
+import functools
+from collections.abc import Sequence
 from typing import Any
 
-from actions.base import FunctionContext, Job
 from actions.pgsql.functions import when
-from bridge.brokers.base import Delivery
-from bridge.events import ClientConnected, SessionSubscribed
-from bridge.topics import is_wildcard, matches, prefix_range
+from bridge.fetch import NO_UPPER, Stored, Window
+from bridge.topics import matching, prefix_range
 
 Connection = Any  # asyncpg.Connection (untyped)
-Reader = Callable[[Connection, FunctionContext, Job], Awaitable[None]]
 
 _PAGE = """
 SELECT m.msgid, m.sender, m.topic, m.qos, m.payload
@@ -38,104 +35,59 @@ CROSS JOIN LATERAL (
     SELECT msgid, id FROM mqtt_msg WHERE mqtt_msg.topic = t.topic AND msgid < $2 ORDER BY msgid DESC LIMIT 1
 ) AS m"""
 
-_NO_UPPER = "G"  # sorts after every upper-case hex id: no live_from bound
+_RETAINED = "SELECT topic, msgid, sender, qos, payload FROM mqtt_retain WHERE topic = ANY($1::text[]) ORDER BY topic"
 
 
-async def matching_topics(conn: Connection, table: str, topic_filter: str) -> list[str]:
-    if not is_wildcard(topic_filter):
-        return [topic_filter]
-    # `~>=~` / `~<~` rather than LIKE, so that even a generic prepared plan uses the
-    # text_pattern_ops index.
-    bounds = prefix_range(topic_filter)
-    if bounds is None:
-        rows = await conn.fetch(f"SELECT topic FROM {table}")
-    elif bounds[1] is None:
-        rows = await conn.fetch(f"SELECT topic FROM {table} WHERE topic ~>=~ $1", bounds[0])
-    else:
-        rows = await conn.fetch(f"SELECT topic FROM {table} WHERE topic ~>=~ $1 AND topic ~<~ $2", *bounds)
-    return sorted(row["topic"] for row in rows if matches(topic_filter, row["topic"]))
+def _stored(row: Any) -> Stored:
+    return Stored(row["msgid"], row["topic"], bytes(row["payload"]), row["qos"], row["sender"])
 
 
-async def subscribe_lookup(conn: Connection, ctx: FunctionContext, job: Job) -> None:
-    event = job.event
-    assert isinstance(event, ClientConnected)
-    rows = await conn.fetch("SELECT topic, qos FROM mqtt_sub WHERE clientid = $1 ORDER BY topic", event.clientid)
-    await ctx.proxy_subscribe(event.clientid, [(row["topic"], row["qos"]) for row in rows])
+class PgsqlStore:
+    """The queries on one connection (the batch's)."""
 
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
 
-def _delivery(row: Any, event: SessionSubscribed, retain: bool) -> Delivery:
-    return Delivery(
-        row["msgid"],
-        row["topic"],
-        bytes(row["payload"]),
-        min(row["qos"], event.qos),
-        retain,
-        row["sender"],
-        event.topic,
-    )
+    async def _candidates(self, table: str, topic_filter: str) -> list[str]:
+        # `~>=~` / `~<~` rather than LIKE, so that even a generic prepared plan uses the
+        # text_pattern_ops index.
+        bounds = prefix_range(topic_filter)
+        if bounds is None:
+            rows = await self.conn.fetch(f"SELECT topic FROM {table}")
+        elif bounds[1] is None:
+            rows = await self.conn.fetch(f"SELECT topic FROM {table} WHERE topic ~>=~ $1", bounds[0])
+        else:
+            rows = await self.conn.fetch(f"SELECT topic FROM {table} WHERE topic ~>=~ $1 AND topic ~<~ $2", *bounds)
+        return [row["topic"] for row in rows]
 
+    async def subscriptions(self, clientid: str) -> list[tuple[str, Any]]:
+        rows = await self.conn.fetch("SELECT topic, qos FROM mqtt_sub WHERE clientid = $1 ORDER BY topic", clientid)
+        return [(row["topic"], row["qos"]) for row in rows]
 
-async def retain_lookup(conn: Connection, ctx: FunctionContext, job: Job) -> None:
-    event = job.event
-    assert isinstance(event, SessionSubscribed)  # a new subscription (registry `applies`)
-    if ctx.publishes_committed is not None:
-        await ctx.publishes_committed(job.seq)
-    topics = [t for t in await matching_topics(conn, "mqtt_retain", event.topic) if t not in event.retained_sent]
-    rows = await conn.fetch(
-        "SELECT topic, msgid, sender, qos, payload FROM mqtt_retain WHERE topic = ANY($1::text[]) ORDER BY topic",
-        topics,
-    )
-    deliveries = [_delivery(row, event, retain=True) for row in rows]
-    await ctx.deliver(event, deliveries)
+    async def retained_topics(self, topic_filter: str) -> list[str]:
+        return await matching(topic_filter, functools.partial(self._candidates, "mqtt_retain"))
 
+    async def retained(self, topic_filter: str, topics: Sequence[str]) -> list[Stored]:
+        return [_stored(row) for row in await self.conn.fetch(_RETAINED, topics)]
 
-async def _fetch(conn: Connection, ctx: FunctionContext, job: Job, pubsub: bool) -> None:
-    event = job.event
-    assert isinstance(event, SessionSubscribed)
-    # A new persistent QoS>0 subscription (registry `applies`), or the next page (cursor).
-    if job.cursor is None and ctx.publishes_committed is not None:
-        await ctx.publishes_committed(job.seq)
-    topics = await matching_topics(conn, "mqtt_topic", event.topic)
-    upper = event.live_from_msgid or _NO_UPPER
-    after = job.cursor or ""
-    if pubsub and job.cursor is None:
-        offset = await conn.fetchval(
-            "SELECT msgid FROM mqtt_acked WHERE clientid = $1 AND topic = $2", event.clientid, event.topic
+    async def message_topics(self, topic_filter: str) -> list[str]:
+        return await matching(topic_filter, functools.partial(self._candidates, "mqtt_topic"))
+
+    async def page(self, topics: Sequence[str], window: Window, limit: int) -> list[Stored]:
+        since = when(window.since if window.since is not None else 0.0)
+        return [_stored(row) for row in await self.conn.fetch(_PAGE, topics, window.after, window.upper, since, limit)]
+
+    async def offset(self, clientid: str, topic_filter: str) -> str | None:
+        query = "SELECT msgid FROM mqtt_acked WHERE clientid = $1 AND topic = $2"
+        offset: str | None = await self.conn.fetchval(query, clientid, topic_filter)
+        return offset
+
+    async def start_offset(self, clientid: str, topic_filter: str, topics: Sequence[str], before: str | None) -> None:
+        newest = await self.conn.fetchrow(_NEWEST, topics, before or NO_UPPER)
+        await self.conn.execute(
+            "INSERT INTO mqtt_acked (clientid, topic, msgid, mid) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+            clientid,
+            topic_filter,
+            newest[0] or "",
+            newest[1] or 0,
         )
-        if offset is None:
-            # First subscription: start after the newest stored message, deliver nothing.
-            newest = await conn.fetchrow(_NEWEST, topics, upper)
-            await conn.execute(
-                "INSERT INTO mqtt_acked (clientid, topic, msgid, mid) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
-                event.clientid,
-                event.topic,
-                newest[0] or "",
-                newest[1] or 0,
-            )
-            return
-        after = offset
-    opts = job.rule.offline_opts
-    since = time.time() - opts.time_range if opts.time_range else 0.0
-    rows = await conn.fetch(_PAGE, topics, after, upper, when(since), opts.max_returned_count + 1)
-    more = len(rows) > opts.max_returned_count
-    rows = rows[: opts.max_returned_count]
-    deliveries = [_delivery(row, event, retain=False) for row in rows]
-    sent = await ctx.deliver(event, deliveries)
-    if more and rows and ctx.pager is not None:
-        ctx.pager.track(job, [(d.msgid, d.qos) for d in sent], rows[-1]["msgid"])
-
-
-async def fetch_for_queue(conn: Connection, ctx: FunctionContext, job: Job) -> None:
-    await _fetch(conn, ctx, job, pubsub=False)
-
-
-async def fetch_for_pubsub(conn: Connection, ctx: FunctionContext, job: Job) -> None:
-    await _fetch(conn, ctx, job, pubsub=True)
-
-
-READERS: dict[str, Reader] = {
-    "on_subscribe_lookup": subscribe_lookup,
-    "on_retain_lookup": retain_lookup,
-    "on_message_fetch_for_queue": fetch_for_queue,
-    "on_message_fetch_for_pubsub": fetch_for_pubsub,
-}

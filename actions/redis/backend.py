@@ -11,14 +11,16 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis import exceptions as rexc
 
-from actions.base import Backend, Job, PermanentError
 from actions.redis import scripts
 from actions.redis.functions import WRITERS, Command, Script
 from actions.redis.index import TopicIndex
 from actions.redis.packing import PackedConnection, PackedSSLConnection
-from actions.redis.reads import READERS
+from actions.redis.reads import RedisStore
 from actions.redis.schema import describe
-from bridge.rules import CommandsAction, FunctionAction, TemplateAction
+from bridge.backend import Backend, Job, PermanentError
+from bridge.batches import cut_at_reads, is_read, read
+from bridge.fetch import READERS
+from bridge.plugin import CommandsAction, FunctionAction, TemplateAction
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +50,15 @@ def tls_options(pool: Any) -> dict[str, Any]:
     }
 
 
+def _alone(job: Job) -> bool:
+    """A read, or commands sent one by one (`"pipeline": false`): not in the batch's pipeline."""
+    action = job.rule.action
+    return is_read(job) or (isinstance(action, CommandsAction) and not action.pipeline)
+
+
 class RedisBackend(Backend):
     db = "redis"
+    functions = frozenset(WRITERS) | frozenset(READERS)
 
     async def connect(self) -> None:
         host, port = self.pool["server"]
@@ -70,6 +79,7 @@ class RedisBackend(Backend):
         )
         self.redis: Any = aioredis.Redis(connection_pool=connections)  # replies are bytes (protocol 2)
         self.index = TopicIndex(self.redis)
+        self.store = RedisStore(self.index)
         self._index_task: asyncio.Task[None] | None = None
         self._shas: dict[str, str] = {}
         try:
@@ -112,28 +122,28 @@ class RedisBackend(Backend):
     async def execute(self, batch: Sequence[Job]) -> list[BaseException | None]:
         if not self._shas:
             await self._load_scripts()
-        outcomes: list[BaseException | None] = [None] * len(batch)
+        return await cut_at_reads(batch, self._write_run, self._run_alone, alone=_alone)
+
+    async def _write_run(self, batch: Sequence[Job], run: list[int], outcomes: list[BaseException | None]) -> None:
+        """The run's commands in one pipeline."""
         pipe = self.redis.pipeline(transaction=False)
         owners: list[int] = []
-        for index, job in enumerate(batch):
-            action = job.rule.action
-            if isinstance(action, FunctionAction) and action.spec.impl_name in READERS:
-                await self._flush(pipe, owners, outcomes)
-                outcomes[index] = await self._read(job, READERS[action.spec.impl_name])
-            elif isinstance(action, CommandsAction) and not action.pipeline:
-                await self._flush(pipe, owners, outcomes)
-                outcomes[index] = await self._one_by_one(job, action)
-            else:
-                try:
-                    plan = self._plan(job)
-                except (PermanentError, ValueError) as exc:
-                    outcomes[index] = exc
-                    continue
-                for command in plan:
-                    self._queue(pipe, command)
-                    owners.append(index)
+        for index in run:
+            try:
+                plan = self._plan(batch[index])
+            except (PermanentError, ValueError) as exc:
+                outcomes[index] = exc
+                continue
+            for command in plan:
+                self._queue(pipe, command)
+                owners.append(index)
         await self._flush(pipe, owners, outcomes)
-        return outcomes
+
+    async def _run_alone(self, job: Job) -> BaseException | None:
+        action = job.rule.action
+        if isinstance(action, CommandsAction):
+            return await self._one_by_one(job, action)
+        return await read(self, self.store, job, refusals=(rexc.ResponseError,))
 
     def _plan(self, job: Job) -> list[Command]:
         action = job.rule.action
@@ -167,15 +177,6 @@ class RedisBackend(Backend):
                     raise reply
                 outcomes[owner] = reply
         owners.clear()
-
-    async def _read(self, job: Job, reader: Any) -> BaseException | None:
-        try:
-            await reader(self.index, self.ctx, job)
-        except rexc.ResponseError as exc:
-            return exc
-        except PermanentError as exc:
-            return exc
-        return None
 
     async def _one_by_one(self, job: Job, action: CommandsAction) -> BaseException | None:
         for command in action.commands:

@@ -90,3 +90,8 @@ def command_problem(words: list[str]) -> str | None:
     if arity < 0 and len(words) < -arity:
         return f"Redis {name} takes at least {-arity - 1} argument{'s' if arity != -2 else ''}, got {given}"
     return None
+
+
+def statement_problem(text: str) -> str | None:
+    """A `commands` action's command, checked when the rules load (PLUGIN's `check_statement`)."""
+    return command_problem(text.split())

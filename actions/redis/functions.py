@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from actions.base import Job
 from actions.redis import keys
+from bridge.backend import Job
 from bridge.events import (
     ClientConnected,
     ClientDisconnected,
@@ -20,7 +20,7 @@ from bridge.events import (
     SessionUnsubscribed,
     placeholder_value,
 )
-from bridge.render import to_bytes
+from bridge.plugin import to_bytes
 
 Arg = bytes | str | int
 

@@ -17,13 +17,14 @@ the index is added once by `ensure` (one SCAN pass); until then reads fall back 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from actions.redis import keys, scripts
-from bridge.topics import is_wildcard, literal_prefix, matches
+from bridge.topics import literal_prefix, matching
 
 log = logging.getLogger(__name__)
 
@@ -85,13 +86,12 @@ class TopicIndex:
 
     async def matching(self, kind: Kind, topic_filter: str) -> list[str]:
         """The topics of `kind` a filter matches, sorted; an exact topic is its own answer."""
-        if not is_wildcard(topic_filter):
-            return [topic_filter]
+        return await matching(topic_filter, functools.partial(self._candidates, kind))
+
+    async def _candidates(self, kind: Kind, topic_filter: str) -> list[str]:
         if self.ready:
-            found = [t async for page in self._walk(kind, lex_ranges(topic_filter)) for t in page]
-        else:
-            found = [t async for page in self._scan(kind, topic_filter) for t in page]
-        return sorted(t for t in found if matches(topic_filter, t))
+            return [t async for page in self._walk(kind, lex_ranges(topic_filter)) for t in page]
+        return [t async for page in self._scan(kind, topic_filter) for t in page]
 
     async def _walk(self, kind: Kind, ranges: Sequence[tuple[bytes, bytes]]) -> AsyncIterator[list[str]]:
         for low, high in ranges:

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from bridge.errors import HookbridgeError
 from bridge.events import Event
 
 # The dispatcher. Awaiting it is the back-pressure point: a source must not
@@ -48,15 +49,14 @@ class Delivery:
     filter: str  # the subscription filter this delivery is for
 
 
-class DeliveryError(Exception):
+class DeliveryError(HookbridgeError):
     """The session does not exist (or cannot take messages)."""
 
 
 class BrokerSource(abc.ABC):
     """Events in, effects out. One instance per `broker.mode`."""
 
-    mode: str = ""
-    capabilities: frozenset[Capability] = frozenset()
+    mode: str = ""  # what it can do for the functions is its mode's declaration (bridge/registry.py)
     # A source that acknowledges a message only after its rules committed (or spooled; every
     # mode, SPEC 6.3) has the dispatcher return a "done" future per event (see EventSink).
     acks_after_commit: bool = False
@@ -106,6 +106,16 @@ class BrokerSource(abc.ABC):
         The embedded broker counts under the names of `bridge.brokers.embedded.limits.REFUSALS`;
         a source without such limits refuses nothing."""
         return {}
+
+    @property
+    def refusal_reasons(self) -> tuple[str, ...]:
+        """Every reason `refused` can count, shown from the start (zero) so a rate can be alerted on."""
+        return ()
+
+    def reload(self) -> list[str]:
+        """SIGHUP: read again what the source reads from files (users, ACL); returns the problems
+        found, in which case what was read before stays."""
+        return []
 
     @property
     def inflight(self) -> int:

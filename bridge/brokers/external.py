@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from bridge.brokers.base import BrokerSource
-from bridge.brokers.emqx import EmqxSource
 from bridge.brokers.emqx.rest import EmqxApi
-from bridge.brokers.mqtt import MqttSource, Upstream
-from bridge.brokers.mqtt.connection import tls_context
+from bridge.brokers.emqx.source import EmqxSource
 from bridge.brokers.mqtt.filters import subscription_filters
+from bridge.brokers.mqtt.source import MqttSource, Upstream
 from bridge.conf.config import Config
+from bridge.conf.tls import settings_context
 from bridge.events import Hookpoint
 from bridge.msgid import MsgIdGenerator
 from bridge.rules import Rule
@@ -32,14 +32,7 @@ def message_filters(rules: list[Rule]) -> list[str]:
 
 def make_external_source(config: Config, rules: list[Rule], msgids: MsgIdGenerator) -> BrokerSource:
     host, port = config["broker.server"]
-    tls = None
-    if config["broker.ssl"]:
-        tls = tls_context(
-            config["broker.ssl.cafile"],
-            config["broker.ssl.certfile"],
-            config["broker.ssl.keyfile"],
-            config["broker.ssl.verify"],
-        )
+    tls = settings_context(config.settings, "broker.")
     upstream = Upstream(
         host=host,
         port=port,

@@ -8,9 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bridge import registry
 from bridge.conf.errors import ConfError, ConfErrors, Position
 from bridge.conf.lexer import Entry, read_entries
-from bridge.conf.schema import DEFAULT_PORTS, GLOBAL, POOL_BY_DB, Setting, pool_settings
+from bridge.conf.schema import GLOBAL, pool_settings
+from bridge.conf.setting import Setting
 from bridge.conf.tls import tls_problems
 from bridge.conf.values import substitute_env
 
@@ -102,10 +104,9 @@ def parse_config(path: str, text: str) -> Config:
             errors.append(ConfError(entry.key_at, f"unknown key {entry.key}{_suggest(entry.key, list(GLOBAL))}"))
             continue
         db, pool_name, key = match.groups()
-        if db not in POOL_BY_DB:
-            errors.append(
-                ConfError(entry.key_at, f"unknown backend {db!r}{_suggest(db, list(POOL_BY_DB))} in {entry.key}")
-            )
+        if db not in registry.backends():
+            known_dbs = list(registry.backends())
+            errors.append(ConfError(entry.key_at, f"unknown backend {db!r}{_suggest(db, known_dbs)} in {entry.key}"))
             continue
         known = pool_settings(db)
         if key not in known:
@@ -117,26 +118,25 @@ def parse_config(path: str, text: str) -> Config:
             pool = pools[f"{db}.{pool_name}"] = PoolConfig(db, pool_name, defaults, entry.key_at)
         pool.settings[key] = _parse_value(entry, known[key], errors, secrets)
     for pool in pools.values():
-        if pool.db == "cassa":
-            if pool.settings["nodes"] is None:
-                pool.settings["nodes"] = [("127.0.0.1", DEFAULT_PORTS["cassa"])]
-        elif pool.db == "mongo":
-            if pool.settings["server"] is None:
-                pool.settings["server"] = [("127.0.0.1", DEFAULT_PORTS["mongo"])]
-        elif pool.settings["server"] is None:
-            pool.settings["server"] = ("127.0.0.1", DEFAULT_PORTS[pool.db])
+        _default_address(pool)
     errors.extend(_pool_reference_errors(settings, pools, values_at))
     if not errors:  # TLS files are loaded only once every value parsed
         errors.extend(_tls_errors(path, settings, pools, values_at))
-    if not errors:  # the ACL file is read like the TLS files: `check` rejects what `run` would
-        from bridge.brokers.embedded.auth.aclsource import acl_problems
-
-        errors.extend(acl_problems(path, settings, values_at))
-    if not errors:  # the embedded broker's listeners: TLS files, and who may connect anonymously
-        errors.extend(_listener_errors(path, settings, values_at))
+    for mode in registry.modes().values():  # files a mode reads (the embedded broker's ACL, listeners)
+        if not errors:  # like the TLS files: `check` rejects what `run` would
+            errors.extend(mode.config_problems(path, settings, values_at))
     if errors:
         raise ConfErrors(errors)
     return Config(path=path, settings=settings, pools=pools, secrets=secrets)
+
+
+def _default_address(pool: PoolConfig) -> None:
+    """An unset address is 127.0.0.1 on the backend's default port, in the shape its setting
+    parses to (one address or a list)."""
+    plugin = registry.backends()[pool.db]
+    if pool.settings[plugin.address_key] is None:
+        setting = pool_settings(pool.db)[plugin.address_key]
+        pool.settings[plugin.address_key] = setting.parse(f"127.0.0.1:{plugin.default_port}")
 
 
 def _pool_reference_errors(
@@ -167,20 +167,6 @@ def _tls_errors(
         for key, message in tls_problems(scope, prefix):
             where = values_at.get(key_prefix + key) or values_at.get(f"{key_prefix}{prefix}ssl") or Position(path, 1, 1)
             errors.append(ConfError(where, f"{key_prefix}{key}: {message}"))
-    return errors
-
-
-def _listener_errors(path: str, settings: dict[str, Any], values_at: dict[str, Position]) -> list[ConfError]:
-    """Listeners `run` could not open or should not open as set; `broker.allow_anonymous` gets
-    its default (on only if every listener is on loopback)."""
-    from bridge.brokers.embedded.listeners import anonymous_default, listener_problems  # loads the broker
-
-    errors = [
-        ConfError(values_at.get(key) or values_at.get(key.rpartition(".")[0]) or Position(path, 1, 1), message)
-        for key, message in listener_problems(settings)
-    ]
-    if settings["broker.allow_anonymous"] is None:
-        settings["broker.allow_anonymous"] = anonymous_default(settings)
     return errors
 
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bridge.conf.schema import GLOBAL, POOL_BY_DB, POOL_COMMON, Setting
+from bridge import registry
+from bridge.conf.schema import GLOBAL, POOL_COMMON
+from bridge.conf.setting import Setting
 
 HEADER = """\
 # Configuration reference: `config/bridge.conf`
 
-Generated from `bridge/conf/schema.py` by `python -m bridge.conf.docs > docs/configuration.md`;
+Generated from `bridge/conf/schema.py` and the pool settings each backend declares (`actions/<db>/__init__.py`)
+by `python -m bridge.conf.docs > docs/configuration.md`;
 a test fails when this page and the code disagree.
 
 The file holds `key = value` lines. `#` starts a comment (at the start of a line, or after a
@@ -72,12 +75,13 @@ def _table(settings: dict[str, Setting], prefix: str = "") -> list[str]:
 
 
 def render() -> str:
+    plugins = registry.backends()  # the installed backends: each declares its pool settings
     lines = [HEADER, "## Bridge, broker, metrics, spool, logs", "", *_table(GLOBAL), ""]
     lines += [
         "## Pools: `backend.<db>.<pool>.<key>`",
         "",
         'A pool is a named connection to one database; rules pick it with `"pool": "<pool>"`',
-        "(optional when the database has one pool). `<db>` is `redis`, `pgsql`, `mongo`, `cassa` or `mysql`.",
+        f"(optional when the database has one pool). `<db>` is {_names(list(plugins))}.",
         "An unset `server` is `127.0.0.1` on the database's default port.",
         "",
         "### Every pool",
@@ -85,9 +89,14 @@ def render() -> str:
         *_table(POOL_COMMON, "backend.<db>.<pool>."),
         "",
     ]
-    for db, settings in POOL_BY_DB.items():
-        lines += [f"### `{db}` pools", "", *_table(settings, f"backend.{db}.<pool>."), ""]
+    for db, plugin in plugins.items():
+        lines += [f"### `{db}` pools", "", *_table(dict(plugin.settings), f"backend.{db}.<pool>."), ""]
     return "\n".join(lines)
+
+
+def _names(names: list[str]) -> str:
+    quoted = [f"`{name}`" for name in names]
+    return f"{', '.join(quoted[:-1])} or {quoted[-1]}" if len(quoted) > 1 else "".join(quoted)
 
 
 if __name__ == "__main__":

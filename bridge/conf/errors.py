@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bridge.errors import HookbridgeError
+
 
 @dataclass(frozen=True, slots=True)
 class Position:
@@ -24,7 +26,7 @@ class ConfError:
         return f"{self.where}: {self.message}"
 
 
-class ConfErrors(Exception):
+class ConfErrors(HookbridgeError):
     """Every problem found in the config, rules and templates, in file order."""
 
     def __init__(self, errors: list[ConfError]) -> None:

@@ -1,29 +1,17 @@
 """The declared settings: one table drives validation, defaults and the docs.
 
 Global keys are listed in GLOBAL; pool keys (`backend.<db>.<pool>.<key>`) in
-POOL_COMMON plus the per-database tables.
+POOL_COMMON plus the table each backend declares with its plug-in (bridge/registry.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
-
+from bridge import registry
 from bridge.conf import addresses as a
 from bridge.conf import values as v
+from bridge.conf.setting import Setting
 from bridge.mqtt.decoder import DEFAULT_MAX_PACKET_SIZE as MQTT_MAX_PACKET  # the largest MQTT can frame
 from bridge.topics import filter_error
-
-
-@dataclass(frozen=True, slots=True)
-class Setting:
-    parse: Callable[[str], Any]
-    default: Any
-    doc: str
-    secret: bool = False
-    example: str | None = None  # how it looks in a file, for the docs
-    pool_ref: bool = False  # the value names a configured pool (`<db>.<pool>`): checked once pools are read
 
 
 def topic_filter(text: str) -> str:
@@ -62,22 +50,25 @@ password_hash.__doc__ = (
 )
 
 
+def _user_backends() -> list[str]:
+    """The databases whose backend can hold the embedded broker's users and ACL."""
+    return [name for name, plugin in registry.backends().items() if plugin.users and plugin.acl]
+
+
 def user_backend(text: str) -> str:
-    """`redis.<pool>`, `pgsql.<pool>`, `mongo.<pool>` or empty."""
+    """`<db>.<pool>` of a database that can hold users, or empty."""
     value = v.parse_str(text).strip()
     db, dot, pool = value.partition(".")
-    if value and (db not in ("redis", "pgsql", "mongo") or not dot or not pool):
-        raise ValueError(f"{value!r} is not redis.<pool>, pgsql.<pool> or mongo.<pool>")
+    names = _user_backends()
+    if value and (db not in names or not dot or not pool):
+        shapes = [f"{name}.<pool>" for name in names]
+        listed = ", ".join(shapes[:-1]) + f" or {shapes[-1]}" if len(shapes) > 1 else "".join(shapes)
+        raise ValueError(f"{value!r} is not {listed}")
     return value
 
 
-user_backend.__doc__ = "`redis.<pool>`, `pgsql.<pool>`, `mongo.<pool>`; empty: none"
-
-
-# MongoDB database names: no path or shell characters, under 64 bytes.
-MONGO_NAME = v.described(
-    'text, not empty, at most 63 bytes, without space or any of `/\\."$*<>:?` and `\\|`',
-    v.string(required=True, max_bytes=63, forbidden='/\\. "$*<>:|?'),
+user_backend_setting = v.LateDescribed(
+    user_backend, lambda: ", ".join(f"`{name}.<pool>`" for name in _user_backends()) + "; empty: none"
 )
 
 
@@ -107,7 +98,7 @@ GLOBAL: dict[str, Setting] = {
         v.string(required=True, max_bytes=255), "hookbridge@127.0.0.1", "name of this bridge node; stored as `node`"
     ),
     "broker.mode": Setting(
-        v.enum_of("embedded", "emqx", "mqtt"),
+        v.late_choice(lambda: registry.modes()),
         "embedded",
         "where events come from: embedded broker, EMQX 5, any MQTT broker",
     ),
@@ -208,7 +199,7 @@ GLOBAL: dict[str, Setting] = {
         "SHA-512, as `mosquitto_passwd` writes them), e.g. `etc/passwd`; read again on SIGHUP",
     ),
     "broker.auth.backend": Setting(
-        user_backend,
+        user_backend_setting,
         "",
         "embedded mode: the pool whose database holds the users (Redis hash `mqtt_user:<username>`, "
         "PostgreSQL table / MongoDB collection `mqtt_user`), e.g. `redis.pool1`; lookups are cached for 30 s",
@@ -229,7 +220,7 @@ GLOBAL: dict[str, Setting] = {
         example="etc/acl",
     ),
     "broker.acl.backend": Setting(
-        user_backend,
+        user_backend_setting,
         "",
         "embedded mode: the ACL in a database, in EMQX 4's layout (Redis `mqtt_acl:<username>` hashes, "
         "table or collection `mqtt_acl`); read once per login, cached for 30 s",
@@ -254,6 +245,14 @@ GLOBAL: dict[str, Setting] = {
         "embedded mode: keep every session with expiry > 0 (3.1.1: clean session 0), its subscriptions, queued "
         "and in-flight messages, its will, and the retained messages on disk, so they survive a restart and a "
         '`kill -9` (docs/brokers.md, "Durable sessions")',
+    ),
+    "broker.durable_commit_interval": Setting(
+        v.duration_in(0, 1),
+        0.002,
+        "embedded mode, durable sessions on: at most one commit per this interval (a commit holds everything "
+        "that happened since the last; a publisher's PUBACK waits for it). Shorter: lower latency; longer: fewer, "
+        "larger commits",
+        example="2ms",
     ),
     "broker.durable_dir": Setting(
         v.writable_dir,
@@ -341,46 +340,7 @@ POOL_COMMON: dict[str, Setting] = {
     ),
 }
 
-POOL_BY_DB: dict[str, dict[str, Setting]] = {
-    "redis": {
-        "type": Setting(v.enum_of("single"), "single", "deployment type (single node)"),
-        "database": Setting(v.int_in(0, 2**31 - 1), 0, "Redis logical database number"),
-    },
-    "pgsql": {"database": Setting(v.string(required=True, max_bytes=63), "mqtt", "database name")},
-    "mysql": {
-        "database": Setting(v.string(required=True, max_bytes=64), "mqtt", "database name"),
-        "user": Setting(v.parse_str, "", "user name (EMQX 4's name for `username`; either works)"),
-    },
-    "mongo": {
-        "server": Setting(
-            a.parse_hostports, None, "server address, or several, comma-separated", example="127.0.0.1:27017"
-        ),
-        "type": Setting(v.enum_of("single", "rs"), "single", "single server or replica set"),
-        "database": Setting(MONGO_NAME, "mqtt", "database name"),
-        "login": Setting(v.parse_str, "", "login name (EMQX's name for `username`; either works)"),
-        "auth_source": Setting(MONGO_NAME, "admin", "authentication database"),
-        "replica_set": Setting(v.parse_str, "", "replica set name"),
-    },
-    "cassa": {
-        "nodes": Setting(a.parse_hostports, None, "contact points", example="127.0.0.1:9042"),
-        "keyspace": Setting(v.parse_identifier, "mqtt", "keyspace"),
-        "local_datacenter": Setting(v.string(required=True), "datacenter1", "local data center for routing"),
-        "consistency": Setting(
-            v.enum_of("ONE", "LOCAL_ONE", "QUORUM", "LOCAL_QUORUM", "EACH_QUORUM", "ALL"),
-            "LOCAL_QUORUM",
-            "consistency level of reads and writes",
-        ),
-        "replication": Setting(
-            v.parse_replication,
-            {"class": "SimpleStrategy", "replication_factor": 1},
-            "keyspace replication (JSON), e.g. NetworkTopologyStrategy with a factor per data center",
-        ),
-        "concurrency": Setting(v.int_in(1, 32768), 256, "requests in flight at once (all lanes of the pool together)"),
-    },
-}
-
-DEFAULT_PORTS = {"redis": 6379, "pgsql": 5432, "mongo": 27017, "cassa": 9042, "mysql": 3306}
-
 
 def pool_settings(db: str) -> dict[str, Setting]:
-    return {**POOL_COMMON, **POOL_BY_DB[db]}
+    """Every setting of a `<db>` pool: the common ones and those its backend declares."""
+    return {**POOL_COMMON, **registry.backends()[db].settings}

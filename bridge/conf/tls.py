@@ -1,6 +1,8 @@
-"""TLS files, loaded the way `run` loads them, so `check` refuses what would stop the start.
+"""The client TLS context, built in one place, and its files checked the way `run` loads them.
 
-Only where TLS is on: the broker connection in the external modes, every pool with `ssl = on`,
+`client_context` is what every client connection of the bridge uses (PostgreSQL, Cassandra, the
+external broker); `tls_problems` builds the same context so `check` refuses what would stop the
+start. Only where TLS is on: the broker connection in the external modes, every pool with `ssl = on`,
 and the embedded broker's TLS listeners (bridge/brokers/embedded/listeners.py, which words its
 problems with `load_problem`). A key protected by a passphrase is refused (nothing could type
 it in).
@@ -9,6 +11,7 @@ it in).
 from __future__ import annotations
 
 import ssl
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -24,22 +27,41 @@ def reason(exc: Exception) -> str:
     return str(exc)
 
 
-def tls_problems(settings: dict[str, Any], prefix: str) -> list[tuple[str, str]]:
+def client_context(cafile: str, certfile: str = "", keyfile: str = "", verify: bool = True) -> ssl.SSLContext:
+    """A client's TLS context: the server verified against `cafile` (empty: the system's CAs)
+    unless `verify` is off, and a client certificate when `certfile` is given."""
+    context = ssl.create_default_context(cafile=cafile or None)
+    if certfile:
+        context.load_cert_chain(certfile, keyfile or None, password=_no_passphrase)
+    if not verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def settings_context(settings: Mapping[str, Any], prefix: str = "") -> ssl.SSLContext | None:
+    """The context of a pool's (or, with prefix "broker.", the broker's) `ssl*` keys; None when off."""
+    if not settings[f"{prefix}ssl"]:
+        return None
+    cafile, certfile, keyfile = (settings[f"{prefix}ssl.{name}"] for name in ("cafile", "certfile", "keyfile"))
+    return client_context(cafile, certfile, keyfile, bool(settings[f"{prefix}ssl.verify"]))
+
+
+def tls_problems(settings: Mapping[str, Any], prefix: str) -> list[tuple[str, str]]:
     """(key, message) for each TLS file under `prefix` ("broker." or "") that cannot be loaded."""
     cafile, certfile, keyfile = (settings[f"{prefix}ssl.{name}"] for name in ("cafile", "certfile", "keyfile"))
     try:
-        context = ssl.create_default_context(cafile=cafile or None)
+        client_context(cafile)
     except (OSError, ssl.SSLError) as exc:
         return [(f"{prefix}ssl.cafile", f"cannot load {cafile}: {reason(exc)}")]
     if keyfile and not certfile:
         return [
             (f"{prefix}ssl.keyfile", f"{prefix}ssl.keyfile needs {prefix}ssl.certfile (the certificate it goes with)")
         ]
-    if certfile:
-        try:
-            context.load_cert_chain(certfile, keyfile or None, password=_no_passphrase)
-        except (OSError, ssl.SSLError, ValueError) as exc:
-            return [load_problem(exc, f"{prefix}ssl.", certfile, keyfile)]
+    try:
+        client_context(cafile, certfile, keyfile)
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        return [load_problem(exc, f"{prefix}ssl.", certfile, keyfile)]
     return []
 
 

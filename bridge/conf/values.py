@@ -13,11 +13,12 @@ import json
 import os
 import re
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from bridge.conf.lexer import outside_strings
+from bridge.errors import HookbridgeError
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _INT = re.compile(r"[+-]?\d{1,30}", re.ASCII)
@@ -56,7 +57,7 @@ def described(doc: str, parse: Callable[[str], T]) -> Callable[[str], T]:
 # -- JSON ------------------------------------------------------------------------
 
 
-class JsonProblem(ValueError):
+class JsonProblem(HookbridgeError, ValueError):
     """Bad JSON, with the offset of the character it is about."""
 
     def __init__(self, message: str, offset: int) -> None:
@@ -175,6 +176,35 @@ def enum_of(*choices: str) -> Callable[[str], str]:
         return value
 
     return described(" \\| ".join(f"`{choice}`" for choice in choices), parse)
+
+
+class LateDescribed(Generic[T]):
+    """A parser whose description depends on the plug-ins found (the installed broker modes,
+    backends): worked out when the docs ask, not when the schema is built."""
+
+    def __init__(self, parse: Callable[[str], T], doc: Callable[[], str]) -> None:
+        self._parse = parse
+        self._doc = doc
+
+    @property
+    def __doc__(self) -> str:  # type: ignore[override]  # the "takes" column of the docs
+        return self._doc()
+
+    def __call__(self, text: str) -> T:
+        return self._parse(text)
+
+
+def late_choice(names: Callable[[], Iterable[str]]) -> LateDescribed[str]:
+    """One of `names()`, asked for when a value is parsed."""
+
+    def parse(text: str) -> str:
+        value = unquote(text)
+        choices = list(names())
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    return LateDescribed(parse, lambda: " \\| ".join(f"`{name}`" for name in names()))
 
 
 def parse_identifier(text: str) -> str:

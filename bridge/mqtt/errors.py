@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from bridge.errors import HookbridgeError
 from bridge.mqtt.reasons import ReasonCode
 
 
-class CodecError(Exception):
+class CodecError(HookbridgeError):
     """A byte stream that breaks the protocol. `packets` holds the complete, valid packets that
     preceded the bad one in the same `Decoder.feed` call: they were sent before it and may be
     handled before the connection is closed."""

@@ -13,12 +13,12 @@ or `drop_oldest` (the lane's oldest segment is deleted, its actions counted `dro
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from bridge.spool.budget import Budget
 from bridge.spool.codec import Record, RecordError, decode, encode
 from bridge.spool.segments import LaneSpool
 
@@ -29,28 +29,6 @@ __all__ = ["Budget", "LaneSpool", "PoolSpool", "Record", "RecordError", "decode"
 _LAYOUT = "lanes {lanes} hash crc32-fibonacci\n"
 
 
-class Budget:
-    """The spool's byte bound, shared by every pool of the bridge."""
-
-    def __init__(self, max_bytes: int, overflow: str) -> None:
-        self.max_bytes = max_bytes
-        self.overflow = overflow  # "block" | "drop_oldest"
-        self.used = 0
-        self.freed = asyncio.Event()
-
-    def fits(self, size: int) -> bool:
-        return self.used + size <= self.max_bytes
-
-    def release(self, size: int) -> None:
-        if size:
-            self.used -= size
-            self.freed.set()
-
-    @property
-    def near_full(self) -> bool:
-        return self.used >= 0.9 * self.max_bytes
-
-
 class PoolSpool:
     """The lane spools of one pool."""
 
@@ -59,7 +37,7 @@ class PoolSpool:
         self.budget = budget
         self.report = report
         segment_bytes = max(64 << 10, min(16 << 20, budget.max_bytes // 16))
-        self.lanes = [LaneSpool(self.directory / f"lane-{n}", segment_bytes, report) for n in range(lanes)]
+        self.lanes = [LaneSpool(self.directory / f"lane-{n}", segment_bytes, report, budget) for n in range(lanes)]
 
     def open(self, lane_of: Callable[[Record], int]) -> None:
         """Open every lane's spool; re-spread the records of a spool written with another lane count."""
@@ -81,7 +59,6 @@ class PoolSpool:
     def _open_lanes(self) -> None:
         for lane in self.lanes:
             lane.open()
-            self.budget.used += lane.bytes
 
     def _respread(self, moved: Path, lane_of: Callable[[Record], int]) -> int:
         count = 0
@@ -94,12 +71,13 @@ class PoolSpool:
                 except RecordError as exc:
                     self.report(f"{directory}: {exc}")
                     continue
-                self.budget.used += target.append(body)
+                target.append(body)
                 count += 1
             source.close()
         return count
 
     def close(self) -> None:
+        """Close every lane's spool; its files stay for the next start and no longer count."""
         for lane in self.lanes:
             lane.close()
 

@@ -13,6 +13,7 @@ import struct
 from dataclasses import dataclass, fields
 from typing import Any
 
+from bridge.errors import HookbridgeError
 from bridge.events import EVENT_TYPES, Event, Hookpoint
 
 _HEADER = struct.Struct("<I")  # header length
@@ -27,7 +28,7 @@ class Record:
     process: str = ""
 
 
-class RecordError(ValueError):
+class RecordError(HookbridgeError, ValueError):
     """A record that passed its checksum but does not decode (a spool from another version)."""
 
 

@@ -30,6 +30,8 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
+from bridge.spool.budget import Budget
+
 MAGIC = b"HBSPOOL1"
 _RECORD = struct.Struct("<II")  # body length, crc32 of the body
 _MAX_BODY = 256 << 20
@@ -44,13 +46,16 @@ def _name(number: int) -> str:
 
 
 class LaneSpool:
-    def __init__(self, directory: Path, segment_bytes: int, report: Callable[[str], None]) -> None:
+    def __init__(
+        self, directory: Path, segment_bytes: int, report: Callable[[str], None], budget: Budget | None = None
+    ) -> None:
         self.directory = directory
         self.segment_bytes = segment_bytes
         self.report = report  # a torn tail or an unreadable file: logged and counted by the owner
         self.ends: dict[int, int] = {}  # segment -> end of its valid records
         self.pending = 0  # records written and not yet acknowledged
-        self.bytes = 0  # size of the segment files
+        self.bytes = 0  # size of the segment files: change it only through _resized (the budget follows)
+        self.budget = budget  # shared with the other lanes and pools; None: unbounded (tools, tests)
         self._position: Position = (0, 0)
         self._starts: dict[int, int] = {}  # segments whose unread records begin past the header
         self._writer: int | None = None  # fd of the segment being appended to
@@ -75,7 +80,7 @@ class LaneSpool:
             end, count = self._scan(path, start)
             self.ends[number] = end
             self.pending += count
-            self.bytes += path.stat().st_size
+            self._resized(path.stat().st_size)
         if not self.ends or self._position[0] not in self.ends:
             self._position = (min(self.ends), len(MAGIC)) if self.ends else (0, 0)
 
@@ -128,7 +133,7 @@ class LaneSpool:
         self._writing += len(record)
         self.ends[number] = self._writing
         self.pending += 1
-        self.bytes += len(record)
+        self._resized(len(record))
         if time.monotonic() - self._synced > _FSYNC_EVERY:
             os.fsync(self._writer)
             self._synced = time.monotonic()
@@ -159,11 +164,11 @@ class LaneSpool:
         self.unsaved = False
         self.ends[number] = len(data)
         self.pending += len(bodies)
-        self.bytes += len(data)
+        self._resized(len(data))
         return number, len(MAGIC) + sum(len(r) for r in records[:mark])
 
     def _rotate(self, number: int) -> None:
-        self.close()
+        self._close_writer()
         fd = os.open(self.directory / _name(number), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
         try:
             os.write(fd, MAGIC)
@@ -174,7 +179,7 @@ class LaneSpool:
         self._writer, self._writing = fd, len(MAGIC)
         self._newest = max(self._newest, number)
         self.ends[number] = len(MAGIC)
-        self.bytes += len(MAGIC)
+        self._resized(len(MAGIC))
         if self._position == (0, 0):
             self._position = (number, len(MAGIC))
 
@@ -184,10 +189,26 @@ class LaneSpool:
             assert self._writer is not None
             os.ftruncate(self._writer, self._writing)
         except OSError:
-            self.close()  # could not cut it: never append to this segment again
+            self._close_writer()  # could not cut it: never append to this segment again
             self.ends[number] = self._writing
 
+    def _resized(self, delta: int) -> None:
+        """The one place the spool's size changes, so the shared budget always matches the files."""
+        self.bytes += delta
+        if self.budget is not None:
+            if delta > 0:
+                self.budget.charge(delta)
+            else:
+                self.budget.release(-delta)
+
     def close(self) -> None:
+        """Stop writing; the files stay (the next open finds them) and leave the budget meanwhile."""
+        self._close_writer()
+        if self.budget is not None:
+            self.budget.release(self.bytes)
+            self.budget = None  # its pool stopped: the next start opens a new LaneSpool, which counts the files again
+
+    def _close_writer(self) -> None:
         if self._writer is not None:
             with contextlib.suppress(OSError):
                 os.fsync(self._writer)
@@ -231,7 +252,7 @@ class LaneSpool:
             if not finished:
                 break
             if number == current:
-                self.close()  # read to its end: the next append starts a new segment (frees a full disk)
+                self._close_writer()  # read to its end: the next append starts a new segment (frees a full disk)
             freed += self._delete(number)
         if not self.ends:
             self._position = (0, 0)
@@ -249,7 +270,7 @@ class LaneSpool:
             return [], 0
         number = candidates[0]
         if self._writer is not None and number == max(self.ends):
-            self.close()  # the segment being written: finish it, the next write starts another
+            self._close_writer()  # the segment being written: finish it, the next write starts another
         bodies, _ = LaneSpool._records(self.directory / _name(number), self._start(number), self.ends[number])
         freed = self._delete(number)
         self.pending -= len(bodies)
@@ -275,7 +296,7 @@ class LaneSpool:
         path.unlink(missing_ok=True)
         del self.ends[number]
         self._starts.pop(number, None)
-        self.bytes -= size
+        self._resized(-size)
         return size
 
     def save_position(self) -> bool:

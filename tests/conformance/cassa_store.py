@@ -1,8 +1,4 @@
-"""The conformance suite's view of Cassandra: pool config and read-back (see stores.py for the contract).
-
-Kept in its own module so that backends added in parallel touch stores.py and
-conftest.py only by an import and a fixture parameter.
-"""
+"""The conformance suite's view of Cassandra: pool config and read-back (see stores.py for the contract)."""
 
 from __future__ import annotations
 
@@ -19,6 +15,7 @@ from actions.cassa.session import RECOVERABLE, AsyncSession
 from conformance.stores import START, Store, Stored
 from support.services import start_cassandra, stop_cassandra
 
+PORT = 9042  # scripts/test.sh starts this node in the background before pytest
 KEYSPACE = "mqtt_test"
 REPLICATION = {"class": "SimpleStrategy", "replication_factor": 1}
 
@@ -28,6 +25,11 @@ class CassaStore(Store):
 
     def __init__(self, port: int) -> None:
         self.port = port
+
+    @classmethod
+    def serve(cls) -> int:
+        start_cassandra(PORT)  # waits for the node scripts/test.sh started, or starts one
+        return PORT
 
     def pool_config(self) -> str:
         return (
@@ -120,3 +122,6 @@ class CassaStore(Store):
 
     def start_server(self) -> None:
         start_cassandra(self.port)
+
+
+STORE = CassaStore

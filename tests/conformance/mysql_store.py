@@ -12,12 +12,19 @@ from actions.mysql import schema
 from conformance.stores import START, Store, Stored
 from support.services import start_mariadb, stop_mariadb
 
+PORT = 3307  # its own server (scripts/mariadb.sh): the outage tests stop and restart it
+
 
 class MysqlStore(Store):
     db = "mysql"
 
     def __init__(self, port: int) -> None:
         self.port = port
+
+    @classmethod
+    def serve(cls) -> int:
+        start_mariadb(PORT)
+        return PORT
 
     def pool_config(self) -> str:
         # `user`: EMQX 4's name for the login, accepted beside `username`.
@@ -97,3 +104,6 @@ class MysqlStore(Store):
 
     def start_server(self) -> None:
         start_mariadb(self.port)
+
+
+STORE = MysqlStore

@@ -146,13 +146,13 @@ async def test_a_thousand_connects_of_one_user_cost_a_handful_of_lookups(
     for _ in range(1000):
         assert await raw_connack(port, "fleet", b"pw") == 0
     # Arriving together, 200 more share one read (after the cache forgot the user).
-    assert bridge.gate is not None and bridge.gate.users is not None
-    bridge.gate.users.clear()
+    assert bridge.broker.gate is not None and bridge.broker.gate.users is not None
+    bridge.broker.gate.users.clear()
     codes = await asyncio.gather(*(raw_connack(port, "fleet", b"pw") for _ in range(200)))
     assert set(codes) == {0}
     calls = redis_db.info("commandstats")["cmdstat_hmget"]["calls"]
     assert calls <= 3, f"{calls} HMGETs for 1,200 CONNECTs"
-    assert bridge.gate.users.store.lookups == calls
+    assert bridge.broker.gate.users.store.lookups == calls
 
 
 async def test_a_superuser_from_redis_may_do_everything(redis_db: redis_sync.Redis, redis_port: int) -> None:
@@ -228,7 +228,8 @@ async def test_a_redis_stopped_under_the_bridge_refuses_new_logins(
 
 
 async def test_the_cache_is_bounded_in_entries_and_time(redis_db: redis_sync.Redis, redis_port: int) -> None:
-    from bridge.brokers.embedded.auth.users import CachedUsers, RedisUsers
+    from actions.redis.auth import RedisUsers
+    from bridge.brokers.embedded.auth.users import CachedUsers
 
     config = make_config(redis_port)
     redis_db.hset("mqtt_user:a", mapping={"password": "1"})

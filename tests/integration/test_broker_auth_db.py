@@ -106,8 +106,8 @@ async def test_postgresql_lookups_are_cached(
     port = mqtt_port(bridge)
     for _ in range(20):
         assert await connack(paho_clients, port, "alice", "pw") == 0
-    assert bridge.gate is not None and bridge.gate.users is not None
-    assert bridge.gate.users.store.lookups == 1
+    assert bridge.broker.gate is not None and bridge.broker.gate.users is not None
+    assert bridge.broker.gate.users.store.lookups == 1
 
 
 @pytest.mark.parametrize("db", ["pgsql", "mongo"])

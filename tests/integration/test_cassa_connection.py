@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from actions.base import PermanentError
+from bridge.backend import PermanentError
 from conformance.cassa_store import CassaStore
 from support.bridges import BridgeFactory, mqtt_port
 from support.mqtt import Client

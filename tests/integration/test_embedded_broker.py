@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from bridge import registry
 from bridge.brokers.base import Capability, Delivery, DeliveryError
 from bridge.brokers.embedded import EmbeddedBroker
 from bridge.brokers.embedded.limits import Limits
@@ -103,7 +104,7 @@ async def publish_marker(env: Env, topic: str, *receivers: PahoClient) -> None:
 @pytest.mark.parametrize("qos", [1, 2])
 async def test_publish_delivered_acked_events(env: Env, qos: int) -> None:
     assert env.broker.mode == "embedded"
-    assert env.broker.capabilities == {Capability.PROXY_SUBSCRIBE, Capability.DELIVER_TO_SESSION}
+    assert registry.modes()[env.broker.mode].capabilities == {Capability.PROXY_SUBSCRIBE, Capability.DELIVER_TO_SESSION}
     assert env.broker.is_connected()
     sub = await env.client("sub1", username="alice")
     sub_port = sub.client.socket().getsockname()[1]

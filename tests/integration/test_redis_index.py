@@ -15,9 +15,9 @@ import pytest
 import redis as redis_sync
 import redis.asyncio as aioredis
 
-from actions.base import Job
 from actions.redis import functions, keys, scripts
 from actions.redis.index import MSG, RETAIN, TopicIndex
+from bridge.backend import Job
 from bridge.events import MessageAcked, MessagePublish
 from bridge.msgid import MsgIdGenerator
 from bridge.topics import matches

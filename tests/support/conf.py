@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bridge.app import BACKENDS, MODE_CAPABILITIES
+from bridge import registry
 from bridge.conf.config import Config, parse_config
 from bridge.rules import RuleContext
 
@@ -27,4 +27,4 @@ def make_config(redis_port: int = 6379, extra: str = "") -> Config:
 
 
 def rule_context(config: Config, templates: Path) -> RuleContext:
-    return RuleContext(config, templates, frozenset(BACKENDS), MODE_CAPABILITIES["embedded"])
+    return RuleContext(config, templates, frozenset(registry.backends()), registry.modes()["embedded"].capabilities)

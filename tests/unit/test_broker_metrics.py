@@ -32,6 +32,10 @@ class LimitedSource(BrokerSource):
     def refused(self) -> Counter[str]:
         return self.counts
 
+    @property
+    def refusal_reasons(self) -> tuple[str, ...]:  # what the embedded broker declares
+        return EVERY_REASON if self.mode == "embedded" else ()
+
     async def start(self, sink: EventSink) -> None:
         pass
 

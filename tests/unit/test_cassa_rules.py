@@ -21,7 +21,7 @@ def test_shipped_cassa_example_loads_when_uncommented() -> None:
     rules, errors = parse_rules("rules/cassa.conf", enabled, rule_context(make_config(extra=POOL), ROOT / "templates"))
     assert errors == []
     assert len(rules) == 15
-    from actions.registry import FUNCTIONS
+    from bridge.functions import FUNCTIONS
 
     used = {r.action.spec.impl_name for r in rules if hasattr(r.action, "spec")}
     assert used == {spec.impl_name for spec in FUNCTIONS.values()} - {"on_acked_delete", "on_message_store"}

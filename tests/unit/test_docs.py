@@ -6,9 +6,9 @@ import re
 import subprocess
 from pathlib import Path
 
-from actions.registry import FUNCTIONS
 from bridge.conf import docs
 from bridge.events import Hookpoint, offered_placeholders
+from bridge.functions import FUNCTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from actions.registry import FUNCTIONS
+from bridge.functions import FUNCTIONS
 from bridge.rules import SqlAction, parse_rules
 from support.conf import make_config, rule_context
 

@@ -16,13 +16,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actions.base import FunctionContext
-from bridge.app import BACKENDS, Bridge, Paths
+from bridge import registry
+from bridge.app import Bridge, Paths
+from bridge.backend import FunctionContext, backend_class
 from bridge.brokers.embedded.source import EmbeddedBroker, split_listen
 from bridge.conf import docs
 from bridge.conf.config import Config, parse_config
 from bridge.conf.errors import ConfErrors
-from bridge.conf.schema import GLOBAL, POOL_BY_DB, pool_settings
+from bridge.conf.schema import GLOBAL, pool_settings
 from bridge.rules import Rule, parse_rules
 from bridge.runner import Runner
 from support.conf import make_config, rule_context
@@ -118,7 +119,7 @@ def test_rules_parser_never_crashes(text: str) -> None:
 
 # -- values: whatever `check` accepts, `run` can build --------------------------------------------
 
-_SETTING_KEYS = sorted(GLOBAL) + [f"backend.{db}.pool1.{key}" for db in POOL_BY_DB for key in pool_settings(db)]
+_SETTING_KEYS = sorted(GLOBAL) + [f"backend.{db}.pool1.{key}" for db in registry.backends() for key in pool_settings(db)]
 _NUMBER = st.one_of(
     st.integers(min_value=-(10**3), max_value=10**6),
     st.integers(min_value=-(10**40), max_value=10**40),
@@ -164,7 +165,7 @@ def build_as_run(config: Config, rules: list[Rule]) -> None:
     if isinstance(bridge.broker, EmbeddedBroker):  # the listen address as the broker splits it to bind
         assert split_listen(bridge.broker._listen) == config["broker.listener.tcp"]
     for pool in config.pools.values():
-        backend = BACKENDS[pool.db](pool, FunctionContext(node=config["node.name"]))
+        backend = backend_class(pool.db)(pool, FunctionContext(node=config["node.name"]))
         Runner(pool, backend, bridge.metrics, Path(config["spool.dir"]), bridge.spool_budget)
 
 

@@ -238,7 +238,7 @@ def test_shipped_pgsql_example_loads_when_uncommented(tmp_path: Path) -> None:
     )
     assert errors == []
     assert len(rules) == 15
-    from actions.registry import FUNCTIONS
+    from bridge.functions import FUNCTIONS
 
     used = {r.action.spec.impl_name for r in rules if hasattr(r.action, "spec")}
     assert used == {spec.impl_name for spec in FUNCTIONS.values()} - {"on_acked_delete", "on_message_store"}

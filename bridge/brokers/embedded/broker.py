@@ -75,6 +75,7 @@ class Broker(FlowsMixin):
         gate: Gate | None = None,
         takeover: str = "any",
         store: DurableStore | None = None,
+        commit_interval: float = 0.002,
     ) -> None:
         self.node = node
         self.gate: Gate = gate or OpenGate()
@@ -87,7 +88,8 @@ class Broker(FlowsMixin):
         self.router = Router()
         self.states: dict[str, SessionState] = {}
         # Durable sessions on: what the store keeps is written through the journal.
-        self.journal = self.router.journal = Journal(store, self.states) if store is not None else None
+        journal = Journal(store, self.states, interval=commit_interval) if store is not None else None
+        self.journal = self.router.journal = journal
         self.expiring: dict[str, float] = {}
         self.busy_lanes: set[EventLane] = set()  # client event lanes with events not yet at the sink
         self.active: dict[str, Connection] = {}  # clientid -> connection until its teardown ends
@@ -180,7 +182,7 @@ class Broker(FlowsMixin):
             server_keep_alive = self._keepalive(conn, packet)
             conn.write(encode(self._connack(conn, packet, present, assigned, server_keep_alive), level))
             conn.connacked = True
-            state.touch()
+            state.touch(whole=True)
             event = ClientConnected(
                 clientid=clientid,
                 username=state.username,
@@ -397,7 +399,7 @@ class Broker(FlowsMixin):
                 loop = asyncio.get_running_loop()
                 state.expiry_timer = loop.call_later(state.expiry, self.expire, state)
                 state.expires_at = time.time() + state.expiry
-            state.touch()
+            state.touch(whole=True)
             event = ClientDisconnected(
                 clientid=state.clientid,
                 username=state.username,
@@ -420,13 +422,13 @@ class Broker(FlowsMixin):
         def due() -> None:
             if state.will is pending:
                 state.will = None
-                state.touch()
+                state.touch(whole=True)
                 asyncio.get_running_loop().create_task(self._publish_will(state, pending.peername, pending.will))
 
         pending.timer = asyncio.get_running_loop().call_later(delay, due)
         pending.due = time.time() + delay
         state.will = pending
-        state.touch()
+        state.touch(whole=True)
 
     async def _publish_will(self, state: SessionState, peername: str, will: Will) -> None:
         props = will.properties
@@ -460,7 +462,7 @@ class Broker(FlowsMixin):
         state.discard()
         if self.states.get(state.clientid) is state:
             del self.states[state.clientid]
-        state.touch()  # a durable session's row goes (unless a new session of the client id has one)
+        state.touch(whole=True)  # a durable session's row goes (unless a new session of the client id has one)
 
     @contextlib.asynccontextmanager
     async def _client_lock(self, clientid: str) -> AsyncIterator[None]:

@@ -22,7 +22,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from bridge.brokers.embedded.lane import Kept
 from bridge.brokers.embedded.sessions import IncomingQos2, Outgoing
@@ -54,10 +54,36 @@ from bridge.mqtt import (
 )
 
 if TYPE_CHECKING:
-    from bridge.brokers.embedded.broker import Broker
+    from collections import Counter
+
+    from bridge.brokers.embedded.limits import Limits
     from bridge.brokers.embedded.sessions import SessionState
 
 log = logging.getLogger("bridge.brokers.embedded")
+
+
+class Core(Protocol):
+    """What a connection asks of the broker (broker.Broker): the packets that touch sessions
+    and routing go there, in the connection's arrival order."""
+
+    node: str
+    limits: Limits
+    refused: Counter[str]
+
+    def accept(self, conn: Connection) -> None: ...
+
+    async def connect(self, conn: Connection, packet: Connect) -> None: ...
+
+    async def publish_inbound(self, conn: Connection, item: Inbound) -> None: ...
+
+    async def subscribe(self, conn: Connection, packet: Subscribe) -> None: ...
+
+    async def unsubscribe(self, conn: Connection, packet: Unsubscribe) -> None: ...
+
+    async def teardown(self, conn: Connection) -> None: ...
+
+    def wants(self, hookpoint: Hookpoint, clientid: str, topic: str | None = None) -> bool: ...
+
 
 # Work items waiting for the connection's task before reading from the socket pauses.
 INBOX_SIZE = 256
@@ -100,7 +126,7 @@ class AckAgain:
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, broker: Broker, listener: str = "tcp") -> None:
+    def __init__(self, broker: Core, listener: str = "tcp") -> None:
         self.broker = broker
         self.listener = listener  # which listener accepted it: tcp, ssl, ws, wss
         self.cert_cn: str | None = None  # TLS: the client certificate's common name

@@ -127,7 +127,7 @@ class FlowsMixin:
                 self._log_for(state, out)
                 state.enqueue(out)
                 sent.append(retained.topic)
-        state.touch()
+        state.touch(whole=True)
         event = SessionSubscribed(
             clientid=state.clientid,
             username=state.username,
@@ -146,7 +146,7 @@ class FlowsMixin:
 
     def _remove_subscription(self, state: SessionState, topic_filter: str) -> tuple[bool, asyncio.Future[Kept]]:
         existed = self.router.unsubscribe(state, topic_filter)
-        state.touch()
+        state.touch(whole=True)
         event = SessionUnsubscribed(
             clientid=state.clientid,
             username=state.username,

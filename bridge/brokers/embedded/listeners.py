@@ -19,14 +19,11 @@ import ipaddress
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from bridge.brokers.embedded.connection import Connection
+from bridge.brokers.embedded.connection import Connection, Core
 from bridge.brokers.embedded.websocket import WebSocketProtocol
 from bridge.conf.tls import load_problem, reason
-
-if TYPE_CHECKING:
-    from bridge.brokers.embedded.broker import Broker
 
 NAMES = ("tcp", "ssl", "ws", "wss")
 _TLS = ("ssl", "wss")
@@ -200,7 +197,7 @@ class CertConnection(Connection):
         super().connection_made(transport)
 
 
-def protocol_factory(listener: Listener, broker: Broker) -> Callable[[], asyncio.Protocol]:
+def protocol_factory(listener: Listener, broker: Core) -> Callable[[], asyncio.Protocol]:
     kind = CertConnection if listener.peer_cert_as_username else Connection
     if not listener.websocket:
         return lambda: kind(broker, listener.name)
@@ -208,7 +205,7 @@ def protocol_factory(listener: Listener, broker: Broker) -> Callable[[], asyncio
     return lambda: WebSocketProtocol(kind(broker, listener.name), max_size)
 
 
-async def serve(listener: Listener, broker: Broker) -> asyncio.Server:
+async def serve(listener: Listener, broker: Core) -> asyncio.Server:
     """Bind and serve one listener (the TLS handshake bounded by the connect timeout)."""
     loop = asyncio.get_running_loop()
     context = server_context(listener) if listener.tls else None

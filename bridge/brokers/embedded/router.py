@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from bridge.brokers.embedded.sessions import Outgoing, SessionState, Subscription
 from bridge.mqtt import EMPTY, Properties, split_shared
 from bridge.topics import is_wildcard, matches
 
-if TYPE_CHECKING:
-    from bridge.brokers.embedded.durable import Journal
-    from bridge.brokers.embedded.durable.journal import Target
+# A message given to one session (not by matching its subscriptions), as the log keeps it:
+# the QoS, retain flag, filters and subscription identifiers it went out with.
+Target = tuple[int, bool, tuple[str, ...], tuple[int, ...]]
 
 _Subscribers = dict[str, tuple[SessionState, Subscription]]
 
@@ -55,6 +55,23 @@ class Message:
     from_clientid: str
     properties: Properties = EMPTY
     expires: float = 0.0
+
+
+class MessageLog(Protocol):
+    """Where messages for durable sessions are logged (durable.Journal)."""
+
+    def reserve(self) -> int:
+        """The next sequence number of the log."""
+
+    def log(self, seq: int, message: Message, *, fanout: bool, targets: dict[str, Target] | None = None) -> None:
+        """Log a message: routed again by subscription at a restart (`fanout`), or to `targets`."""
+
+    def retain(self, retained: Retained) -> None: ...
+
+    def unretain(self, topic: str) -> None: ...
+
+    def committed(self) -> asyncio.Future[None] | None:
+        """Done once what is logged now is committed; None when nothing is pending."""
 
 
 class Sequencer:
@@ -127,7 +144,7 @@ class Router:
         self._shared: dict[str, dict[str, _Group]] = {}  # filter -> group name -> members
         self.retained: dict[str, Retained] = {}
         self.sequencer = Sequencer()
-        self.journal: Journal | None = None  # durable sessions on
+        self.journal: MessageLog | None = None  # durable sessions on
 
     def _table(self, topic_filter: str) -> dict[str, _Subscribers]:
         return self._wild if is_wildcard(topic_filter) else self._exact

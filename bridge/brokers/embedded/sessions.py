@@ -14,14 +14,12 @@ import logging
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from bridge.brokers.embedded.access import ALLOW_ALL, Permissions
 from bridge.mqtt import EMPTY, MQTT_3_1_1, Properties, Will
 
 if TYPE_CHECKING:
-    from bridge.brokers.embedded.connection import Connection
-    from bridge.brokers.embedded.durable import Journal
     from bridge.brokers.embedded.lane import EventLane, Kept
     from bridge.brokers.embedded.limits import Limits
 
@@ -33,6 +31,21 @@ _DROP_LOG_INTERVAL = 5.0
 MESSAGE_OVERHEAD = 200
 NEVER = 0xFFFFFFFF
 """A session expiry interval that never ends (MQTT 5.0 3.1.2.11.2)."""
+
+
+class Link(Protocol):
+    """The connection a session is attached to, as the session sees it (connection.Connection)."""
+
+    will: Will | None
+
+    def pump(self) -> None:
+        """Send what the session has queued, as far as the window allows."""
+
+
+class SessionJournal(Protocol):
+    """Where a durable session's changes go (durable.Journal)."""
+
+    def touch(self, state: SessionState, *, whole: bool = False) -> None: ...
 
 
 @dataclass(slots=True)
@@ -114,7 +127,7 @@ class SessionState:
         self.outbox_bytes = 0
         self.inflight: dict[int, Outgoing] = {}  # insertion order is send order
         self.incoming_qos2: dict[int, IncomingQos2] = {}
-        self.conn: Connection | None = None
+        self.conn: Link | None = None
         # What the client logged in as may do (bridge/brokers/embedded/access.py), asked on
         # every subscribe, publish and delivery; replaced at each login.
         self.permissions: Permissions = ALLOW_ALL
@@ -124,7 +137,7 @@ class SessionState:
         self.expires_at = 0.0  # wall-clock time the expiry timer fires (durable sessions keep it)
         # Durable sessions (durable/journal.py): the journal is told of every change to what
         # is stored of this session; `persisted` while it has a row; `position` at a restart.
-        self.journal: Journal | None = None
+        self.journal: SessionJournal | None = None
         self.persisted = False
         self.position = 0
         self.dropped = 0
@@ -145,10 +158,11 @@ class SessionState:
         """Kept on disk across restarts: durable sessions on, and it outlives its connection."""
         return self.journal is not None and self.expiry > 0
 
-    def touch(self) -> None:
-        """What is stored of the session changed (a no-op unless it is durable)."""
+    def touch(self, *, whole: bool = False) -> None:
+        """What is stored of the session changed (a no-op unless it is durable): its position,
+        in-flight window and QoS 2 ids, or with `whole` also the rest (subscriptions, will, expiry)."""
         if self.journal is not None:
-            self.journal.touch(self)
+            self.journal.touch(self, whole=whole)
 
     def enqueue(self, message: Outgoing) -> None:
         """Queue a message for this session, dropping the oldest queued ones past the bounds."""

@@ -7,11 +7,12 @@ import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from bridge.brokers.base import BrokerSource, Capability, Delivery, EventSink
-from bridge.brokers.embedded.access import Gate
+from bridge.brokers.base import BrokerSource, Delivery, EventSink
+from bridge.brokers.embedded.access import ACL_REFUSALS, LOGIN_REFUSALS, Gate
+from bridge.brokers.embedded.auth.gate import AuthGate
 from bridge.brokers.embedded.broker import Broker
 from bridge.brokers.embedded.durable import DurableStore
-from bridge.brokers.embedded.limits import Limits
+from bridge.brokers.embedded.limits import REFUSALS, Limits
 from bridge.brokers.embedded.listeners import Listener, serve
 from bridge.msgid import MsgIdGenerator
 
@@ -37,7 +38,6 @@ class EmbeddedBroker(BrokerSource):
     """
 
     mode = "embedded"
-    capabilities = frozenset({Capability.PROXY_SUBSCRIBE, Capability.DELIVER_TO_SESSION})
     # A PUBACK / PUBREC goes out once every rule's action for the message is committed or
     # spooled (SPEC 6.3): a kill -9 at any moment loses no acknowledged message.
     acks_after_commit = True
@@ -53,6 +53,7 @@ class EmbeddedBroker(BrokerSource):
         takeover: str = "any",
         listeners: Sequence[Listener] = (),
         durable_dir: str | None = None,
+        durable_commit_interval: float = 0.002,
     ) -> None:
         limits = limits or Limits()
         self._listen = listen
@@ -63,6 +64,7 @@ class EmbeddedBroker(BrokerSource):
         self._takeover = takeover
         self._listeners = tuple(listeners)  # besides `listen` (tcp): ssl, ws, wss
         self._durable_dir = durable_dir  # durable sessions on: where the store is
+        self._commit_interval = durable_commit_interval
         self._broker: Broker | None = None
         self._servers: list[asyncio.Server] = []
         self._ports: dict[str, int] = {}
@@ -100,6 +102,19 @@ class EmbeddedBroker(BrokerSource):
         """What the broker's limits refused, closed or dropped, by reason (limits.REFUSALS)."""
         return self._broker.refused if self._broker is not None else self._refused
 
+    @property
+    def refusal_reasons(self) -> tuple[str, ...]:
+        return (*REFUSALS, *LOGIN_REFUSALS, *ACL_REFUSALS)
+
+    @property
+    def gate(self) -> Gate | None:
+        """Who may connect, publish and subscribe (None: anyone)."""
+        return self._gate
+
+    def reload(self) -> list[str]:
+        """SIGHUP: the password and ACL files, read again (on a problem the old ones stay)."""
+        return self._gate.reload() if isinstance(self._gate, AuthGate) else []
+
     async def start(self, sink: EventSink) -> None:
         """Listen and serve; returns once every listener is bound."""
         if self._broker is not None:
@@ -113,6 +128,7 @@ class EmbeddedBroker(BrokerSource):
             gate=self._gate,
             takeover=self._takeover,
             store=store,
+            commit_interval=self._commit_interval,
         )
         broker.refused = self._refused  # one counter for the life of this source
         if broker.journal is not None:

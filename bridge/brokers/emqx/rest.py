@@ -15,10 +15,12 @@ from urllib.parse import quote
 
 import aiohttp
 
+from bridge.errors import HookbridgeError
+
 log = logging.getLogger("bridge.brokers.emqx")
 
 
-class EmqxApiError(Exception):
+class EmqxApiError(HookbridgeError):
     """The call failed: refused for a reason retrying cannot fix (bad key, bad request), or still
     failing after the retries."""
 

@@ -4,12 +4,11 @@ Messages come through the same (shared) subscriptions as in mqtt mode; client
 events from `$SYS/brokers/+/clients/+/+`; message.delivered / message.acked
 from the rule-engine events a rule republishes under `broker.emqx.event_topic`.
 Proxy subscription goes through the REST API. EMQX has no call that delivers
-to one session, so fetch and retain lookup are refused at load (bridge/app.py).
+to one session, so fetch and retain lookup are refused at load (its capabilities: mode.py).
 """
 
 from __future__ import annotations
 
-from bridge.brokers.base import Capability
 from bridge.brokers.emqx.mapping import SYS_ROOT, rule_event, sys_event, sys_filter
 from bridge.brokers.emqx.rest import EmqxApi
 from bridge.brokers.mqtt.source import MqttSource
@@ -19,7 +18,6 @@ from bridge.topics import matches
 
 class EmqxSource(MqttSource):
     mode = "emqx"
-    capabilities = frozenset({Capability.PROXY_SUBSCRIBE})
 
     def __init__(
         self, *args: object, api: EmqxApi, event_topic: str, sys_root: str = SYS_ROOT, **kwargs: object

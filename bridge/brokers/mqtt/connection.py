@@ -77,16 +77,6 @@ def user_properties(properties: dict[str, Any]) -> UserProperties:
     return tuple(properties.get("user_property", ()))
 
 
-def tls_context(cafile: str, certfile: str, keyfile: str, verify: bool) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=cafile or None)
-    if certfile:
-        context.load_cert_chain(certfile, keyfile or None)
-    if not verify:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    return context
-
-
 class Connection:
     """One persistent MQTT session to the broker, kept up until `close`."""
 

@@ -11,7 +11,8 @@
 `%u` and `%c` levels are filled in per client, as EMQX does. EMQX's `ipaddr` column is not
 read. Entries are read once per login and cached (ACL_CACHE_TTL, ACL_CACHE_SIZE), so a change
 in the database reaches a client at its next login after that; a database that does not
-answer refuses the login (AclBackendDown), it never lets a client in without its ACL.
+answer refuses the login (AclBackendDown), it never lets a client in without its ACL. Each store
+is its backend's (`acl` in its plug-in declaration: actions/<db>/auth.py).
 """
 
 from __future__ import annotations
@@ -21,14 +22,10 @@ import time
 from collections import OrderedDict
 from typing import Any, Protocol
 
-import asyncpg
-from pymongo import AsyncMongoClient
-
-from actions.mongo.backend import client_options
-from actions.pgsql.backend import tls_context
+from bridge import registry
 from bridge.brokers.embedded.auth.acl import READ, READWRITE, WRITE, Entry
-from bridge.brokers.embedded.auth.users import redis_client
 from bridge.conf.config import PoolConfig
+from bridge.errors import HookbridgeError
 
 ACL_CACHE_TTL = 30.0  # seconds: how stale a database ACL may be (issue 15: at most 30 s)
 ACL_CACHE_SIZE = 10_000  # entries (issue 15: at most 10,000)
@@ -36,7 +33,7 @@ ALL_USERS = "$all"  # EMQX: a row for every client
 _ACCESS = {1: READ, 2: WRITE, 3: READWRITE}
 
 
-class AclBackendDown(Exception):
+class AclBackendDown(HookbridgeError):
     """The database holding the ACL did not answer: the login must be refused."""
 
 
@@ -55,7 +52,8 @@ def _access(value: Any) -> int | None:
         return None
 
 
-def _row_entry(topic: Any, access: Any, allow: Any) -> Entry | None:
+def acl_row(topic: Any, access: Any, allow: Any) -> Entry | None:
+    """An entry from a row of EMQX 4's ACL layout (topic, access 1/2/3, allow); None if it is not one."""
     bits = _access(access)
     if not isinstance(topic, str) or not topic or bits is None:
         return None  # a row the EMQX layout does not describe: it grants nothing
@@ -68,91 +66,10 @@ def _truthy(value: Any) -> bool:
     return bool(value)
 
 
-class RedisAcl:
-    per_client = False  # `mqtt_acl:<username>`: one read serves every client of a user
-
-    def __init__(self, pool: PoolConfig) -> None:
-        self.redis: Any = redis_client(pool)
-
-    async def entries(self, username: str | None, clientid: str) -> list[Entry]:
-        if username is None:
-            return []  # EMQX keys the ACL by user name: an anonymous client has none
-        found: dict[bytes, bytes] = await self.redis.hgetall(f"mqtt_acl:{username}")
-        rows = (_row_entry(field.decode("utf-8", "replace"), value, 1) for field, value in found.items())
-        return [row for row in rows if row is not None]
-
-    async def close(self) -> None:
-        await self.redis.aclose()
-
-
-class PgsqlAcl:
-    per_client = True
-    QUERY = "SELECT topic, access, allow FROM mqtt_acl WHERE username = $1 OR username = '$all' OR clientid = $2"
-
-    def __init__(self, pool: PoolConfig) -> None:
-        self.pool = pool
-        self.conns: Any = None
-
-    async def _connections(self) -> Any:
-        if self.conns is None:
-            host, port = self.pool["server"]
-            self.conns = await asyncpg.create_pool(
-                host=host,
-                port=port,
-                user=self.pool["username"] or None,
-                password=self.pool["password"] or None,
-                database=self.pool["database"],
-                ssl=tls_context(self.pool),
-                min_size=0,
-                max_size=4,
-                timeout=self.pool["request_timeout"],
-                command_timeout=self.pool["request_timeout"],
-            )
-        return self.conns
-
-    async def entries(self, username: str | None, clientid: str) -> list[Entry]:
-        conns = await self._connections()
-        records = await conns.fetch(self.QUERY, username, clientid)
-        rows = (_row_entry(r["topic"], r["access"], r["allow"]) for r in records)
-        return [row for row in rows if row is not None]
-
-    async def close(self) -> None:
-        if self.conns is not None:
-            await self.conns.close()
-
-
-class MongoAcl:
-    per_client = True
-
-    def __init__(self, pool: PoolConfig) -> None:
-        self.client: Any = AsyncMongoClient(**client_options(pool))
-        self.collection = self.client[pool["database"]]["mqtt_acl"]
-
-    async def entries(self, username: str | None, clientid: str) -> list[Entry]:
-        who: list[dict[str, Any]] = [{"username": ALL_USERS}, {"clientid": clientid}]
-        if username is not None:
-            who.append({"username": username})
-        found: list[Entry] = []
-        async for doc in self.collection.find({"$or": who}):
-            row = _row_entry(doc.get("topic"), doc.get("access"), doc.get("allow", 1))
-            if row is not None:
-                found.append(row)
-            for key, bits in (("subscribe", READ), ("publish", WRITE), ("pubsub", READWRITE)):
-                topics = doc.get(key)
-                for topic in topics if isinstance(topics, list) else ():
-                    if isinstance(topic, str) and topic:
-                        found.append(Entry(bits, topic, substitute=True))
-        return found
-
-    async def close(self) -> None:
-        await self.client.close()
-
-
-STORES: dict[str, type[RedisAcl] | type[PgsqlAcl] | type[MongoAcl]] = {
-    "redis": RedisAcl,
-    "pgsql": PgsqlAcl,
-    "mongo": MongoAcl,
-}
+def open_acl_store(pool: PoolConfig) -> AclStore:
+    """The ACL store of the pool's backend (its plug-in's `acl`), made from the pool's settings."""
+    store: AclStore = registry.backends()[pool.db].acl_store()(pool)
+    return store
 
 
 class CachedAcl:

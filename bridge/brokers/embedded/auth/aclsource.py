@@ -18,7 +18,7 @@ from typing import Any
 
 from bridge.brokers.embedded.access import Permissions
 from bridge.brokers.embedded.auth.acl import ClientPermissions, Entry
-from bridge.brokers.embedded.auth.acldb import STORES, AclBackendDown, CachedAcl
+from bridge.brokers.embedded.auth.acldb import AclBackendDown, CachedAcl, open_acl_store
 from bridge.brokers.embedded.auth.aclfile import AclFile, load_acl, parse_acl
 from bridge.conf.config import Config, PoolConfig
 from bridge.conf.errors import ConfError, ConfErrors, Position
@@ -110,7 +110,7 @@ def acl_from_config(config: Config) -> Acl | None:
     store = None
     if backend:
         pool: PoolConfig = config.pools[backend]
-        store = CachedAcl(STORES[pool.db](pool), timeout=pool["request_timeout"])
+        store = CachedAcl(open_acl_store(pool), timeout=pool["request_timeout"])
     return Acl(path, file, store, nomatch=config["broker.acl.nomatch"] == "allow")
 
 

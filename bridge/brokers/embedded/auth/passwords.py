@@ -17,6 +17,8 @@ import hmac
 from dataclasses import dataclass
 from pathlib import Path
 
+from bridge.errors import HookbridgeError
+
 # mosquitto_passwd writes 101 iterations (well under a millisecond); a file with many more is
 # checked in a worker thread.
 _SLOW_ITERATIONS = 10_000
@@ -36,7 +38,7 @@ class FileHash:
         return hmac.compare_digest(made, self.digest)
 
 
-class PasswordFileError(ValueError):
+class PasswordFileError(HookbridgeError, ValueError):
     """Every bad line of a password file, as `path:line:col: message` lines."""
 
 

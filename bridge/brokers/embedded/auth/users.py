@@ -4,8 +4,9 @@
 - PostgreSQL: `SELECT password, salt, is_superuser FROM mqtt_user WHERE username = $1`
 - MongoDB: the `mqtt_user` collection, `{username, password, salt, is_superuser}`
 
-Each store has its own small client made from the pool's connection settings (not the rule
-runner's: a login must not wait behind a batch of writes). Lookups are cached: a user read less
+Each store is its backend's (`users` in its plug-in declaration: actions/<db>/auth.py), with its
+own small client made from the pool's connection settings (not the rule runner's: a login must
+not wait behind a batch of writes). Lookups are cached: a user read less
 than CACHE_TTL ago is not read again, and CONNECTs of one user that arrive together share one
 read. A store that does not answer raises BackendDown; nothing is cached then.
 """
@@ -19,14 +20,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import asyncpg
-import redis.asyncio as aioredis
-from pymongo import AsyncMongoClient
-
-from actions.mongo.backend import client_options
-from actions.pgsql.backend import tls_context
-from actions.redis.backend import tls_options
+from bridge import registry
 from bridge.conf.config import PoolConfig
+from bridge.errors import HookbridgeError
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +37,7 @@ class UserRecord:
     superuser: bool
 
 
-class BackendDown(Exception):
+class BackendDown(HookbridgeError):
     """The database holding the users did not answer (the login is refused, never let in)."""
 
 
@@ -68,132 +64,17 @@ def _flag(value: Any) -> bool:
     return bool(value)
 
 
-def _record(password: Any, salt: Any, superuser: Any) -> UserRecord | None:
+def user_record(password: Any, salt: Any, superuser: Any) -> UserRecord | None:
+    """A user as a store read it (bytes or text, EMQX's flag spellings); None without a password."""
     if password is None:
         return None
     return UserRecord(_text(password), _text(salt), _flag(superuser))
 
 
-def redis_client(pool: PoolConfig) -> Any:
-    """A small Redis client of its own for a pool (users and ACL lookups, not the rule runner's)."""
-    host, port = pool["server"]
-    connections = aioredis.ConnectionPool(
-        host=host,
-        port=port,
-        db=pool["database"],
-        username=pool["username"] or None,
-        password=pool["password"] or None,
-        protocol=2,
-        max_connections=4,
-        socket_connect_timeout=pool["request_timeout"],
-        socket_timeout=pool["request_timeout"],
-        **tls_options(pool),
-    )
-    return aioredis.Redis(connection_pool=connections)
-
-
-class RedisUsers:
-    def __init__(self, pool: PoolConfig) -> None:
-        self.lookups = 0
-        self._redis: Any = redis_client(pool)
-
-    async def find(self, username: str) -> UserRecord | None:
-        self.lookups += 1
-        try:
-            password, salt, superuser = await self._redis.hmget(
-                f"mqtt_user:{username}", "password", "salt", "is_superuser"
-            )
-        except (aioredis.RedisError, OSError) as exc:
-            raise BackendDown(str(exc) or type(exc).__name__) from None
-        return _record(password, salt, superuser)
-
-    async def close(self) -> None:
-        await self._redis.aclose()
-
-
-class PgsqlUsers:
-    QUERY = "SELECT password, salt, is_superuser FROM mqtt_user WHERE username = $1 LIMIT 1"
-
-    def __init__(self, pool: PoolConfig) -> None:
-        self._pool = pool
-        self._conns: Any = None
-        self.lookups = 0
-
-    async def _connections(self) -> Any:
-        if self._conns is None:
-            host, port = self._pool["server"]
-            self._conns = await asyncpg.create_pool(
-                host=host,
-                port=port,
-                user=self._pool["username"] or None,
-                password=self._pool["password"] or None,
-                database=self._pool["database"],
-                ssl=tls_context(self._pool),
-                min_size=0,  # connect on first use: a server down at start does not stop the bridge
-                max_size=4,
-                timeout=self._pool["request_timeout"],
-                command_timeout=self._pool["request_timeout"],
-            )
-        return self._conns
-
-    async def find(self, username: str) -> UserRecord | None:
-        self.lookups += 1
-        try:
-            conns = await self._connections()
-            row = await asyncio.wait_for(conns.fetchrow(self.QUERY, username), self._pool["request_timeout"])
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
-            raise BackendDown(str(exc) or type(exc).__name__) from None
-        return None if row is None else _record(row["password"], row["salt"], row["is_superuser"])
-
-    async def close(self) -> None:
-        if self._conns is not None:
-            await self._conns.close()
-
-
-class MongoUsers:
-    def __init__(self, pool: PoolConfig) -> None:
-        self._pool = pool
-        self._users: Any = None  # the client is made on first use, inside the running loop
-        self._client: AsyncMongoClient[dict[str, Any]] | None = None
-        self.lookups = 0
-
-    def _collection(self) -> Any:
-        if self._users is None:
-            timeout_ms = int(self._pool["request_timeout"] * 1000)
-            options = client_options(self._pool) | {
-                "serverSelectionTimeoutMS": timeout_ms,
-                "connectTimeoutMS": timeout_ms,
-                "socketTimeoutMS": timeout_ms,
-                "maxPoolSize": 4,
-            }
-            self._client = AsyncMongoClient(**options)
-            self._users = self._client[self._pool["database"]]["mqtt_user"]
-        return self._users
-
-    async def find(self, username: str) -> UserRecord | None:
-        self.lookups += 1
-        try:
-            doc = await self._collection().find_one(
-                {"username": username}, {"_id": 0, "password": 1, "salt": 1, "is_superuser": 1}
-            )
-        except Exception as exc:  # pymongo's errors and the socket's: the store did not answer
-            raise BackendDown(str(exc) or type(exc).__name__) from None
-        return None if doc is None else _record(doc.get("password"), doc.get("salt"), doc.get("is_superuser"))
-
-    async def close(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-
-
-STORES: dict[str, type[RedisUsers] | type[PgsqlUsers] | type[MongoUsers]] = {
-    "redis": RedisUsers,
-    "pgsql": PgsqlUsers,
-    "mongo": MongoUsers,
-}
-
-
 def open_store(pool: PoolConfig) -> UserStore:
-    return STORES[pool.db](pool)
+    """The user store of the pool's backend (its plug-in's `users`), made from the pool's settings."""
+    store: UserStore = registry.backends()[pool.db].users_store()(pool)
+    return store
 
 
 class CachedUsers:

@@ -22,24 +22,35 @@ import asyncio
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
 
-from bridge.brokers.embedded.durable.store import Batch, DurableStore, MessageRow, StoreError
-from bridge.brokers.embedded.router import Message, Retained
+from bridge.brokers.embedded.durable.store import Batch, DurableStore, MessageRow
+from bridge.brokers.embedded.router import Message, Retained, Router, Target
 from bridge.brokers.embedded.sessions import NEVER, IncomingQos2, Outgoing, PendingWill, SessionState, Subscription
 from bridge.mqtt import EMPTY, Properties, Will
 from bridge.mqtt import properties as mqtt_properties
 from bridge.mqtt.kinds import WILL, PacketType
 
-if TYPE_CHECKING:
-    from bridge.brokers.embedded.broker import Broker
-
 log = logging.getLogger("bridge.brokers.embedded")
 
 # How often the log is trimmed below the smallest session position (one range delete).
 _TRIM_INTERVAL = 1.0
-# A message given to one session (not by matching its subscriptions): how it got it.
-Target = tuple[int, bool, tuple[str, ...], tuple[int, ...]]  # qos, retain, filters, subscription ids
+
+
+class Restorer(Protocol):
+    """What `Journal.restore` rebuilds sessions into (broker.Broker)."""
+
+    router: Router
+    states: dict[str, SessionState]
+
+    def restored_session(
+        self, clientid: str, expiry: int, username: str | None, owner: str | None, level: int
+    ) -> SessionState: ...
+
+    def delay_will(self, state: SessionState, pending: PendingWill, delay: float) -> None: ...
+
+    def expire(self, state: SessionState) -> None: ...
 
 
 def _props(properties: Properties) -> bytes | None:
@@ -62,14 +73,21 @@ def _to_mono(deadline: float, now_wall: float, now_mono: float) -> float:
 
 
 class Journal:
-    def __init__(self, store: DurableStore, states: dict[str, SessionState]) -> None:
+    def __init__(self, store: DurableStore, states: dict[str, SessionState], *, interval: float = 0.002) -> None:
         self.store = store
         self.states = states
         self.commit_failures = 0
+        # At most one commit per `interval` (broker.durable_commit_interval): under load a commit
+        # holds many messages and acknowledgements; when idle the first change commits at once.
+        self.interval = interval
         self._batch = Batch()
-        self._dirty: set[str] = set()
+        self._dirty: set[str] = set()  # position, in-flight window changed
+        self._dirty_whole: set[str] = set()  # subscriptions, will, expiry changed too
         self._committed: asyncio.Future[None] | None = None
-        self._flush_soon = False
+        self._flush_at: asyncio.TimerHandle | asyncio.Handle | None = None
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="durable-store")
+        self._writing = False
+        self._last_flush = 0.0
         self._last_trim = 0.0
         self._trimmed_to = 0
 
@@ -114,10 +132,12 @@ class Journal:
         self._batch.retained[topic] = None
         self._soon()
 
-    def touch(self, state: SessionState) -> None:
-        """The session changed (position, in-flight window, subscriptions, will, expiry)."""
+    def touch(self, state: SessionState, *, whole: bool = False) -> None:
+        """The session changed: its position or in-flight window, or (`whole`) more."""
         if state.durable or state.persisted:
             self._dirty.add(state.clientid)
+            if whole:
+                self._dirty_whole.add(state.clientid)
             self._soon()
 
     def committed(self) -> asyncio.Future[None] | None:
@@ -129,22 +149,37 @@ class Journal:
         return self._committed
 
     def _soon(self) -> None:
-        if not self._flush_soon:
-            self._flush_soon = True
-            asyncio.get_running_loop().call_soon(self.flush)
+        if self._flush_at is None:
+            loop = asyncio.get_running_loop()
+            wait = self._last_flush + self.interval - loop.time()
+            self._flush_at = loop.call_soon(self.flush) if wait <= 0 else loop.call_later(wait, self.flush)
 
     def flush(self) -> None:
-        """Commit everything pending (one transaction)."""
-        self._flush_soon = False
+        """Hand everything pending to the writer thread as one transaction.
+
+        One commit is in flight at a time: what happens meanwhile goes into the next one (group
+        commit), and SQLite's slow moments (a checkpoint) stall the writer, not the event loop.
+        """
+        if self._flush_at is not None:
+            self._flush_at.cancel()
+            self._flush_at = None
+        if self._writing:
+            return  # the commit in flight calls flush again when it is done
+        loop = asyncio.get_running_loop()
+        self._last_flush = loop.time()
         batch, self._batch = self._batch, Batch()
         dirty, self._dirty = self._dirty, set()
+        whole, self._dirty_whole = self._dirty_whole, set()
+        head = self.store.head
         for clientid in dirty:
             state = self.states.get(clientid)
             if state is not None and state.durable:
-                batch.sessions[clientid] = json.dumps(snapshot(state, self.store.head), separators=(",", ":"))
+                if clientid in whole or not state.persisted:
+                    batch.sessions[clientid] = _json(snapshot(state))
+                batch.positions[clientid] = _json(progress(state, head))
                 state.persisted = True
             else:
-                batch.sessions[clientid] = None
+                batch.sessions[clientid] = batch.positions[clientid] = None
                 if state is not None:
                     state.persisted = False
         now = time.monotonic()
@@ -158,17 +193,24 @@ class Journal:
             if future is not None and not future.done():
                 future.set_result(None)
             return
-        try:
-            self.store.write(batch)
-        except StoreError as exc:
+        self._writing = True
+        written = loop.run_in_executor(self._writer, self.store.write, batch)
+        written.add_done_callback(lambda done: self._written(done, future, dirty))
+
+    def _written(self, done: asyncio.Future[None], future: asyncio.Future[None] | None, dirty: set[str]) -> None:
+        self._writing = False
+        error = done.exception()
+        if error is not None:
             self.commit_failures += 1
-            log.error("%s: not committed, the messages of this step are not acknowledged", exc)
+            log.error("%s: not committed, the messages of this step are not acknowledged", error)
             self._dirty |= dirty  # the sessions are written again with the next commit
+            self._dirty_whole |= dirty
             if future is not None and not future.done():
                 future.cancel()
-            return
-        if future is not None and not future.done():
+        elif future is not None and not future.done():
             future.set_result(None)
+        if self._batch or self._dirty:
+            self._soon()
 
     def trim_bound(self) -> int:
         """The highest sequence number no durable session still needs."""
@@ -182,12 +224,18 @@ class Journal:
         return bound
 
     def close(self) -> None:
+        """Write what is pending and close the store (at stop: the loop waits for the writer)."""
+        self._writer.shutdown(wait=True)  # the commit in flight ends first
+        self._writing = False
+        self._dirty_whole |= self._dirty
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="durable-store")
         self.flush()
+        self._writer.shutdown(wait=True)
         self.store.close()
 
     # -- reading back ----------------------------------------------------------------
 
-    def restore(self, broker: Broker) -> None:
+    def restore(self, broker: Restorer) -> None:
         """Rebuild the durable sessions, their queues and the retained messages (at start)."""
         started = time.monotonic()
         now_wall, now_mono = time.time(), time.monotonic()
@@ -199,8 +247,9 @@ class Journal:
                 continue
             broker.router.retained[topic] = Retained(msgid, topic, payload, qos, sender, _unprops(props), deadline)
         bodies: dict[str, dict[str, Any]] = {}
-        for clientid, body in self.store.sessions():
+        for clientid, body, progress_body in self.store.sessions():
             data = json.loads(body)
+            data.update(json.loads(progress_body) if progress_body else _NOTHING_OWED)
             bodies[clientid] = data
             state = broker.restored_session(clientid, data["expiry"], data["username"], data["owner"], data["level"])
             state.persisted = True
@@ -227,7 +276,7 @@ class Journal:
             time.monotonic() - started,
         )
 
-    def _replay(self, broker: Broker, now_wall: float, now_mono: float) -> int:
+    def _replay(self, broker: Restorer, now_wall: float, now_mono: float) -> int:
         states = broker.states
         if not states:
             return 0
@@ -241,7 +290,9 @@ class Journal:
             if fanout:
                 message = Message(msgid, topic, payload, qos, bool(retain), sender, _unprops(props), deadline)
                 replayed += broker.router.route(message, replay=seq)
-            for clientid, (out_qos, out_retain, filters, ids) in json.loads(targets or "{}").items():
+            if targets is None:
+                continue
+            for clientid, (out_qos, out_retain, filters, ids) in json.loads(targets).items():
                 state = states.get(clientid)
                 if state is not None and seq > state.position:
                     state.enqueue(_outgoing(row, out_qos, out_retain, tuple(filters), tuple(ids), now_wall, now_mono))
@@ -249,7 +300,7 @@ class Journal:
         return replayed
 
     @staticmethod
-    def _resume_timers(broker: Broker, state: SessionState, data: dict[str, Any], now_wall: float) -> None:
+    def _resume_timers(broker: Restorer, state: SessionState, data: dict[str, Any], now_wall: float) -> None:
         """Its will and its expiry, as if its connection (if it had one) ended now."""
         will = _unwill(data["will"]) if data["will"] else None
         if will is not None:
@@ -274,8 +325,30 @@ def position(state: SessionState, head: int) -> int:
     return head
 
 
-def snapshot(state: SessionState, head: int) -> dict[str, Any]:
-    """A durable session as stored (JSON)."""
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+# The progress of a session whose positions row is missing: nothing owed (it is written with the
+# session's first row, in the same commit, so this is only for a store written otherwise).
+_NOTHING_OWED: dict[str, Any] = {"position": 0, "inflight": [], "incoming": []}
+
+
+def progress(state: SessionState, head: int) -> dict[str, Any]:
+    """How far a durable session is (its `positions` row, JSON): rewritten as it acknowledges."""
+    return {
+        "position": position(state, head),
+        "inflight": [
+            [m.seq, m.packet_id, m.qos, m.retain, m.pubrec, list(m.filters), list(m.subscription_ids)]
+            for m in state.inflight.values()
+            if m.seq
+        ],
+        "incoming": [packet_id for packet_id, held in state.incoming_qos2.items() if held.acked],
+    }
+
+
+def snapshot(state: SessionState) -> dict[str, Any]:
+    """A durable session as stored (its `sessions` row, JSON): written when these change."""
     conn_will = state.conn.will if state.conn is not None else None
     pending = state.will
     will = conn_will if conn_will is not None else (pending.will if pending is not None else None)
@@ -284,17 +357,10 @@ def snapshot(state: SessionState, head: int) -> dict[str, Any]:
         "username": state.username,
         "owner": state.owner,
         "level": state.level,
-        "position": position(state, head),
         "subs": [
             [s.filter, s.qos, s.live_from, s.no_local, s.retain_as_published, s.identifier]
             for s in state.subscriptions.values()
         ],
-        "inflight": [
-            [m.seq, m.packet_id, m.qos, m.retain, m.pubrec, list(m.filters), list(m.subscription_ids)]
-            for m in state.inflight.values()
-            if m.seq
-        ],
-        "incoming": [packet_id for packet_id, held in state.incoming_qos2.items() if held.acked],
         "will": _will(will) if will is not None else None,
         "will_due": pending.due if pending is not None and conn_will is None else None,
         "connected": state.conn is not None,

@@ -17,8 +17,9 @@ Tables:
   routed at restart by matching the durable sessions' subscriptions; `targets` (JSON) names the
   sessions a message was given to one by one (a shared subscription's pick, a retained message
   sent on subscribe, a fetched message) with how each got it.
-- `sessions(clientid, body)`: a durable session (JSON: its position in the log, in-flight window,
-  subscriptions, will, expiry deadline).
+- `sessions(clientid, body)`: a durable session (JSON: subscriptions, will, expiry deadline),
+  written when those change; `positions(clientid, body)`: its position in the log, in-flight
+  window and QoS 2 ids (JSON), written as it acknowledges (small, so that is cheap).
 - `retained(topic, ...)`: the retained messages.
 Expiry removes the log in bulk: every row below the smallest position of all sessions goes in
 one range delete (the key is the time order, so that is seed 002's oldest generations).
@@ -32,6 +33,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from bridge.errors import HookbridgeError
 
 log = logging.getLogger("bridge.brokers.embedded")
 
@@ -52,6 +55,7 @@ CREATE TABLE IF NOT EXISTS messages (
     targets TEXT
 );
 CREATE TABLE IF NOT EXISTS sessions (clientid TEXT PRIMARY KEY, body TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS positions (clientid TEXT PRIMARY KEY, body TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS retained (
     topic TEXT PRIMARY KEY,
     msgid TEXT NOT NULL,
@@ -69,7 +73,7 @@ MessageRow = tuple[int, str, str, bytes, int, int, str, bytes | None, float, int
 RetainedRow = tuple[str, str, bytes, int, str, bytes | None, float]
 
 
-class StoreError(Exception):
+class StoreError(HookbridgeError):
     """The durable store cannot be opened or written (disk full, unreadable file)."""
 
 
@@ -79,11 +83,12 @@ class Batch:
 
     messages: list[MessageRow] = field(default_factory=list)
     sessions: dict[str, str | None] = field(default_factory=dict)  # clientid -> body; None: delete
+    positions: dict[str, str | None] = field(default_factory=dict)  # clientid -> body; None: delete
     retained: dict[str, RetainedRow | None] = field(default_factory=dict)  # topic -> row; None: delete
     trim_to: int = 0  # delete messages with seq <= this
 
     def __bool__(self) -> bool:
-        return bool(self.messages or self.sessions or self.retained or self.trim_to)
+        return bool(self.messages or self.sessions or self.positions or self.retained or self.trim_to)
 
 
 class DurableStore:
@@ -103,6 +108,7 @@ class DurableStore:
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"durable store {self.path}: {exc}") from exc
         self.head = int(row[0] or 0)  # the last sequence number given out
+        self._reader: sqlite3.Connection | None = None
 
     def _check(self, wal: Path) -> None:
         """After an unclean stop: SQLite has replayed the committed transactions of the WAL and
@@ -115,7 +121,7 @@ class DurableStore:
             )
         log.warning(
             "durable store %s: the last run did not stop cleanly; its write-ahead log (%d bytes) was recovered:"
-            " committed transactions kept, a torn write at its end dropped; store checked, ok",
+            " committed transactions kept, any torn write at its end dropped; store checked, ok",
             self.path,
             wal.stat().st_size if wal.exists() else 0,
         )
@@ -132,11 +138,13 @@ class DurableStore:
             db.execute("BEGIN")
             if batch.messages:
                 db.executemany("INSERT OR REPLACE INTO messages VALUES (?,?,?,?,?,?,?,?,?,?,?)", batch.messages)
-            for clientid, body in batch.sessions.items():
-                if body is None:
-                    db.execute("DELETE FROM sessions WHERE clientid = ?", (clientid,))
-                else:
-                    db.execute("INSERT OR REPLACE INTO sessions VALUES (?, ?)", (clientid, body))
+            for table, rows in (("sessions", batch.sessions), ("positions", batch.positions)):
+                gone = [(clientid,) for clientid, body in rows.items() if body is None]
+                if gone:
+                    db.executemany(f"DELETE FROM {table} WHERE clientid = ?", gone)
+                kept = [(clientid, body) for clientid, body in rows.items() if body is not None]
+                if kept:
+                    db.executemany(f"INSERT OR REPLACE INTO {table} VALUES (?, ?)", kept)
             for topic, row in batch.retained.items():
                 if row is None:
                     db.execute("DELETE FROM retained WHERE topic = ?", (topic,))
@@ -152,8 +160,10 @@ class DurableStore:
 
     # -- reading back (at start) ---------------------------------------------------
 
-    def sessions(self) -> list[tuple[str, str]]:
-        return list(self._db.execute("SELECT clientid, body FROM sessions"))
+    def sessions(self) -> list[tuple[str, str, str | None]]:
+        """(clientid, session body, position body) of every durable session."""
+        query = "SELECT s.clientid, s.body, p.body FROM sessions s LEFT JOIN positions p USING (clientid)"
+        return list(self._db.execute(query))
 
     def retained_rows(self) -> list[RetainedRow]:
         return list(self._db.execute("SELECT * FROM retained"))
@@ -167,12 +177,17 @@ class DurableStore:
         return row  # type: ignore[no-any-return]
 
     def counts(self) -> tuple[int, int]:
-        """(messages in the log, durable sessions)."""
-        messages = self._db.execute("SELECT count(*) FROM messages").fetchone()[0]
-        sessions = self._db.execute("SELECT count(*) FROM sessions").fetchone()[0]
+        """(messages in the log, durable sessions), read on a connection of its own: the writer
+        thread may be committing on the other one (WAL lets a reader see the last commit)."""
+        if self._reader is None:
+            self._reader = sqlite3.connect(self.path, check_same_thread=False)
+        messages = self._reader.execute("SELECT count(*) FROM messages").fetchone()[0]
+        sessions = self._reader.execute("SELECT count(*) FROM sessions").fetchone()[0]
         return int(messages), int(sessions)
 
     def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
         try:
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         except sqlite3.Error as exc:

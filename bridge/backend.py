@@ -2,7 +2,9 @@
 
 The runner (bridge/runner.py) owns queueing, batching, in-flight limits,
 retries and ordering; a backend only turns a batch of jobs into database
-calls and says which errors are worth retrying.
+calls and says which errors are worth retrying. A backend package subclasses
+`Backend` and declares itself with a `BackendPlugin` (bridge/registry.py);
+this module is part of the interface published to backends (bridge/plugin.py).
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from bridge import registry
 from bridge.brokers.base import BrokerSource, Delivery, DeliveryError
 from bridge.conf.config import PoolConfig
 from bridge.delivery import DeliveryLog
+from bridge.errors import HookbridgeError
 from bridge.events import Event, SessionSubscribed
 from bridge.render import Values
 from bridge.topics import filter_error
@@ -87,12 +91,23 @@ class Pager(abc.ABC):
         """
 
 
-class PermanentError(Exception):
+class PermanentError(HookbridgeError):
     """An action that cannot succeed by retrying (bad data, wrong type): counted failed."""
+
+
+def backend_class(db: str) -> type[Backend]:
+    """The Backend class of an installed backend, imported now (and its driver with it)."""
+    found = registry.backends()[db].backend_class()
+    if not issubclass(found, Backend):
+        raise TypeError(f"the {db} backend's plug-in names {found!r}, which is not a Backend")
+    return found
 
 
 class Backend(abc.ABC):
     db: ClassVar[str]
+    # The functions (SPEC 5, bridge/functions.py) this backend implements, by implementation name;
+    # a rule naming another one is refused when the rules load.
+    functions: ClassVar[frozenset[str]] = frozenset()
     # Set when a rule of the pool has `expired_time`: maintenance then trims.
     trim_enabled: bool = False
 

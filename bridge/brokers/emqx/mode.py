@@ -1,0 +1,15 @@
+"""`broker.mode = emqx` declared as a plug-in (the `hookbridge.modes` entry point)."""
+
+from __future__ import annotations
+
+from bridge.brokers.base import Capability
+from bridge.registry import ModePlugin
+
+MODE = ModePlugin(
+    name="emqx",
+    summary="EMQX 5",
+    # EMQX 5's REST API subscribes a client on its behalf; it has no call that delivers to one
+    # session, so fetch and retain lookup are refused in emqx mode.
+    capabilities=frozenset({Capability.PROXY_SUBSCRIBE}),
+    source="bridge.brokers.external:make_external_source",  # gmqtt and aiohttp load only in this mode
+)

@@ -1,0 +1,12 @@
+"""`broker.mode = mqtt` declared as a plug-in (the `hookbridge.modes` entry point)."""
+
+from __future__ import annotations
+
+from bridge.registry import ModePlugin
+
+MODE = ModePlugin(
+    name="mqtt",
+    summary="any MQTT broker",
+    capabilities=frozenset(),  # a generic broker can neither subscribe a client nor deliver to one session
+    source="bridge.brokers.external:make_external_source",  # gmqtt loads only in this mode
+)
