@@ -20,7 +20,7 @@ from actions.mysql.backend import format_markers
 from bridge.events import ClientConnected, ClientDisconnected
 from support.bridges import BridgeFactory, eventually, mqtt_port
 from support.mqtt import Client
-from support.services import ROOT, start_mariadb
+from support.services import ROOT, start_mariadb, stop_mariadb
 
 PORT = 3307
 POOL = (
@@ -171,3 +171,36 @@ async def test_a_wrong_password_stops_the_start_without_showing_it(make_bridge: 
     with pytest.raises(Exception, match="Access denied") as caught:
         await make_bridge(rules, pools=pool)
     assert "not-the-Secret-42" not in str(caught.value)
+
+
+async def test_bridge_starts_while_mysql_is_down_and_catches_up(make_bridge: BridgeFactory) -> None:
+    """No schema, no server at start: actions wait, then the schema and the rows arrive."""
+    port = 3308
+    await asyncio.to_thread(start_mariadb, port)  # create the server's data once, then take it away
+
+    async def connect() -> My:
+        conn = await asyncmy.connect(
+            host="127.0.0.1", port=port, user="hookbridge", password="hookbridge", db="mqtt", autocommit=True
+        )
+        return My(conn)
+
+    db = await connect()
+    await db.rows(f"DROP TABLE IF EXISTS {TABLES}")
+    db.conn.close()
+    await asyncio.to_thread(stop_mariadb, port)
+    pools = POOL.replace(f":{PORT}\n", f":{port}\n") + "backend.mysql.pool1.retry_backoff_max = 300ms\n"
+    rules = 'backend.mysql.hook.client.connected.1 = {"action": {"function": "on_client_connected"}}\n'
+    bridge = await make_bridge(rules, pools=pools)
+    client = await Client("early", mqtt_port(bridge)).connect()
+    await asyncio.sleep(1)
+    assert not bridge.health()[0]
+    try:
+        await asyncio.to_thread(start_mariadb, port)
+        await asyncio.wait_for(bridge.idle(), 30)
+        db = await connect()
+        assert await db.value("SELECT state FROM mqtt_client WHERE clientid = 'early'") == 1
+        db.conn.close()
+        assert bridge.health()[0]
+    finally:
+        await client.disconnect()
+        await asyncio.to_thread(stop_mariadb, port)
