@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One command: install what the tests need, then run lint, types and the whole test suite.
 #   scripts/test.sh [--keep-services] [pytest arguments...]
-# The test fixtures start the servers they use (Redis, Mosquitto, PostgreSQL, FerretDB, Cassandra)
-# through the scripts here. FerretDB is started up front too: its first build (Go, about a minute)
-# then happens here, with its own progress line, rather than inside the first test that needs it.
+# The test fixtures start the servers they use (Redis, Mosquitto, PostgreSQL, FerretDB, Cassandra,
+# MariaDB) through the scripts here. FerretDB is started up front too: its first build (Go, about a
+# minute) then happens here, with its own progress line, rather than inside the first test that
+# needs it; MariaDB too (its first start creates its data directory).
 # At the end (also on failure or Ctrl-C) it stops the servers this run started; servers that were
 # already running and were reused keep running. --keep-services (or KEEP_SERVICES=1) keeps them
 # all, for fast re-runs, and prints the commands that stop them. The exit status is pytest's
@@ -41,7 +42,8 @@ finish() {
 trap finish EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-apt_install redis-server mosquitto postgresql libpostgresql-jdbc-java openjdk-17-jre-headless maven chromium
+apt_install redis-server mosquitto postgresql libpostgresql-jdbc-java mariadb-server mariadb-client libmariadb-java \
+  openjdk-17-jre-headless maven chromium
 python_env test
 js_deps
 # The Spark reports' connector jars (Maven Central) and JDBC driver (Debian), once into .spark-jars/.
@@ -52,6 +54,7 @@ bash "$ROOT/scripts/spark_jars.sh"
 bash "$ROOT/scripts/cassandra.sh" 9042 >"$RUN_DIR/cassandra-9042.start.log" 2>&1 &
 cd "$ROOT"
 bash scripts/ferretdb.sh 27018
+bash scripts/mariadb.sh 3307  # the MySQL backend's tests (tests/conformance, tests/integration/test_mysql.py)
 say "ruff"
 "$VENV/bin/ruff" check bridge actions spark_analytics tests bench
 say "mypy"

@@ -27,6 +27,7 @@ ACKED_COLUMNS = "clientid string, topic string, msgid string"
 
 SINGLE_PARTITION = "com.mongodb.spark.sql.connector.read.partitioner.SinglePartitionPartitioner"
 CASSANDRA = "org.apache.spark.sql.cassandra"
+JDBC = ("pgsql", "mysql")  # read through Spark's JDBC source
 
 
 def _names(schema: str) -> list[str]:
@@ -37,9 +38,10 @@ def event_log(
     spark: SparkSession, source: Source, window: Window, events: tuple[str, ...], partitions: int = 1
 ) -> DataFrame:
     """Event-log rows of these `events` (hookpoint names) with window.start <= ts < window.end."""
-    if source.db == "pgsql":
+    if source.db in JDBC:
         names = ", ".join(f"'{name}'" for name in events)  # our own constants, never user text
-        where = f"ts >= {_sql_time(window.start)} AND ts < {_sql_time(window.end)} AND event IN ({names})"
+        start, end = _sql_time(source, window.start), _sql_time(source, window.end)
+        where = f"ts >= {start} AND ts < {end} AND event IN ({names})"
         return _jdbc(spark, source, "mqtt_event_log", EVENT_LOG_COLUMNS, where, partitions)
     if source.db == "cassa":
         from pyspark.sql import functions as F
@@ -56,8 +58,9 @@ def messages(
     spark: SparkSession, source: Source, start: dt.datetime | None, end: dt.datetime, partitions: int = 1
 ) -> DataFrame:
     """Stored messages with start <= arrived < end (no lower bound when start is None)."""
-    if source.db == "pgsql":
-        where = f"arrived < {_sql_time(end)}" + (f" AND arrived >= {_sql_time(start)}" if start else "")
+    if source.db in JDBC:
+        where = f"arrived < {_sql_time(source, end)}"
+        where += f" AND arrived >= {_sql_time(source, start)}" if start else ""
         return _jdbc(spark, source, "mqtt_msg", MSG_COLUMNS, where, partitions)
     if source.db == "cassa":
         from pyspark.sql import functions as F
@@ -79,7 +82,7 @@ def messages(
 
 def offsets(spark: SparkSession, source: Source) -> DataFrame:
     """Every pubsub offset: (clientid, topic filter, last acked msgid; '' = before everything)."""
-    if source.db == "pgsql":
+    if source.db in JDBC:
         return _jdbc(spark, source, "mqtt_acked", ACKED_COLUMNS, "true", 1)
     if source.db == "cassa":
         return _shape(_cassandra(spark, source, "acked"), ACKED_COLUMNS)
@@ -94,26 +97,55 @@ def _shape(frame: DataFrame, schema: str) -> DataFrame:
     return frame.select(*(F.col(name).cast(kind).alias(name) for name, kind in pairs))
 
 
-def _sql_time(at: dt.datetime) -> str:
-    return f"'{at.astimezone(dt.UTC).isoformat()}'::timestamptz"
+def _sql_time(source: Source, at: dt.datetime) -> str:
+    utc = at.astimezone(dt.UTC)
+    if source.db == "mysql":  # DATETIME(6) columns hold UTC without a zone
+        return f"'{utc.replace(tzinfo=None).isoformat(sep=' ')}'"
+    return f"'{utc.isoformat()}'::timestamptz"
+
+
+def _columns(source: Source, schema: str) -> str:
+    """The select list. MySQL's zone-less DATETIME travels as text and Spark (session zone UTC)
+    casts it, so no JDBC driver or JVM time zone can shift it."""
+    if source.db != "mysql":
+        return ", ".join(_names(schema))
+    pairs = [part.split() for part in schema.split(",")]
+    return ", ".join(
+        f"DATE_FORMAT({name}, '%Y-%m-%d %H:%i:%s.%f') AS {name}" if kind == "timestamp" else name
+        for name, kind in pairs
+    )
+
+
+def _jdbc_options(source: Source) -> dict[str, str]:
+    host, port = source.setting("server")
+    if source.db == "mysql":
+        options = {
+            # The mysql: scheme makes Spark quote names MySQL's way (backticks); the MariaDB driver
+            # (Debian's, and MySQL-compatible) takes that scheme with permitMysqlScheme.
+            "url": f"jdbc:mysql://{host}:{port}/{source.setting('database')}?permitMysqlScheme",
+            "driver": "org.mariadb.jdbc.Driver",
+            "user": source.setting("username") or source.setting("user") or "",
+        }
+        if source.setting("ssl"):
+            options |= {"useSsl": "true", "trustServerCertificate": "false" if source.setting("ssl.verify") else "true"}
+    else:
+        options = {
+            "url": f"jdbc:postgresql://{host}:{port}/{source.setting('database')}",
+            "driver": "org.postgresql.Driver",
+            "user": source.setting("username") or "",
+        }
+        if source.setting("ssl"):
+            options |= {"ssl": "true", "sslmode": "verify-full" if source.setting("ssl.verify") else "require"}
+    return options | {"password": source.setting("password") or "", "fetchsize": "20000"}
 
 
 def _jdbc(spark: SparkSession, source: Source, table: str, schema: str, where: str, partitions: int) -> DataFrame:
-    host, port = source.setting("server")
-    options = {
-        "url": f"jdbc:postgresql://{host}:{port}/{source.setting('database')}",
-        "driver": "org.postgresql.Driver",
-        "user": source.setting("username") or "",
-        "password": source.setting("password") or "",
-        "fetchsize": "20000",
-    }
-    if source.setting("ssl"):
-        options |= {"ssl": "true", "sslmode": "verify-full" if source.setting("ssl.verify") else "require"}
+    options = _jdbc_options(source)
 
     def read(**extra: str) -> DataFrame:  # a new reader each time: a reader keeps its options
         return spark.read.format("jdbc").options(**options, **extra).load()
 
-    query = f"SELECT {', '.join(_names(schema))}, id FROM {table} WHERE {where}"
+    query = f"SELECT {_columns(source, schema)}, id FROM {table} WHERE {where}"
     if partitions <= 1:
         return _shape(read(query=query), schema)
     # Parallel reads: `partitions` range queries on id, the bounds taken from the window's rows.

@@ -13,11 +13,12 @@ from bridge.conf.config import PoolConfig, load_config
 from bridge.conf.errors import ConfErrors
 from spark_analytics.errors import ReportError
 
-SUPPORTED = ("pgsql", "cassa", "mongo")
+SUPPORTED = ("pgsql", "cassa", "mongo", "mysql")
 
 # The report's tables under each backend's names (SPEC 5.2-5.4).
 TABLES: dict[str, dict[str, str]] = {
     "pgsql": {"event_log": "mqtt_event_log", "msg": "mqtt_msg", "acked": "mqtt_acked"},
+    "mysql": {"event_log": "mqtt_event_log", "msg": "mqtt_msg", "acked": "mqtt_acked"},
     "mongo": {"event_log": "mqtt_event_log", "msg": "mqtt_msg", "acked": "mqtt_acked"},
     "cassa": {"event_log": "event_log", "msg": "msg", "acked": "acked"},
 }
@@ -62,14 +63,19 @@ def load_source(config_path: str | Path, source: str) -> Source:
         raise ReportError(f"{config_path}: no pool {source!r} to read (reportable pools: {known})", code=2)
     if pool.db not in SUPPORTED:
         raise ReportError(
-            f"--source {source}: reports read PostgreSQL, Cassandra or MongoDB pools, not {pool.db}", code=2
+            f"--source {source}: reports read PostgreSQL, MySQL, Cassandra or MongoDB pools, not {pool.db}", code=2
         )
     return Source(pool)
 
 
 def check(source: Source, needed: tuple[str, ...]) -> None:
     """Raise ReportError unless the source answers and holds every `needed` table."""
-    checkers = {"pgsql": _existing_pgsql, "mongo": _existing_mongo, "cassa": _existing_cassa}
+    checkers = {
+        "pgsql": _existing_pgsql,
+        "mysql": _existing_mysql,
+        "mongo": _existing_mongo,
+        "cassa": _existing_cassa,
+    }
     try:
         existing = checkers[source.db](source)
     except ReportError:
@@ -85,7 +91,7 @@ def check(source: Source, needed: tuple[str, ...]) -> None:
 
 
 def _where(source: Source) -> str:
-    if source.db == "pgsql":
+    if source.db in ("pgsql", "mysql"):
         host, port = source.setting("server")
         return f"{host}:{port}/{source.setting('database')}"
     if source.db == "mongo":
@@ -115,6 +121,35 @@ def _existing_pgsql(source: Source) -> set[str]:
         finally:
             await conn.close()
         return {row["tablename"] for row in rows}
+
+    return asyncio.run(tables())
+
+
+def _existing_mysql(source: Source) -> set[str]:
+    import asyncio
+
+    import asyncmy
+
+    from bridge.conf.tls import settings_context
+
+    async def tables() -> set[str]:
+        host, port = source.setting("server")
+        conn = await asyncmy.connect(
+            host=host,
+            port=port,
+            user=source.setting("username") or source.setting("user") or None,
+            password=source.setting("password") or "",
+            db=source.setting("database"),
+            ssl=settings_context(source.pool.settings),
+            connect_timeout=10,
+        )
+        try:
+            async with conn.cursor() as cursor:
+                await cursor.execute("SHOW TABLES")
+                rows = await cursor.fetchall()
+        finally:
+            conn.close()
+        return {row[0] for row in rows}
 
     return asyncio.run(tables())
 

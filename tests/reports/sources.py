@@ -1,21 +1,25 @@
-"""The three databases the reports read, each with a database / keyspace of its own (`spark_test`), so
+"""The four databases the reports read, each with a database / keyspace of its own (`spark_test`), so
 nothing another test uses is ever dropped; and a count of event-log rows, to wait on."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 from dataclasses import dataclass
 
+import asyncmy
 import asyncpg
 from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import Cluster
 from pymongo import MongoClient
 
-from support.services import postgres_dsn, start_cassandra, start_ferretdb, start_postgres
+from support.services import ROOT, postgres_dsn, start_cassandra, start_ferretdb, start_postgres
 
 PG_PORT = 5439
 MONGO_PORT = 27018
 CASSA_PORT = 9042
+MYSQL_PORT = 3307
 NAME = "spark_test"
 
 
@@ -46,7 +50,13 @@ CASSA = TestSource(
     f"backend.cassa.pool1.password = hookbridge\nbackend.cassa.pool1.keyspace = {NAME}\n"
     "backend.cassa.pool1.batch_time = 1ms\n",
 )
-SOURCES = {"pgsql": PGSQL, "mongo": MONGO, "cassa": CASSA}
+MYSQL = TestSource(
+    "mysql.pool1",
+    f"backend.mysql.pool1.server = 127.0.0.1:{MYSQL_PORT}\nbackend.mysql.pool1.username = hookbridge\n"
+    f"backend.mysql.pool1.password = hookbridge\nbackend.mysql.pool1.database = {NAME}\n"
+    "backend.mysql.pool1.batch_time = 1ms\n",
+)
+SOURCES = {"pgsql": PGSQL, "mongo": MONGO, "cassa": CASSA, "mysql": MYSQL}
 
 
 async def empty(source: TestSource) -> None:
@@ -59,6 +69,12 @@ async def empty(source: TestSource) -> None:
             await conn.execute(f"CREATE DATABASE {NAME}")
         finally:
             await conn.close()
+    elif source.db == "mysql":
+        # The script grants hookbridge its own database `spark_test` (and creates it).
+        env = {**os.environ, "HOOKBRIDGE_MYSQL_DATABASE": NAME}
+        script = ["bash", str(ROOT / "scripts" / "mariadb.sh"), str(MYSQL_PORT)]
+        await asyncio.to_thread(subprocess.run, script, check=True, env=env)
+        await _mysql(f"DROP DATABASE IF EXISTS {NAME}", f"CREATE DATABASE {NAME}")
     elif source.db == "mongo":
         start_ferretdb(MONGO_PORT)
         await asyncio.to_thread(_drop_mongo)
@@ -74,10 +90,23 @@ async def event_log_rows(source: TestSource) -> int:
             return int(await conn.fetchval("SELECT count(*) FROM mqtt_event_log"))
         finally:
             await conn.close()
+    if source.db == "mysql":
+        return int((await _mysql(f"SELECT count(*) FROM {NAME}.mqtt_event_log"))[0][0])
     if source.db == "mongo":
         return await asyncio.to_thread(_count_mongo)
     rows = await asyncio.to_thread(_cassa, f"SELECT count(*) FROM {NAME}.event_log")
     return int(rows[0][0])
+
+
+async def _mysql(*statements: str) -> list[tuple[object, ...]]:
+    conn = await asyncmy.connect(host="127.0.0.1", port=MYSQL_PORT, user="hookbridge", password="hookbridge")
+    try:
+        async with conn.cursor() as cursor:
+            for statement in statements:
+                await cursor.execute(statement)
+            return list(await cursor.fetchall())
+    finally:
+        conn.close()
 
 
 def _drop_mongo() -> None:

@@ -58,7 +58,7 @@ async def traffic(port: int) -> None:
     del stay  # stays connected: an open session at the window's end
 
 
-@pytest.mark.parametrize("db", ["pgsql", "cassa", "mongo"])
+@pytest.mark.parametrize("db", ["pgsql", "cassa", "mongo", "mysql"])
 async def test_reports_count_what_was_sent(
     db: str, make_bridge: BridgeFactory, spark: SparkSession, tmp_path: Path
 ) -> None:

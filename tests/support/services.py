@@ -56,3 +56,13 @@ def start_mosquitto(port: int) -> None:
 
 def stop_mosquitto(port: int) -> None:
     subprocess.run(["bash", str(ROOT / "scripts" / "mosquitto.sh"), str(port), "stop"], check=True)
+
+
+def start_mariadb(port: int) -> None:
+    """A MariaDB on 127.0.0.1:port with user/password hookbridge and database mqtt (reused if up)."""
+    subprocess.run(["bash", str(ROOT / "scripts" / "mariadb.sh"), str(port)], check=True)
+
+
+def stop_mariadb(port: int) -> None:
+    """Stop the MariaDB that scripts/mariadb.sh started on port (no-op if down)."""
+    subprocess.run(["bash", str(ROOT / "scripts" / "mariadb.sh"), str(port), "stop"], check=True)

@@ -43,7 +43,7 @@ def test_every_error_at_once_with_positions() -> None:
         "broker.mode = embeded\n"
         "backend.redis.pool1.pool_size = many\n"
         "backend.redis.pool1.sever = 127.0.0.1:6379\n"
-        "backend.mysql.pool1.server = 127.0.0.1:3306\n"
+        "backend.mssql.pool1.server = 127.0.0.1:1433\n"
         "metrics.listener = 127.0.0.1\n"
         "broker.mode = mqtt\n"
         "backend.redis.hook.client.connected.1 = {}\n"
@@ -53,7 +53,7 @@ def test_every_error_at_once_with_positions() -> None:
         f"{P}:2:15: broker.mode: expected one of embedded, emqx, mqtt, got 'embeded'",
         f"{P}:3:33: backend.redis.pool1.pool_size: expected an integer from 1 to 1024, got 'many'",
         f"{P}:4:1: unknown redis pool setting 'sever' (did you mean server?)",
-        f"{P}:5:1: unknown backend 'mysql' (did you mean pgsql?) in backend.mysql.pool1.server",
+        f"{P}:5:1: unknown backend 'mssql' (did you mean mysql?) in backend.mssql.pool1.server",
         f"{P}:6:20: metrics.listener: expected host:port, got '127.0.0.1'",
         f"{P}:7:1: duplicate key broker.mode (first set at line 2)",
         f"{P}:8:1: hook lines belong in rules/*.conf, not in the config file",

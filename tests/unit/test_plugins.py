@@ -96,7 +96,7 @@ def listdb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 
 def test_a_backend_of_another_package_is_configured_and_documented_from_its_declaration(listdb: Path) -> None:
-    assert list(registry.backends()) == ["cassa", "listdb", "mongo", "pgsql", "redis"]
+    assert list(registry.backends()) == ["cassa", "listdb", "mongo", "mysql", "pgsql", "redis"]
     config = parse_config("bridge.conf", "backend.listdb.pool1.bucket = audit\n")
     pool = config.pools["listdb.pool1"]
     assert (pool["bucket"], pool["server"], pool["batch_size"]) == ("audit", ("127.0.0.1", 7777), 2000)
@@ -107,7 +107,7 @@ def test_a_backend_of_another_package_is_configured_and_documented_from_its_decl
         "bridge.conf:2:1: unknown backend 'lisdb' (did you mean listdb?) in backend.lisdb.pool1.bucket",
     ]
     page = docs.render()
-    assert "`<db>` is `cassa`, `listdb`, `mongo`, `pgsql` or `redis`." in page
+    assert "`<db>` is `cassa`, `listdb`, `mongo`, `mysql`, `pgsql` or `redis`." in page
     assert "| `backend.listdb.<pool>.bucket` | `events` | text, not empty | where the events go |" in page
 
 
