@@ -52,7 +52,7 @@ def test_unknown_and_unsupported_pools(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(report(tmp_path, pools, "traffic", "--source", "pgsql.pool1", "--from", "-1h")) == 2
     assert "no pool 'pgsql.pool1' to read (reportable pools: pgsql.p1)" in capsys.readouterr().err
     assert main(report(tmp_path, pools, "traffic", "--source", "redis.r1", "--from", "-1h")) == 2
-    assert "reports read PostgreSQL, Cassandra or MongoDB pools, not redis" in capsys.readouterr().err
+    assert "reports read PostgreSQL, MySQL, Cassandra or MongoDB pools, not redis" in capsys.readouterr().err
 
 
 def test_unreachable_source(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
