@@ -228,9 +228,18 @@ else
   started_here
 fi
 started=$SECONDS
+attempts=1
 while ! ready --setup; do
   if ! our_pid >/dev/null; then
     tail -n 30 "$LOG" "$BASE/logs/stdout.log" >&2 2>/dev/null || true
+    if [ "$attempts" -lt 2 ]; then
+      # Right after a stop, a port of the last node (JMX, storage) can still be held for a moment.
+      say "Cassandra exited while starting on 127.0.0.1:$PORT; starting it once more in 5 s"
+      attempts=$((attempts + 1))
+      sleep 5
+      start_node
+      continue
+    fi
     echo "Cassandra exited while starting on 127.0.0.1:$PORT; see $LOG" >&2
     exit 1
   fi
