@@ -64,7 +64,7 @@ class Sample:
     value: float
 
     def line(self) -> str:
-        return f"{self.name}{_labels(**self.labels)} {self.value}"
+        return f"{self.name}{_labels(**self.labels) if self.labels else ''} {self.value}"
 
 
 @dataclass(slots=True)

@@ -16,12 +16,9 @@ import re
 from pathlib import Path
 
 from bridge.conf.config import Config
+from bridge.workers.names import worker_clientid
 
 _WORKER_DIR = re.compile(r"^worker-([1-9][0-9]*)$")
-
-
-def worker_clientid(clientid: str, index: int) -> str:
-    return clientid if index == 0 else f"{clientid}-w{index}"
 
 
 def worker_spool_dir(spool_dir: str | Path, index: int) -> Path:

@@ -31,8 +31,9 @@ from bridge.http import StatusServer
 from bridge.metrics import Family, Sample, render_families
 from bridge.redact import Redactor
 from bridge.workers.channel import SupervisorEnd, families_from_json
-from bridge.workers.layout import worker_clientid, worker_spool_dir
+from bridge.workers.layout import worker_spool_dir
 from bridge.workers.merge import combined_health, counts_only, merge_families
+from bridge.workers.names import worker_clientid
 
 log = logging.getLogger("hookbridge.supervisor")
 

@@ -14,6 +14,7 @@ from bridge.brokers.emqx.rest import EmqxApi
 from bridge.brokers.mqtt.source import MqttSource
 from bridge.events import Event
 from bridge.topics import matches
+from bridge.workers.names import same_bridge
 
 
 class EmqxSource(MqttSource):
@@ -42,8 +43,8 @@ class EmqxSource(MqttSource):
         if event is None:
             self.ignored += 1
             return []
-        if event.clientid == self.upstream.clientid:
-            return []  # the bridge's own session is not an application client
+        if same_bridge(self.upstream.clientid, event.clientid):
+            return []  # the bridge's own sessions (every worker's) are not application clients
         return [event]
 
     async def subscribe(self, clientid: str, topic: str, qos: int) -> bool:
