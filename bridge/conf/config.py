@@ -47,6 +47,9 @@ class Config:
     # command line's `--workers`) point at the setting they are about.
     keys_at: dict[str, Position] = field(default_factory=dict)
     values_at: dict[str, Position] = field(default_factory=dict)
+    # Which process of `hookbridge run --workers N` this config runs (bridge/workers/): 0 for the
+    # only one. Worker 0 alone takes the broker's client and session events, so they stay in order.
+    worker: int = 0
 
     def __getitem__(self, key: str) -> Any:
         return self.settings[key]

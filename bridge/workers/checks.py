@@ -13,19 +13,19 @@ from bridge.conf.errors import ConfError, Position
 from bridge.events import Hookpoint
 from bridge.rules import FunctionAction, Rule
 
-# Hooks whose events change one client's state (online, its subscriptions, its offsets): a custom
-# action on them (commands, sql, cql, template) usually keeps that state, which order decides.
-_STATE_HOOKS = {
-    Hookpoint.CLIENT_CONNECTED: "status",
-    Hookpoint.CLIENT_DISCONNECTED: "status",
-    Hookpoint.SESSION_SUBSCRIBED: "subscriptions",
-    Hookpoint.SESSION_UNSUBSCRIBED: "subscriptions",
-    Hookpoint.MESSAGE_ACKED: "offsets",
+# What --workers N spreads: the broker hands each message to one of the N sessions, so the
+# message.publish events of one topic and publisher may be applied by two processes at once.
+# Client, session and ack events are not spread: worker 0 alone subscribes to them (Mosquitto's
+# log topics, EMQX's $SYS and rule events), so they keep the order the broker sent them in.
+_SPREAD_BECAUSE = {
+    Hookpoint.MESSAGE_PUBLISH: "its message.publish events are spread over the workers",
+    # an ack refers to a message a message.publish rule stores, in whichever worker took it
+    Hookpoint.MESSAGE_ACKED: "the message an ack refers to may still be on its way to the database in another worker",
 }
 
 WHY = (
-    "Mosquitto hands a shared subscription's messages out round-robin, so events of one client or "
-    "topic can be applied out of order across workers; per-(publisher, topic) order holds only "
+    "Mosquitto hands a shared subscription's messages out round-robin, so two messages of one "
+    "publisher and topic can be applied out of order by two workers; per-(publisher, topic) order holds only "
     "where the broker hashes (EMQX broker.shared_subscription_strategy = hash_clientid or "
     'hash_topic); see docs/operations.md "Several workers"'
 )
@@ -69,27 +69,25 @@ def _shared_group_place(config: Config) -> Position:
 
 
 def needs_order(rule: Rule) -> str:
-    """What a rule keeps that event order decides ("status", "retain", ...), or ""."""
-    if isinstance(rule.action, FunctionAction):
-        return rule.action.spec.needs_order
-    return _STATE_HOOKS.get(rule.hookpoint, "")
+    """What a rule keeps that event order decides ("status", "retain", "offsets"), or ""."""
+    return rule.action.spec.needs_order if isinstance(rule.action, FunctionAction) else ""
 
 
 def ordering_warnings(rules: list[Rule], workers: int) -> list[str]:
-    """One `path:line:col: warning: ...` line per rule that needs order, then why (nothing for one worker)."""
+    """One `path:line:col: warning: ...` line per rule whose result N workers may get wrong, then
+    why (nothing for one worker). Custom actions cannot be judged: docs/operations.md says what to
+    look for."""
     if workers <= 1:
         return []
     lines = []
     for rule in rules:
-        what = needs_order(rule)
-        if not what:
-            continue
-        custom = f"a custom action on {rule.hookpoint}"
-        action = rule.action.spec.name if isinstance(rule.action, FunctionAction) else custom
-        lines.append(
-            f"{rule.where}: warning: {rule.id} ({action}) keeps {what}, which needs its events in order; "
-            f"--workers {workers} spreads them over {workers} processes"
-        )
+        what, because = needs_order(rule), _SPREAD_BECAUSE.get(rule.hookpoint, "")
+        if what and because:
+            name = rule.action.spec.name if isinstance(rule.action, FunctionAction) else ""
+            lines.append(
+                f"{rule.where}: warning: {rule.id} ({name}) keeps {what}, which needs events in order, "
+                f"and with --workers {workers} {because}"
+            )
     if lines:
         lines.append(f"warning: {WHY}")
     return lines

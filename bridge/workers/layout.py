@@ -26,11 +26,12 @@ def worker_spool_dir(spool_dir: str | Path, index: int) -> Path:
 
 
 def become_worker(config: Config, index: int) -> None:
-    """Make `config` worker `index`'s: its client id and spool, and no public listener (the
-    supervisor serves `metrics.listener` for all of them)."""
+    """Make `config` worker `index`'s: its client id and spool, no public listener (the
+    supervisor serves `metrics.listener` for all of them), and client events for worker 0 only."""
     config.settings["broker.clientid"] = worker_clientid(config["broker.clientid"], index)
     config.settings["spool.dir"] = str(worker_spool_dir(config["spool.dir"], index))
     config.settings["metrics.listener"] = None
+    config.worker = index
 
 
 def leftover_workers(spool_dir: str | Path, workers: int) -> list[int]:

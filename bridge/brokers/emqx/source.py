@@ -31,6 +31,9 @@ class EmqxSource(MqttSource):
 
     def control_subscriptions(self) -> list[tuple[str, int]]:
         # EMQX publishes $SYS messages at QoS 0; the republished rule events come at the rule's QoS (1).
+        # Off in workers other than 0 of `run --workers N`: one process takes them all, in order.
+        if not self._client_events:
+            return []
         return [(sys_filter(self.sys_root), 0), (self.event_topic, 1)]
 
     def control_events(self, topic: str, payload: bytes) -> list[Event] | None:
