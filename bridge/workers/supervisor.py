@@ -199,7 +199,16 @@ class Supervisor:
         up.samples = [Sample(up.name, {"worker": str(w.index)}, int(w.index in answered)) for w in self.workers]
         restarts = Family("hookbridge_worker_restarts_total", "counter", "Times the supervisor started a worker again")
         restarts.samples = [Sample(restarts.name, {"worker": str(w.index)}, w.restarts) for w in self.workers]
-        return [workers, up, restarts]
+        events = Family(
+            "hookbridge_worker_events_total",
+            "counter",
+            "Events each worker received from the broker since it started (how the broker shares them out)",
+            "each",
+        )
+        for index, families in sorted(answered.items()):
+            received = sum(s.value for f in families if f.name == "hookbridge_events_total" for s in f.samples)
+            events.samples.append(Sample(events.name, {"worker": str(index)}, received))
+        return [workers, up, restarts, events]
 
     async def health(self) -> tuple[bool, dict[str, Any]]:
         answers = await asyncio.gather(*(self._ask(worker, "health") for worker in self.workers))
