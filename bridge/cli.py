@@ -88,7 +88,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if worker is not None:  # one of `run --workers N`'s processes (bridge/workers/)
         child.hold_signals_until_serving()
         child.die_with_supervisor(args.supervisor_pid)
-        become_worker(config, worker)
+        become_worker(config, worker, args.workers)
     bridge = Bridge(config, rules, _paths(args))
     process = f"worker-{worker}" if worker is not None else ""
     logs.setup(bridge.config["log.level"], bridge.config["log.format"], redactor=bridge.redactor, process=process)

@@ -19,17 +19,20 @@ from bridge.conf.config import Config
 from bridge.workers.names import worker_clientid
 
 _WORKER_DIR = re.compile(r"^worker-([1-9][0-9]*)$")
+MIN_SPOOL_SHARE = 64 << 10  # the least spool.max_bytes takes
 
 
 def worker_spool_dir(spool_dir: str | Path, index: int) -> Path:
     return Path(spool_dir) if index == 0 else Path(spool_dir) / f"worker-{index}"
 
 
-def become_worker(config: Config, index: int) -> None:
-    """Make `config` worker `index`'s: its client id and spool, no public listener (the
+def become_worker(config: Config, index: int, workers: int) -> None:
+    """Make `config` worker `index`'s of `workers`: its client id and spool, its share of
+    `spool.max_bytes` (the bound stays one for the whole bridge), no public listener (the
     supervisor serves `metrics.listener` for all of them), and client events for worker 0 only."""
     config.settings["broker.clientid"] = worker_clientid(config["broker.clientid"], index)
     config.settings["spool.dir"] = str(worker_spool_dir(config["spool.dir"], index))
+    config.settings["spool.max_bytes"] = max(MIN_SPOOL_SHARE, config["spool.max_bytes"] // workers)
     config.settings["metrics.listener"] = None
     config.worker = index
 

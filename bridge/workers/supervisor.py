@@ -123,7 +123,11 @@ class Supervisor:
         ours, theirs = socket.socketpair()
         try:
             process = await asyncio.create_subprocess_exec(
-                *self._command(worker, theirs.fileno()), pass_fds=(theirs.fileno(),)
+                *self._command(worker, theirs.fileno()),
+                pass_fds=(theirs.fileno(),),
+                # its own process group: a Ctrl-C in the terminal reaches the supervisor only, which
+                # stops the workers itself (a worker stopping on its own would be started again)
+                process_group=0,
             )
         finally:
             theirs.close()  # the worker holds its own copy; ours alone would hide its death
@@ -152,6 +156,8 @@ class Supervisor:
             str(self.paths.config),
             "-r",
             str(self.paths.rules),
+            "--workers",
+            str(len(self.workers)),
             "--worker-index",
             str(worker.index),
             "--control-fd",

@@ -119,14 +119,11 @@ def test_worker_zero_keeps_the_single_process_session_and_spool(tmp_path: Path) 
     assert worker_clientid("hb", 0) == "hb" and worker_clientid("hb", 3) == "hb-w3"
     assert worker_spool_dir("data/spool", 0) == Path("data/spool")
     assert worker_spool_dir("data/spool", 2) == Path("data/spool/worker-2")
-    config = parse_config("b.conf", MQTT + f"spool.dir = {tmp_path}\n")
-    become_worker(config, 2)
-    assert (config["broker.clientid"], config["spool.dir"], config["metrics.listener"], config.worker) == (
-        "hb-w2",
-        str(tmp_path / "worker-2"),
-        None,
-        2,
-    )
+    config = parse_config("b.conf", MQTT + f"spool.dir = {tmp_path}\nspool.max_bytes = 3MB\n")
+    become_worker(config, 2, 3)
+    settings = [config[key] for key in ("broker.clientid", "spool.dir", "metrics.listener", "spool.max_bytes")]
+    assert settings == ["hb-w2", str(tmp_path / "worker-2"), None, 1 << 20]  # a third of the one bound each
+    assert config.worker == 2
     assert same_bridge("hb-w2", "hb") and same_bridge("hb", "hb-w11") and not same_bridge("hb", "hb-other")
     assert not same_bridge("hb", "hbw1") and not same_bridge("hb-w1", "device-w1")
 
