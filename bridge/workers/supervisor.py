@@ -104,12 +104,15 @@ class Supervisor:
         delay = BACKOFF_FIRST
         while not self._stop.is_set():
             started = time.monotonic()
-            code = await self._run_once(worker)
+            try:
+                code = await self._run_once(worker)
+                how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            except OSError as exc:  # no process could be made (out of memory, too many processes)
+                how = f"could not be started ({exc.strerror or exc})"
             if self._stop.is_set():
                 break
             if time.monotonic() - started >= STEADY:
                 delay = BACKOFF_FIRST
-            how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
             log.warning("worker %d %s; starting it again in %.1f s", worker.index, how, delay)
             worker.state, worker.restarts = "restarting", worker.restarts + 1
             self.carried = merge_families({0: self.carried, 1: worker.last_counts})
@@ -129,6 +132,9 @@ class Supervisor:
                 # stops the workers itself (a worker stopping on its own would be started again)
                 process_group=0,
             )
+        except OSError:
+            ours.close()
+            raise
         finally:
             theirs.close()  # the worker holds its own copy; ours alone would hide its death
         worker.process, worker.channel, worker.state = process, SupervisorEnd(ours), "running"

@@ -151,7 +151,12 @@ def test_two_workers_store_every_message_once_reload_restart_and_stop(
 def test_no_worker_outlives_a_killed_supervisor(
     tmp_path: Path, redis_db: redis_sync.Redis, redis_port: int, mosquitto: int, bridges: list[BridgeProcess]
 ) -> None:
+    (tmp_path / "spool" / "worker-3").mkdir(parents=True)  # left by an earlier run with 4 workers
     bridge = _bridge(tmp_path, redis_port, bridges)
+    assert (
+        "WARNING supervisor hookbridge: state of worker 3 from an earlier run with more workers"
+        in bridge.log.read_text()
+    )
     pids = [int(w["pid"]) for w in _health(bridge).values()]  # type: ignore[call-overload]
     bridge.kill()  # SIGKILL: nothing of the supervisor runs
     _eventually(lambda: not any(_alive(pid) for pid in pids), "the workers to exit after their supervisor")

@@ -207,3 +207,36 @@ def test_every_workers_session_is_the_bridges_own_in_mosquittos_log() -> None:
 
     assert connected("hb") is None and connected("hb-w1") is None and connected("hb-w7") is None
     assert connected("device-1") is not None
+
+
+def test_run_refuses_what_check_refuses_before_starting_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = _home(tmp_path, POOL + "broker.mode = embedded\n")
+    code = main(["run", "-c", str(home / "bridge.conf"), "-r", str(home / "rules"), "--workers", "2"])
+    _out, err = capsys.readouterr()
+    assert code == 2
+    assert err.splitlines()[0].startswith(f"{home / 'bridge.conf'}:2:15: --workers 2 needs broker.mode = emqx or mqtt")
+
+
+@pytest.mark.parametrize("mode", ["mqtt", "emqx"])
+def test_only_worker_zero_subscribes_to_client_events(tmp_path: Path, mode: str) -> None:
+    from bridge.app import Paths, load_all
+    from bridge.brokers.external import make_external_source
+    from bridge.brokers.mqtt.source import MqttSource
+    from bridge.msgid import MsgIdGenerator
+
+    config_text = MQTT.replace("mqtt", mode, 1) + "broker.shared_group = g\n" + POOL
+    home = _home(tmp_path, config_text, RULES)
+
+    def subscriptions(worker: int) -> list[str]:
+        config, rules = load_all(Paths(home / "bridge.conf", home / "rules"))
+        if worker:
+            become_worker(config, worker, 2)
+        source = make_external_source(config, rules, MsgIdGenerator())
+        assert isinstance(source, MqttSource)
+        return [topic for topic, _qos in source.subscriptions()]
+
+    first, second = subscriptions(0), subscriptions(1)
+    assert second == ["$share/g/t/#"]  # messages only
+    assert first[0] == "$share/g/t/#" and len(first) > 1 and all(t.startswith("$share/g/") for t in first)
