@@ -52,11 +52,6 @@ class AckWindow:
         self.emptied.clear()
         return message
 
-    def wait_for(self, message: Unacked, commit: asyncio.Future[None]) -> None:
-        """`message` is not done before `commit` (a rule's "committed" future) is."""
-        message.waiting += 1
-        commit.add_done_callback(lambda _: self.settle(message))
-
     def settle(self, message: Unacked) -> None:
         """One of the message's waits is over (a rule committed, or dispatching ended)."""
         message.waiting -= 1

@@ -21,7 +21,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bridge.brokers.base import BrokerSource, EventSink
+from bridge.brokers.base import BrokerSource, EventSink, callback_sink
 from bridge.brokers.mqtt.acks import AckWindow, Unacked
 from bridge.brokers.mqtt.connection import Connection, MessageHandler
 from bridge.brokers.mqtt.filters import covers
@@ -243,17 +243,21 @@ class MqttSource(BrokerSource):
         )
 
     async def _dispatch_loop(self) -> None:
-        sink = self._sink
-        assert sink is not None
-        window = self._window
+        assert self._sink is not None
+        dispatch = callback_sink(self._sink)
+        settle = self._window.settle
         while True:
             events, message = await self._intake.get()
             for event in events:
+                message.waiting += 1  # before dispatching: a rule may commit while a later one queues
+
+                def committed(message: Unacked = message) -> None:
+                    settle(message)
+
                 try:
-                    committed = await sink(event)
+                    if not await dispatch(event, committed):
+                        message.waiting -= 1  # no rule: nothing to wait for
                 except Exception:  # a bug in a rule must not stop the stream: log it, ack the message
                     log.exception("dispatching %s failed", event.hookpoint)
-                    continue
-                if committed is not None:
-                    window.wait_for(message, committed)
-            window.settle(message)  # dispatched: from now on only its rules' commits hold it
+                    message.waiting -= 1
+            settle(message)  # dispatched: from now on only its rules' commits hold it
