@@ -25,8 +25,11 @@ class Engine:
         self._by_topic: dict[tuple[Hookpoint, str | None], list[Rule]] = {}
 
     def match(self, event: Event) -> list[Rule]:
+        """The rules to run for `event` (do not modify the list: it may be the cache's)."""
         by_topic = self._matching(event.hookpoint, event_topic(event))
-        return [rule for rule in by_topic if rule.applies(event)] if by_topic else by_topic
+        if not by_topic or not any(rule.selective for rule in by_topic):
+            return by_topic
+        return [rule for rule in by_topic if rule.applies(event)]
 
     def _matching(self, hookpoint: Hookpoint, topic: str | None) -> list[Rule]:
         """The rules of `hookpoint` whose topic filters match `topic` (cached per topic)."""
