@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -99,11 +100,21 @@ async def _serve(bridge: Bridge) -> None:
     loop.add_signal_handler(signal.SIGHUP, reload)
     try:
         await bridge.start()
+        _freeze_startup_objects()
         await stop.wait()
         log.info("stopping: draining queues")
     finally:
         with contextlib.suppress(Exception):
             await bridge.stop()
+
+
+def _freeze_startup_objects() -> None:
+    """Keep what start-up built (modules, rules, pools: ~50,000 objects) out of every later full
+    garbage collection. Messages in flight outlive the young generations, so full collections
+    come every few seconds under load, and each walked all of those objects: a 30-45 ms pause
+    of the event loop, in the p99 of publish-to-commit (issue 18)."""
+    gc.collect()
+    gc.freeze()
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
