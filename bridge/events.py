@@ -25,6 +25,7 @@ def event_class(cls: type[_T]) -> type[_T]:
     frozen one is."""
     return dataclass(slots=True, unsafe_hash=True)(cls)
 
+
 # The MQTT protocol level of the client an event is about: 3 (MQTT 3.1), 4 (3.1.1) or 5 (5.0).
 # Sources that cannot tell (a message seen through a subscription) leave 3.1.1's.
 DEFAULT_PROTO_VER = 4
