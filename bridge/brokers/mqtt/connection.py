@@ -73,14 +73,18 @@ class _PacketIdHandler(MqttPackageHandler):  # type: ignore[misc]  # gmqtt is un
                 start += 1
             topic = data[2:end].decode("utf-8")
         except (IndexError, UnicodeDecodeError):
-            return False  # malformed, or a topic that is not UTF-8: gmqtt's path logs and skips it
+            return False  # malformed, or a topic that is not UTF-8: gmqtt's path (logged; bytes kept)
         if not topic or mid == 0:
             return False
         self.deliver(topic, data[start:], 1, bool(cmd & 0x08), bool(cmd & 0x01), mid, ())
         return True
 
-    def _handle_qos_1_publish_packet(self, mid: int, packet: bytes, topic: str, properties: dict[str, Any]) -> None:
+    def _handle_qos_1_publish_packet(
+        self, mid: int, packet: bytes, topic: str | bytes, properties: dict[str, Any]
+    ) -> None:
         dup, retain = bool(properties.get("dup")), bool(properties.get("retain"))
+        if isinstance(topic, bytes):  # gmqtt hands over a topic that is not UTF-8 as it came: keep its bytes
+            topic = topic.decode("utf-8", "surrogateescape")
         self.deliver(topic, packet, 1, dup, retain, mid, user_properties(properties))
 
     # A committed batch acknowledges many messages in one loop turn: their PUBACKs go out in one
