@@ -59,6 +59,7 @@ POLL = {"redis": 0.01, "pgsql": 0.02}  # seconds between counts
 
 @dataclass
 class Row:
+    key: str  # one of ROWS
     name: str
     messages: int
     rate: float | None = None
@@ -84,6 +85,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--mqtt-port", type=int, default=1886)
     parser.add_argument("--redis-port", type=int, default=6396)
     parser.add_argument("--pg-port", type=int, default=5443)  # its own server: the bench drops tables
+    parser.add_argument("--only", default=",".join(ROWS), help="rows to run, of " + ",".join(ROWS))
     parser.add_argument("--json", help="also write the rows to this file")
     return parser.parse_args()
 
@@ -151,7 +153,7 @@ async def wait_ready(store: Store, sub: Subscriber, prefix: str, args: argparse.
 
 
 async def publish_only(args: argparse.Namespace) -> Row:
-    row = Row("Mosquitto publish-only (nobody subscribed)", args.messages)
+    row = Row("ceiling", "Mosquitto publish-only (nobody subscribed)", args.messages)
     pubs = Publishers(args.mqtt_port, f"p{uuid.uuid4().hex[:8]}", args.publishers)
     broker = broker_cpu(args.mqtt_port)
     before, started = broker(), time.perf_counter()
@@ -191,9 +193,11 @@ async def measure(row: Row, store: Store, sub: Subscriber, pubs: Publishers, arg
 Command = Callable[[str, Path], list[str]]  # (topic prefix, work directory) -> the subscriber's command line
 
 
-async def subscriber_row(name: str, messages: int, store: Store, command: Command, args: argparse.Namespace) -> Row:
+async def subscriber_row(
+    key: str, name: str, messages: int, store: Store, command: Command, args: argparse.Namespace
+) -> Row:
     """One subscriber from a fresh database: measured, stopped, its stored messages checked."""
-    row, prefix = Row(name, messages), f"b{uuid.uuid4().hex[:8]}"
+    row, prefix = Row(key, name, messages), f"b{uuid.uuid4().hex[:8]}"
     await store.fresh()
     with tempfile.TemporaryDirectory(prefix="mqtt-bench-") as tmp:
         sub = Subscriber(command(prefix, Path(tmp)), Path(tmp) / "subscriber.log")
@@ -213,49 +217,44 @@ async def subscriber_row(name: str, messages: int, store: Store, command: Comman
     return row
 
 
+ROWS = ("ceiling", "bridge", "workers", "sketch", "naive")
+
+
 async def table_for(db: str, store: Store, args: argparse.Namespace) -> list[Row]:
+    """The rows of --only, in ROWS order."""
     servers = Servers(args.mqtt_port, args.redis_port, args.pg_port)
-    rows = [await publish_only(args)]
-    rows.append(
-        await subscriber_row(
+    commands: dict[str, tuple[str, int, Command]] = {
+        "bridge": (
             "hookbridge mqtt mode, 1 worker",
             args.messages,
-            store,
             lambda prefix, tmp: subscribers.bridge(db, servers, tmp, prefix, None),
-            args,
-        )
-    )
-    name = f"hookbridge mqtt mode, {args.workers} workers"
-    if subscribers.workers_supported():
-        rows.append(
-            await subscriber_row(
-                name,
-                args.messages,
-                store,
-                lambda prefix, tmp: subscribers.bridge(db, servers, tmp, prefix, args.workers),
-                args,
-            )
-        )
-    else:
-        rows.append(Row(name, 0, note="skipped: this checkout's `hookbridge run` has no --workers"))
-    rows.append(
-        await subscriber_row(
+        ),
+        "workers": (
+            f"hookbridge mqtt mode, {args.workers} workers",
+            args.messages,
+            lambda prefix, tmp: subscribers.bridge(db, servers, tmp, prefix, args.workers),
+        ),
+        "sketch": (
             "sketch: gmqtt, PUBACK on receipt, pipelined",
             args.messages,
-            store,
             lambda prefix, _: subscribers.sketch(db, servers, prefix),
-            args,
-        )
-    )
-    rows.append(
-        await subscriber_row(
+        ),
+        "naive": (
             "naive: paho, one write per message",
             args.naive_messages,
-            store,
             lambda prefix, _: subscribers.naive(db, servers, prefix),
-            args,
-        )
-    )
+        ),
+    }
+    rows = []
+    for key in (key for key in ROWS if key in args.only.split(",")):
+        if key == "ceiling":
+            rows.append(await publish_only(args))
+        elif key == "workers" and not subscribers.workers_supported():
+            name = commands[key][0]
+            rows.append(Row(key, name, 0, note="skipped: this checkout's `hookbridge run` has no --workers"))
+        else:
+            name, messages, command = commands[key]
+            rows.append(await subscriber_row(key, name, messages, store, command, args))
     return rows
 
 
@@ -264,7 +263,7 @@ def figure(value: float | None, form: str = ",.0f") -> str:
 
 
 def report(db: str, rows: list[Row], args: argparse.Namespace) -> None:
-    sketch = next(row.rate for row in rows if row.name.startswith("sketch"))
+    sketch = next((row.rate for row in rows if row.key == "sketch"), None)
     header = (
         db,
         "messages",
@@ -300,8 +299,8 @@ def report(db: str, rows: list[Row], args: argparse.Namespace) -> None:
     for row in rows:
         if row.note:
             print(f"{row.name}: {row.note}")
-    workers = next(row for row in rows if row.name.endswith("workers"))
-    if workers.rate and sketch:
+    workers = next((row for row in rows if row.key == "workers"), None)
+    if workers and workers.rate and sketch:
         ratio, p99 = workers.rate / sketch, workers.p99 or float("inf")
         goals = [f"{ratio:.2f}x the sketch (target >= 1.3x: {'met' if ratio >= 1.3 else 'NOT met'})"]
         if db == "redis":
@@ -355,7 +354,7 @@ async def main(args: argparse.Namespace) -> int:
         failed += [
             f"{db}: {row.name}: {row.verdict}"
             for row in rows
-            if row.name.startswith("hookbridge") and not row.exactly_once
+            if row.key in ("bridge", "workers") and not row.exactly_once
         ]
     if args.json:
         save(Path(args.json), results)

@@ -30,6 +30,7 @@ from actions.redis import keys
 from bench import pgsql_bench
 
 CHANNEL = "hb_bench_commit"
+HSET_EVENTS = b"__keyevent@0__:hset"
 READ_CHUNK = 10_000  # payloads read back per pipeline / query
 
 
@@ -95,10 +96,12 @@ class RedisStore:
     async def watch(self) -> None:
         await self.redis.config_set("notify-keyspace-events", "Eh")
         reader, self._writer = await asyncio.open_connection("127.0.0.1", self.port)
-        self._writer.write(b"*2\r\n$9\r\nSUBSCRIBE\r\n$17\r\n__keyevent@0__:hset\r\n")
+        self._writer.write(b"*2\r\n$9\r\nSUBSCRIBE\r\n$%d\r\n%s\r\n" % (len(HSET_EVENTS), HSET_EVENTS))
         parser = hiredis.Reader()
-        while parser.gets() is False:
-            parser.feed(await reader.read(4096))  # the subscription's confirmation
+        while (confirmed := parser.gets()) is False:
+            parser.feed(await reader.read(4096))
+        if not isinstance(confirmed, list) or confirmed[0] != b"subscribe":
+            raise RuntimeError(f"SUBSCRIBE {HSET_EVENTS!r}: {confirmed!r}")
         self.arrivals = Arrivals()
         self._reader = asyncio.create_task(self._read(reader, parser))
 
