@@ -57,7 +57,8 @@ def host_port(text: str) -> tuple[str, int]:
 
 
 def pack(command: tuple[Any, ...]) -> bytes:
-    return hiredis.pack_command(command)  # type: ignore[arg-type]  # its stub types a 1-tuple
+    packed: bytes = hiredis.pack_command(command)
+    return packed
 
 
 async def redis_writer(target: str, expire: int) -> tuple[Writer, Any]:
