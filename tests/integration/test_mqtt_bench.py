@@ -17,13 +17,13 @@ from bench.mqtt_subscribers import workers_supported
 
 ROOT = Path(__file__).resolve().parents[2]
 SUBSCRIBERS = ("bridge", "workers", "sketch", "naive")
+BENCH = (sys.executable, "-m", "bench.mqtt_bench", "--workers", "2")
 
 
 def test_tiny_run_measures_every_row_and_finds_every_message_once(tmp_path: Path) -> None:
     out = tmp_path / "results.json"
     done = subprocess.run(
-        [sys.executable, "-m", "bench.mqtt_bench", "--messages", "400", "--naive-messages", "100"]
-        + ["--latency-seconds", "0.5", "--workers", "2", "--json", str(out)],
+        [*BENCH, "--messages", "400", "--naive-messages", "100", "--latency-seconds", "0.5", "--json", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
