@@ -15,8 +15,9 @@ msg/s into Mosquitto with nobody subscribed, on 2 cores). Each payload is
 `<publish time ns>|<sequence number>|<150 B pad>`.
 
 Every subscriber runs as its own process, so everything is measured from outside it:
-- msg/s: from the first publish to the first poll of the database (Redis ZCARD of the bench
-  topics' lists / PostgreSQL count(*), every 10 / 20 ms) that finds all messages stored;
+- msg/s: from the first publish to the first poll of the database that finds all messages stored
+  (Redis: ZCARD of the bench topics' lists every 10 ms; PostgreSQL: every 20 ms, the row counts
+  a statement trigger keeps per topic, see bench/mqtt_stores.py);
 - CPU µs per message: user + system time of the subscriber's process tree (/proc/<pid>/stat of it
   and its children) over that phase, and of Mosquitto when this checkout's script started it;
 - p50 / p99: publish to commit with the publishers paced at half of that row's measured rate for
