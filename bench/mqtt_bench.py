@@ -41,37 +41,21 @@ import sys
 import tempfile
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 from bench import mqtt_subscribers as subscribers
 from bench import pgsql_bench
-from bench.machine import describe, table
-from bench.mqtt_publish import PAD, Publishers, payload_fields, probe
+from bench.machine import describe
+from bench.mqtt_publish import PAD, Publishers, probe
+from bench.mqtt_report import ROWS, Row, percentiles, report, verdict
 from bench.mqtt_stores import PgsqlStore, RedisStore, Store
 from bench.mqtt_subscribers import Servers, Subscriber, cpu_seconds, mosquitto_pid
 from bench.services import start_server
 
 READY_TIMEOUT = 60.0  # seconds for a subscriber to start storing the probe
 POLL = {"redis": 0.01, "pgsql": 0.02}  # seconds between counts
-
-
-@dataclass
-class Row:
-    key: str  # one of ROWS
-    name: str
-    messages: int
-    rate: float | None = None
-    cpu_us: float | None = None  # the subscriber's process tree
-    broker_us: float | None = None  # Mosquitto's
-    paced: float | None = None
-    p50: float | None = None
-    p99: float | None = None
-    verdict: str = "-"
-    exactly_once: bool = True
-    note: str = ""
 
 
 def parse_args() -> argparse.Namespace:
@@ -91,34 +75,15 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def verdict(payloads: list[bytes], expected: range) -> tuple[str, bool]:
-    """Whether every expected sequence number is stored exactly once, in words."""
-    seen = Counter(fields[1] for payload in payloads if (fields := payload_fields(payload)))
-    lost = sum(1 for seq in expected if seq not in seen)
-    extra = sum(count - 1 for count in seen.values()) + sum(1 for seq in seen if seq not in expected)
-    if not lost and not extra:
-        return "exactly once", True
-    return f"{lost} lost, {extra} extra", False
-
-
-def percentiles(commits: list[tuple[int, bytes]], paced: range) -> tuple[float, float] | None:
-    """p50 / p99 ms from publish to the first commit of each paced message."""
-    first: dict[int, float] = {}
-    for at, payload in commits:
-        fields = payload_fields(payload)
-        if fields and fields[1] in paced:
-            latency = (at - fields[0]) / 1e6
-            first[fields[1]] = min(first.get(fields[1], latency), latency)
-    latencies = sorted(first.values())
-    if not latencies:
-        return None
-    return latencies[len(latencies) // 2], latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
-
-
-def broker_cpu(port: int) -> Callable[[], float]:
-    """Mosquitto's CPU seconds so far (0 when another checkout's broker answers on the port)."""
+def broker_cpu(port: int) -> float | None:
+    """Mosquitto's CPU seconds so far (None when another checkout's broker answers on the port)."""
     pid = mosquitto_pid(port)
-    return (lambda: cpu_seconds(pid)) if pid else (lambda: 0.0)
+    return cpu_seconds(pid) if pid else None
+
+
+def per_message(before: float | None, after: float | None, messages: int) -> float | None:
+    """CPU µs per message between two readings."""
+    return None if before is None or after is None else (after - before) / messages * 1e6
 
 
 async def wait_stored(
@@ -156,23 +121,21 @@ async def wait_ready(store: Store, sub: Subscriber, prefix: str, args: argparse.
 async def publish_only(args: argparse.Namespace) -> Row:
     row = Row("ceiling", "Mosquitto publish-only (nobody subscribed)", args.messages)
     pubs = Publishers(args.mqtt_port, f"p{uuid.uuid4().hex[:8]}", args.publishers)
-    broker = broker_cpu(args.mqtt_port)
-    before, started = broker(), time.perf_counter()
+    before, started = broker_cpu(args.mqtt_port), time.perf_counter()
     await asyncio.to_thread(pubs.send, range(args.messages), None)
     await asyncio.to_thread(pubs.close)
     row.rate = args.messages / (time.perf_counter() - started)
-    row.broker_us = (broker() - before) / args.messages * 1e6
+    row.broker_us = per_message(before, broker_cpu(args.mqtt_port), args.messages)
     return row
 
 
 async def measure(row: Row, store: Store, sub: Subscriber, pubs: Publishers, args: argparse.Namespace) -> range:
     """Throughput, then latency at half of it, into `row`; the sequence numbers published."""
-    broker = broker_cpu(args.mqtt_port)
-    cpu, broker_before, started = sub.cpu(), broker(), time.perf_counter()
+    cpu, broker, started = sub.cpu(), broker_cpu(args.mqtt_port), time.perf_counter()
     sending = asyncio.create_task(asyncio.to_thread(pubs.send, range(row.messages), None))
     end, count = await wait_stored(store, pubs.topics, row.messages, sub, args)
-    row.cpu_us = (sub.cpu() - cpu) / row.messages * 1e6
-    row.broker_us = (broker() - broker_before) / row.messages * 1e6
+    row.cpu_us = per_message(cpu, sub.cpu(), row.messages)
+    row.broker_us = per_message(broker, broker_cpu(args.mqtt_port), row.messages)
     await sending
     if count < row.messages:
         row.note = f"stopped at {count} of {row.messages} stored"
@@ -218,9 +181,6 @@ async def subscriber_row(
     return row
 
 
-ROWS = ("ceiling", "bridge", "workers", "sketch", "naive")
-
-
 async def table_for(db: str, store: Store, args: argparse.Namespace) -> list[Row]:
     """The rows of --only, in ROWS order."""
     servers = Servers(args.mqtt_port, args.redis_port, args.pg_port)
@@ -257,60 +217,6 @@ async def table_for(db: str, store: Store, args: argparse.Namespace) -> list[Row
             name, messages, command = commands[key]
             rows.append(await subscriber_row(key, name, messages, store, command, args))
     return rows
-
-
-def figure(value: float | None, form: str = ",.0f") -> str:
-    return "-" if value is None else format(value, form)
-
-
-def report(db: str, rows: list[Row], args: argparse.Namespace) -> None:
-    sketch = next((row.rate for row in rows if row.key == "sketch"), None)
-    header = (
-        db,
-        "messages",
-        "msg/s",
-        "subscriber CPU µs/msg",
-        "Mosquitto CPU µs/msg",
-        "paced at msg/s",
-        "p50 ms",
-        "p99 ms",
-        "stored",
-        "vs sketch",
-    )
-    print(
-        table(
-            [
-                (
-                    row.name,
-                    f"{row.messages:,}",
-                    figure(row.rate),
-                    figure(row.cpu_us, ".1f"),
-                    figure(row.broker_us, ".1f"),
-                    figure(row.paced),
-                    figure(row.p50, ".1f"),
-                    figure(row.p99, ".1f"),
-                    row.verdict,
-                    f"{row.rate / sketch:.2f}x" if row.rate and sketch else "-",
-                )
-                for row in rows
-            ],
-            header,
-        )
-    )
-    for row in rows:
-        if row.note:
-            print(f"{row.name}: {row.note}")
-    workers = next((row for row in rows if row.key == "workers"), None)
-    if workers and workers.rate and sketch:
-        ratio, p99 = workers.rate / sketch, workers.p99 or float("inf")
-        goals = [f"{ratio:.2f}x the sketch (target >= 1.3x: {'met' if ratio >= 1.3 else 'NOT met'})"]
-        if db == "redis":
-            goals.append(
-                f"{workers.rate:,.0f} msg/s (target >= 25,000: {'met' if workers.rate >= 25_000 else 'NOT met'})"
-            )
-        goals.append(f"p99 {p99:.1f} ms at half rate (target < 50: {'met' if p99 < 50 else 'NOT met'})")
-        print(f"{workers.name}: {'; '.join(goals)}")
-    print()
 
 
 def mosquitto_version() -> str:
@@ -350,7 +256,7 @@ async def main(args: argparse.Namespace) -> int:
             await store.close()
         if server:
             print(server)
-        report(db, rows, args)
+        report(db, rows)
         results[db] = [asdict(row) for row in rows]
         failed += [
             f"{db}: {row.name}: {row.verdict}"

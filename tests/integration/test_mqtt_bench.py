@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.mqtt_bench import ROWS
+from bench.mqtt_report import ROWS
 from bench.mqtt_subscribers import workers_supported
 
 ROOT = Path(__file__).resolve().parents[2]

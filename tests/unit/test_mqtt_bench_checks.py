@@ -1,12 +1,12 @@
-"""bench/mqtt_bench.py's judgement of what a subscriber stored: every published sequence number
-exactly once (a lost, a doubled and a foreign one are each caught), and latency percentiles from
+"""bench/mqtt_report.py, the external-broker bench's judgement of what a subscriber stored: every
+published sequence number exactly once (a lost, a doubled and a foreign one are each caught), and latency percentiles from
 each message's first commit. Pure functions over payloads; the run itself is
 tests/integration/test_mqtt_bench.py."""
 
 from __future__ import annotations
 
-from bench.mqtt_bench import percentiles, verdict
 from bench.mqtt_publish import PAD, payload_fields
+from bench.mqtt_report import percentiles, verdict
 
 
 def payload(seq: int, published_ns: int = 1_000_000_000) -> bytes:
