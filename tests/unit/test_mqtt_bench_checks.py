@@ -1,7 +1,7 @@
 """bench/mqtt_report.py, the external-broker bench's judgement of what a subscriber stored: every
-published sequence number exactly once (a lost, a doubled and a foreign one are each caught), and latency percentiles from
-each message's first commit. Pure functions over payloads; the run itself is
-tests/integration/test_mqtt_bench.py."""
+published sequence number exactly once (a lost, a doubled and a foreign one are each caught),
+and latency percentiles from each message's first commit. Pure functions over payloads; the run
+itself is tests/integration/test_mqtt_bench.py."""
 
 from __future__ import annotations
 
