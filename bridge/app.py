@@ -229,11 +229,13 @@ class Bridge:
             "hookbridge_pool_up",
             "1 when the pool's last write worked",
             lambda: {p: float(r.healthy) for p, r in self.runners.items()},
+            merge="each",
         )
         self.metrics.gauge(
             "hookbridge_broker_up",
             "1 while the broker source is serving",
             lambda: {self.broker.mode: float(self.broker.is_connected())},
+            merge="each",
         )
         self.metrics.gauge(
             "hookbridge_broker_dropped_messages",

@@ -10,14 +10,19 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from bridge import logs
 from bridge.app import Bridge, Paths, load_all
-from bridge.conf.config import load_config
+from bridge.conf.config import Config, load_config
 from bridge.conf.errors import ConfErrors
 from bridge.redact import Redactor
+from bridge.rules import Rule
+from bridge.workers import child
+from bridge.workers.checks import ordering_warnings, worker_problems
+from bridge.workers.layout import become_worker, leftover_warning
 
 log = logging.getLogger("hookbridge")
 
@@ -35,11 +40,22 @@ def _print_errors(exc: ConfErrors) -> int:
     return EXIT_CONFIG
 
 
+def _load(args: argparse.Namespace) -> tuple[Config, list[Rule]]:
+    """Config and rules, and what `--workers N` asks of them: every problem at once (ConfErrors)."""
+    config, rules = load_all(_paths(args))
+    problems = worker_problems(config, args.workers)
+    if problems:
+        raise ConfErrors(problems)
+    return config, rules
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     try:
-        _config, rules = load_all(_paths(args))
+        _config, rules = _load(args)
     except ConfErrors as exc:
         return _print_errors(exc)
+    for warning in ordering_warnings(rules, args.workers):
+        print(warning, file=sys.stderr)
     pools = sorted({rule.pool for rule in rules})
     print(f"ok: {args.config} and {args.rules}: {len(rules)} rules, pools {', '.join(pools) or 'none'}")
     return 0
@@ -63,13 +79,27 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     try:
-        bridge = Bridge.load(_paths(args))
+        config, rules = _load(args)
     except ConfErrors as exc:
         return _print_errors(exc)
-    logs.setup(bridge.config["log.level"], bridge.config["log.format"], redactor=bridge.redactor)
+    worker = args.worker_index
+    if worker is None and args.workers > 1:
+        return _supervise(args, config, rules)
+    companion: Callable[[], Coroutine[Any, Any, None]] | None = None
+    if worker is not None:  # one of `run --workers N`'s processes (bridge/workers/)
+        child.hold_signals_until_serving()
+        child.die_with_supervisor(args.supervisor_pid)
+        become_worker(config, worker, args.workers)
+    bridge = Bridge(config, rules, _paths(args))
+    process = f"worker-{worker}" if worker is not None else ""
+    logs.setup(bridge.config["log.level"], bridge.config["log.format"], redactor=bridge.redactor, process=process)
+    if worker is None:
+        _warn_leftovers(config, 1)
+    else:
+        companion = child.channel_task(args.control_fd, bridge)
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            runner.run(_serve(bridge))
+            runner.run(_serve(bridge, companion))
     except KeyboardInterrupt:
         pass
     except Exception as exc:  # a port in use, a refused password: say it in one line
@@ -78,7 +108,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _serve(bridge: Bridge) -> None:
+def _supervise(args: argparse.Namespace, config: Config, rules: list[Rule]) -> int:
+    from bridge.workers.supervisor import supervise
+
+    logs.setup(config["log.level"], config["log.format"], redactor=Redactor(config.secrets), process="supervisor")
+    for warning in ordering_warnings(rules, args.workers):
+        log.warning("%s", warning)
+    _warn_leftovers(config, args.workers)
+    try:
+        supervise(_paths(args), config, args.workers)
+    except Exception as exc:  # the metrics port in use: one line
+        log.error("cannot start: %s", exc)
+        return 1
+    return 0
+
+
+def _warn_leftovers(config: Config, workers: int) -> None:
+    warning = leftover_warning(config, workers)
+    if warning is not None:
+        log.warning("%s", warning)
+
+
+async def _serve(bridge: Bridge, companion: Callable[[], Coroutine[Any, Any, None]] | None = None) -> None:
+    """Run the bridge until SIGINT / SIGTERM, or until `companion` (a worker's channel to its
+    supervisor, started before the bridge so it can answer while the bridge starts) returns."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     reloads: set[asyncio.Task[bool]] = set()
@@ -98,6 +151,10 @@ async def _serve(bridge: Bridge) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, reload)
+    beside: asyncio.Task[None] | None = None
+    if companion is not None:
+        beside = loop.create_task(companion())
+        beside.add_done_callback(lambda _: stop.set())
     try:
         await bridge.start()
         _freeze_startup_objects()
@@ -106,6 +163,9 @@ async def _serve(bridge: Bridge) -> None:
     finally:
         with contextlib.suppress(Exception):
             await bridge.stop()
+        if beside is not None:
+            beside.cancel()
+            await asyncio.gather(beside, return_exceptions=True)
 
 
 def _freeze_startup_objects() -> None:
@@ -151,6 +211,19 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+MAX_WORKERS = 64
+
+
+def _worker_count(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= count <= MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"{count} is not between 1 and {MAX_WORKERS}")
+    return count
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hookbridge", description="MQTT hook events into databases")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -158,9 +231,20 @@ def build_parser() -> argparse.ArgumentParser:
     def common(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("-c", "--config", default="config/bridge.conf", help="config file")
         sub.add_argument("-r", "--rules", default="rules", help="rules directory (templates/ beside it)")
+        sub.add_argument(
+            "--workers",
+            type=_worker_count,
+            default=1,
+            metavar="N",
+            help="bridge processes on one shared subscription (mqtt and emqx modes; needs broker.shared_group)",
+        )
 
     run = commands.add_parser("run", help="start the bridge")
     common(run)
+    # How the supervisor of `--workers N` starts each worker (bridge/workers/); not for people.
+    run.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
+    run.add_argument("--control-fd", type=int, default=None, help=argparse.SUPPRESS)
+    run.add_argument("--supervisor-pid", type=int, default=None, help=argparse.SUPPRESS)
     run.set_defaults(func=cmd_run)
     check = commands.add_parser("check", help="validate config, rules and templates")
     common(check)

@@ -25,6 +25,10 @@ class FunctionSpec:
     # When the function has anything to do for an event; the engine does not queue
     # the others (a retain function for a message that is not retained).
     applies: Callable[[Any], bool] | None = None
+    # What the function keeps that is right only when events are applied in the order they
+    # happened ("status", "retain", "offsets"); "" when order does not change its result.
+    # `check --workers N` warns about these (bridge/workers/checks.py).
+    needs_order: str = ""
 
     @property
     def impl_name(self) -> str:
@@ -64,8 +68,18 @@ def _spec(name: str, hooks: set[H] | frozenset[H], summary: str, **kw: object) -
 FUNCTIONS: dict[str, FunctionSpec] = {
     spec.name: spec
     for spec in (
-        _spec("on_client_connected", {H.CLIENT_CONNECTED}, "mark online: state 1, online_at, node; node's list"),
-        _spec("on_client_disconnected", {H.CLIENT_DISCONNECTED}, "state 0, offline_at; remove from node's list"),
+        _spec(
+            "on_client_connected",
+            {H.CLIENT_CONNECTED},
+            "mark online: state 1, online_at, node; node's list",
+            needs_order="status",
+        ),
+        _spec(
+            "on_client_disconnected",
+            {H.CLIENT_DISCONNECTED},
+            "state 0, offline_at; remove from node's list",
+            needs_order="status",
+        ),
         _spec(
             "on_subscribe_lookup",
             {H.CLIENT_CONNECTED},
@@ -84,12 +98,14 @@ FUNCTIONS: dict[str, FunctionSpec] = {
             {H.MESSAGE_PUBLISH},
             "retained + non-empty: upsert the topic's retained message",
             applies=_retained,
+            needs_order="retain",
         ),
         _spec(
             "on_retain_delete",
             {H.MESSAGE_PUBLISH},
             "retained + empty payload: delete the retained message",
             applies=_retain_cleared,
+            needs_order="retain",
         ),
         _spec(
             "on_retain_lookup",
@@ -120,15 +136,26 @@ FUNCTIONS: dict[str, FunctionSpec] = {
             applies=_offline_fetch,
             canonical="on_message_fetch_for_pubsub",
         ),
-        _spec("on_message_acked_for_queue", {H.MESSAGE_ACKED}, "delete the acked message and its list entry"),
-        _spec("on_message_acked_for_pubsub", {H.MESSAGE_ACKED}, "advance the subscriber's offset, never backwards"),
+        _spec(
+            "on_message_acked_for_queue",
+            {H.MESSAGE_ACKED},
+            "delete the acked message and its list entry",
+            needs_order="offsets",  # an ack handled before its message's publish deletes nothing
+        ),
+        _spec(
+            "on_message_acked_for_pubsub",
+            {H.MESSAGE_ACKED},
+            "advance the subscriber's offset, never backwards",
+            needs_order="offsets",  # against on_acked_delete: a late ack brings a dropped offset back
+        ),
         _spec(
             "on_message_acked",
             {H.MESSAGE_ACKED},
             "same as on_message_acked_for_pubsub",
             canonical="on_message_acked_for_pubsub",
+            needs_order="offsets",
         ),
-        _spec("on_acked_delete", {H.SESSION_UNSUBSCRIBED}, "drop the (clientid, topic) offset"),
+        _spec("on_acked_delete", {H.SESSION_UNSUBSCRIBED}, "drop the (clientid, topic) offset", needs_order="offsets"),
         _spec("on_event_log", _ANY, "append the event to the append-only event log"),
     )
 }

@@ -11,18 +11,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import logging
 import re
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from bridge.errors import HookbridgeError
 from bridge.redact import Redactor
 
 log = logging.getLogger(__name__)
 
-Health = Callable[[], tuple[bool, dict[str, Any]]]
+HealthAnswer = tuple[bool, dict[str, Any]]
+# Each may be a coroutine function too: `run --workers N`'s supervisor asks its workers first.
+Health = Callable[[], HealthAnswer | Awaitable[HealthAnswer]]
+MetricsText = Callable[[], str | Awaitable[str]]
+
+_T = TypeVar("_T")
 
 MAX_HEAD = 16 * 1024  # request line and headers; a Prometheus scrape sends a few hundred bytes
 MAX_CONNECTIONS = 64  # a few scrapers and health probes; more is a misbehaving client
@@ -43,7 +49,7 @@ class StatusServer:
         self,
         host: str,
         port: int,
-        metrics_text: Callable[[], str],
+        metrics_text: MetricsText,
         health: Health,
         redactor: Redactor | None = None,
     ) -> None:
@@ -96,7 +102,7 @@ class StatusServer:
         except BadRequest as refused:
             await self._refuse(reader, writer, refused.status)
             return
-        await self._answer(writer, *self._route(method, path))
+        await self._answer(writer, *await self._route(method, path))
 
     async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, status: str) -> None:
         await self._answer(writer, status, "text/plain", status.encode() + b"\n")
@@ -135,14 +141,21 @@ class StatusServer:
                     return
                 received += len(chunk)
 
-    def _route(self, method: str, path: str) -> tuple[str, str, bytes]:
+    async def _route(self, method: str, path: str) -> tuple[str, str, bytes]:
         if method != "GET":
             return "405 Method Not Allowed", "text/plain", b"GET only\n"
         if path == "/metrics":
-            return "200 OK", "text/plain; version=0.0.4", self._redactor.text(self._metrics_text()).encode()
+            text = await _resolved(self._metrics_text())
+            return "200 OK", "text/plain; version=0.0.4", self._redactor.text(text).encode()
         if path == "/healthz":
-            ready, detail = self._health()
+            ready, detail = await _resolved(self._health())
             status = "200 OK" if ready else "503 Service Unavailable"
             body = json.dumps(self._redactor.value(detail), indent=2).encode() + b"\n"
             return status, "application/json", body
         return "404 Not Found", "text/plain", b"try /metrics or /healthz\n"
+
+
+async def _resolved(value: _T | Awaitable[_T]) -> _T:
+    if inspect.isawaitable(value):
+        return await value
+    return value

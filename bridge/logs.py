@@ -28,9 +28,12 @@ class _Redact(logging.Filter):
 
 
 class _Text(logging.Formatter):
-    def __init__(self, redactor: Redactor) -> None:
-        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    def __init__(self, redactor: Redactor, process: str = "") -> None:
+        # `process`: which worker of `run --workers N` wrote the line ("worker-1"); "" for one process
+        tag = f"{process} " if process else ""
+        super().__init__(f"%(asctime)s %(levelname)s {tag}%(name)s: %(message)s")
         self.redactor = redactor
+        self.process = process
 
     def formatException(self, ei: logging._SysExcInfoType) -> str:  # tracebacks quote error texts
         return self.redactor.text(super().formatException(ei))
@@ -44,19 +47,27 @@ class _Json(_Text):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        if self.process:
+            entry["process"] = self.process
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False)
 
 
 def setup(
-    level: str = "info", fmt: str = "text", secrets: list[str] | None = None, redactor: Redactor | None = None
+    level: str = "info",
+    fmt: str = "text",
+    secrets: list[str] | None = None,
+    redactor: Redactor | None = None,
+    process: str = "",
 ) -> None:
-    """Log to stderr; `redactor` (or one made from `secrets`) masks every secret printed as a value."""
+    """Log to stderr; `redactor` (or one made from `secrets`) masks every secret printed as a value.
+
+    `process` names the process in every line (`worker-1`, `supervisor`) when there are several."""
     redactor = redactor or Redactor(secrets or [])
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(_Redact(redactor))
-    handler.setFormatter(_Json(redactor) if fmt == "json" else _Text(redactor))
+    handler.setFormatter(_Json(redactor, process) if fmt == "json" else _Text(redactor, process))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -1,11 +1,17 @@
-"""Counters, gauges and histograms, rendered as Prometheus text."""
+"""Counters, gauges and histograms, rendered as Prometheus text.
+
+`Metrics.families()` gives every number as plain data (JSON-safe) before it becomes text, so
+that `hookbridge run --workers N` can add up its workers' numbers (bridge/workers/merge.py) and
+print them with the same `render_families`.
+"""
 
 from __future__ import annotations
 
 import bisect
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 RULE_COUNTERS = ("matched", "succeeded", "failed", "retried", "spooled", "dropped")
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -30,15 +36,55 @@ class Histogram:
         self.total += value
         self.n += 1
 
-    def render(self, name: str, **labels: str) -> list[str]:
-        lines, running = [], 0
+    def samples(self, name: str, **labels: str) -> list[Sample]:
+        samples, running = [], 0
         for bound, count in zip((*self.buckets, float("inf")), self.counts, strict=True):
             running += count
             le = "+Inf" if bound == float("inf") else repr(bound)
-            lines.append(f"{name}_bucket{_labels(**labels, le=le)} {running}")
-        lines.append(f"{name}_sum{_labels(**labels)} {self.total}")
-        lines.append(f"{name}_count{_labels(**labels)} {self.n}")
-        return lines
+            samples.append(Sample(f"{name}_bucket", {**labels, "le": le}, running))
+        samples.append(Sample(f"{name}_sum", labels, self.total))
+        samples.append(Sample(f"{name}_count", labels, self.n))
+        return samples
+
+    def render(self, name: str, **labels: str) -> list[str]:
+        return [sample.line() for sample in self.samples(name, **labels)]
+
+
+# How several workers' values of one family combine (bridge/workers/merge.py): "sum" adds the
+# samples with the same name and labels (counters, histograms, and gauges whose total means
+# something, such as queue depth); "each" keeps one sample per worker, labelled `worker`, where
+# a sum means nothing (1 when the pool is up).
+Merge = Literal["sum", "each"]
+
+
+@dataclass(slots=True)
+class Sample:
+    name: str
+    labels: dict[str, str]
+    value: float
+
+    def line(self) -> str:
+        return f"{self.name}{_labels(**self.labels) if self.labels else ''} {self.value}"
+
+
+@dataclass(slots=True)
+class Family:
+    """One metric: its HELP and TYPE, how workers' values combine, and its samples."""
+
+    name: str
+    kind: str  # counter | gauge | histogram
+    help_text: str
+    merge: Merge = "sum"
+    samples: list[Sample] = field(default_factory=list)
+
+
+def render_families(families: list[Family]) -> str:
+    """Prometheus text exposition of `families`, in the order given."""
+    lines: list[str] = []
+    for family in families:
+        lines += [f"# HELP {family.name} {family.help_text}", f"# TYPE {family.name} {family.kind}"]
+        lines += [sample.line() for sample in family.samples]
+    return "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +95,7 @@ class ReadAtScrape:
     read: Callable[[], Mapping[str, float]]  # {label value: number}
     label: str = "pool"
     kind: str = "gauge"  # or "counter": a number that only grows
+    merge: Merge = "sum"
 
 
 class Metrics:
@@ -65,40 +112,48 @@ class Metrics:
     def count(self, rule_id: str, counter: str, n: int = 1) -> None:
         self.rules[rule_id][counter] += n
 
-    def gauge(self, name: str, help_text: str, read: Callable[[], Mapping[str, float]], *, label: str = "pool") -> None:
-        """Register a gauge family; `read` returns {label value: number} keyed by pool/state."""
-        self.gauges[name] = ReadAtScrape(help_text, read, label)
+    def gauge(
+        self,
+        name: str,
+        help_text: str,
+        read: Callable[[], Mapping[str, float]],
+        *,
+        label: str = "pool",
+        merge: Merge = "sum",
+    ) -> None:
+        """Register a gauge family; `read` returns {label value: number} keyed by pool/state.
+
+        `merge`: how the workers' values combine under `--workers N` ("each" where a sum means nothing)."""
+        self.gauges[name] = ReadAtScrape(help_text, read, label, merge=merge)
 
     def counter(self, name: str, help_text: str, read: Callable[[], Mapping[str, float]], *, label: str) -> None:
         """Register a counter family kept elsewhere; `read` returns {label value: count so far}."""
         self.gauges[name] = ReadAtScrape(help_text, read, label, kind="counter")
 
-    def render(self) -> str:
-        lines = [
-            "# HELP hookbridge_events_total Events received from the broker, per hookpoint",
-            "# TYPE hookbridge_events_total counter",
-        ]
-        lines += [f"hookbridge_events_total{_labels(hookpoint=h)} {n}" for h, n in sorted(self.events.items())]
+    def families(self) -> list[Family]:
+        """Every metric with its samples, read now."""
+        events = Family("hookbridge_events_total", "counter", "Events received from the broker, per hookpoint")
+        events.samples = [Sample(events.name, {"hookpoint": h}, n) for h, n in sorted(self.events.items())]
+        families = [events]
         for counter in RULE_COUNTERS:
-            name = f"hookbridge_rule_{counter}_total"
-            lines += [f"# HELP {name} Actions {counter}, per rule", f"# TYPE {name} counter"]
+            family = Family(f"hookbridge_rule_{counter}_total", "counter", f"Actions {counter}, per rule")
             for rule_id, counts in sorted(self.rules.items()):
-                pool = self.rule_pool.get(rule_id, "")
-                lines.append(f"{name}{_labels(rule=rule_id, pool=pool)} {counts[counter]}")
-        lines += [
-            "# HELP hookbridge_write_seconds Batch write latency, per pool",
-            "# TYPE hookbridge_write_seconds histogram",
-        ]
+                labels = {"rule": rule_id, "pool": self.rule_pool.get(rule_id, "")}
+                family.samples.append(Sample(family.name, labels, counts[counter]))
+            families.append(family)
+        latency = Family("hookbridge_write_seconds", "histogram", "Batch write latency, per pool")
         for pool, histogram in sorted(self.write_latency.items()):
-            lines += histogram.render("hookbridge_write_seconds", pool=pool)
-        lines += [
-            "# HELP hookbridge_spool_problems_total Torn or unreadable spool records skipped, per pool",
-            "# TYPE hookbridge_spool_problems_total counter",
-        ]
-        lines += [
-            f"hookbridge_spool_problems_total{_labels(pool=p)} {n}" for p, n in sorted(self.spool_problems.items())
-        ]
-        for name, family in sorted(self.gauges.items()):
-            lines += [f"# HELP {name} {family.help_text}", f"# TYPE {name} {family.kind}"]
-            lines += [f"{name}{_labels(**{family.label: key})} {value}" for key, value in sorted(family.read().items())]
-        return "\n".join(lines) + "\n"
+            latency.samples += histogram.samples(latency.name, pool=pool)
+        problems = Family(
+            "hookbridge_spool_problems_total", "counter", "Torn or unreadable spool records skipped, per pool"
+        )
+        problems.samples = [Sample(problems.name, {"pool": p}, n) for p, n in sorted(self.spool_problems.items())]
+        families += [latency, problems]
+        for name, read in sorted(self.gauges.items()):
+            family = Family(name, read.kind, read.help_text, read.merge)
+            family.samples = [Sample(name, {read.label: key}, value) for key, value in sorted(read.read().items())]
+            families.append(family)
+        return families
+
+    def render(self) -> str:
+        return render_families(self.families())

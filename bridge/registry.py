@@ -98,6 +98,9 @@ class ModePlugin:
     # "module:function" checking the settings this mode reads, as `run` would use them: (path,
     # settings, where each value is) -> ConfErrors. Run in every mode, like the other global keys.
     config_check: str | None = None
+    # True when several bridge processes can share its events through one shared subscription
+    # (`$share/<group>/...`), so that `hookbridge run --workers N` may run N of them.
+    shared_subscriptions: bool = False
 
     def source_factory(self) -> Callable[..., Any]:
         factory: Callable[..., Any] = load_object(self.source)

@@ -54,9 +54,11 @@ def make_external_source(config: Config, rules: list[Rule], msgids: MsgIdGenerat
             node=node,
             msgids=msgids,
             message_filters=filters,
-            client_events=True,
+            client_events=config.worker == 0,
             api=api,
             event_topic=config["broker.emqx.event_topic"],
         )
-    client_events = any(rule.hookpoint in _CLIENT_HOOKS for rule in rules)
+    # With `run --workers N` only worker 0 subscribes to the client and session events, so that
+    # one process applies them in the order the broker sent them; the others take messages only.
+    client_events = config.worker == 0 and any(rule.hookpoint in _CLIENT_HOOKS for rule in rules)
     return MqttSource(upstream, node=node, msgids=msgids, message_filters=filters, client_events=client_events)

@@ -43,6 +43,13 @@ class Config:
     settings: dict[str, Any]
     pools: dict[str, PoolConfig] = field(default_factory=dict)  # keyed "<db>.<pool>"
     secrets: list[str] = field(default_factory=list)  # secret values, to scrub from any output
+    # Where each key set in the file is (its key, its value): checks made after parsing (the
+    # command line's `--workers`) point at the setting they are about.
+    keys_at: dict[str, Position] = field(default_factory=dict)
+    values_at: dict[str, Position] = field(default_factory=dict)
+    # Which process of `hookbridge run --workers N` this config runs (bridge/workers/): 0 for the
+    # only one. Worker 0 alone takes the broker's client and session events, so they stay in order.
+    worker: int = 0
 
     def __getitem__(self, key: str) -> Any:
         return self.settings[key]
@@ -127,7 +134,7 @@ def parse_config(path: str, text: str) -> Config:
             errors.extend(mode.config_problems(path, settings, values_at))
     if errors:
         raise ConfErrors(errors)
-    return Config(path=path, settings=settings, pools=pools, secrets=secrets)
+    return Config(path=path, settings=settings, pools=pools, secrets=secrets, keys_at=seen, values_at=values_at)
 
 
 def _default_address(pool: PoolConfig) -> None:

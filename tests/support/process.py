@@ -40,14 +40,14 @@ class BridgeProcess:
         self.process: subprocess.Popen[bytes] | None = None
         self.log = home / "bridge.log"
 
-    def start(self, file_size_limit: int | None = None) -> BridgeProcess:
+    def start(self, file_size_limit: int | None = None, workers: int = 1) -> BridgeProcess:
         def limits() -> None:
             if file_size_limit is not None:  # a full disk, as far as the spool can tell
                 resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
 
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "bridge", "run", "-c", "bridge.conf", "-r", "rules"],
+                [sys.executable, "-m", "bridge", "run", "-c", "bridge.conf", "-r", "rules", "--workers", str(workers)],
                 cwd=self.home,
                 stdout=log,
                 stderr=log,

@@ -11,5 +11,6 @@ MODE = ModePlugin(
     # EMQX 5's REST API subscribes a client on its behalf; it has no call that delivers to one
     # session, so fetch and retain lookup are refused in emqx mode.
     capabilities=frozenset({Capability.PROXY_SUBSCRIBE}),
+    shared_subscriptions=True,  # `--workers N`: N sessions in one `$share/<group>`
     source="bridge.brokers.external:make_external_source",  # gmqtt and aiohttp load only in this mode
 )

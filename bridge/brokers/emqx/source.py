@@ -14,6 +14,7 @@ from bridge.brokers.emqx.rest import EmqxApi
 from bridge.brokers.mqtt.source import MqttSource
 from bridge.events import Event
 from bridge.topics import matches
+from bridge.workers.names import same_bridge
 
 
 class EmqxSource(MqttSource):
@@ -30,6 +31,9 @@ class EmqxSource(MqttSource):
 
     def control_subscriptions(self) -> list[tuple[str, int]]:
         # EMQX publishes $SYS messages at QoS 0; the republished rule events come at the rule's QoS (1).
+        # Off in workers other than 0 of `run --workers N`: one process takes them all, in order.
+        if not self._client_events:
+            return []
         return [(sys_filter(self.sys_root), 0), (self.event_topic, 1)]
 
     def control_events(self, topic: str, payload: bytes) -> list[Event] | None:
@@ -42,8 +46,8 @@ class EmqxSource(MqttSource):
         if event is None:
             self.ignored += 1
             return []
-        if event.clientid == self.upstream.clientid:
-            return []  # the bridge's own session is not an application client
+        if same_bridge(self.upstream.clientid, event.clientid):
+            return []  # the bridge's own sessions (every worker's) are not application clients
         return [event]
 
     async def subscribe(self, clientid: str, topic: str, qos: int) -> bool:

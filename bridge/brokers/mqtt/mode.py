@@ -8,5 +8,6 @@ MODE = ModePlugin(
     name="mqtt",
     summary="any MQTT broker",
     capabilities=frozenset(),  # a generic broker can neither subscribe a client nor deliver to one session
+    shared_subscriptions=True,  # `--workers N`: N sessions in one `$share/<group>`
     source="bridge.brokers.external:make_external_source",  # gmqtt loads only in this mode
 )

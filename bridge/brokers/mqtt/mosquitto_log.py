@@ -22,6 +22,7 @@ from bridge.events import (
     SessionSubscribed,
     SessionUnsubscribed,
 )
+from bridge.workers.names import same_bridge
 
 LOG_TOPICS = ("$SYS/broker/log/N", "$SYS/broker/log/M/subscribe", "$SYS/broker/log/M/unsubscribe")
 
@@ -64,6 +65,10 @@ class MosquittoLog:
         self.ignore = ignore_clientid  # the bridge's own session: not an application client
         self._clients: dict[str, _Client] = {}
 
+    def _own(self, clientid: str) -> bool:
+        """The bridge's session, or another worker's of the same bridge (`run --workers N`)."""
+        return same_bridge(self.ignore, clientid)
+
     def parse(self, topic: str, payload: bytes) -> Event | None:
         text = payload.decode("utf-8", "replace").rstrip("\n")
         stamp, line = _STAMP.match(text).groups()  # type: ignore[union-attr]  # the pattern matches any text
@@ -72,7 +77,7 @@ class MosquittoLog:
             return self._subscribed(line, ts)
         if topic.endswith("/M/unsubscribe"):
             m = _UNSUBSCRIBE.match(line)
-            if m is None or m[1] == self.ignore:
+            if m is None or self._own(m[1]):
                 return None
             client = self._clients.get(m[1], _Client())
             return SessionUnsubscribed(m[1], client.username, self.node, m[2], ts, proto_ver=client.proto_ver)
@@ -82,7 +87,7 @@ class MosquittoLog:
         m = _CONNECTED.match(line)
         if m is not None:
             peer, clientid, proto, clean, _keepalive, username = m.groups()
-            if clientid == self.ignore:
+            if self._own(clientid):
                 return None
             client = _Client(username, peer, clean == "1", _PROTO_VER.get(proto, DEFAULT_PROTO_VER))
             self._clients[clientid] = client
@@ -91,7 +96,7 @@ class MosquittoLog:
             )
         for pattern, reason in _DISCONNECTED:
             m = pattern.match(line)
-            if m is not None and m[1] != self.ignore:
+            if m is not None and not self._own(m[1]):
                 client = self._clients.pop(m[1], _Client())
                 return ClientDisconnected(
                     m[1], client.username, self.node, client.peername, reason, ts, proto_ver=client.proto_ver
@@ -100,7 +105,7 @@ class MosquittoLog:
 
     def _subscribed(self, line: str, ts: float) -> Event | None:
         m = _SUBSCRIBE.match(line)
-        if m is None or m[1] == self.ignore:
+        if m is None or self._own(m[1]):
             return None
         client = self._clients.get(m[1], _Client())
         # Mosquitto's line does not say whether the subscription already existed: report it as new.
