@@ -1,283 +1,274 @@
-"""End to end through Mosquitto: QoS 1 publish -> broker -> hookbridge (mqtt mode) -> Redis / PostgreSQL.
+"""End to end through Mosquitto: QoS 1 publish -> broker -> subscriber -> Redis / PostgreSQL.
 
-For each database, in the same run:
-- hookbridge, `broker.mode = mqtt`, one `on_message_publish` rule: messages per second from the
-  first publish to the last commit, as fast as the publishers go; then latency (publish to
-  committed, p50 / p99) with the publishers paced at half that rate;
-- the naive way a user would write it: a paho-mqtt subscriber (QoS 1) doing one write per
-  message (Redis: HSET + ZADD + EXPIRE round trips with redis-py; PostgreSQL: one
-  autocommitted INSERT, awaited, per message).
+One run prints, for each database, one table of these configurations, each on a fresh database
+(FLUSHALL / mqtt_* tables dropped and created) with fresh topics and client ids:
+1. Mosquitto publish-only: the same publishers with nobody subscribed (the machine's ceiling);
+2. hookbridge, `broker.mode = mqtt`, one `on_message_publish` rule: `python -m bridge run -c ...
+   -r ...` as a user starts it;
+3. the same with `--workers N` (default: the machine's cores) and `broker.shared_group` set;
+4. the hand-tuned sketch (bench/mqtt_sketch.py): gmqtt, PUBACK on receipt, the bridge's writes
+   pipelined per batch; the baseline of issue 18's target (N workers >= 1.3x this);
+5. the naive paho subscriber (bench/mqtt_naive.py), one write per message, fewer messages.
 
-Publishers are `mosquitto_pub -l -q 1 -M 1000` processes (C, ~70k msg/s each here), one per
-topic; each payload starts with its publish time in ns. The bridge runs in this process
-(its commit hooks give the commit time of every message); Mosquitto, Redis and PostgreSQL
-are the project's scripts' servers.
+Publishers: `mosquitto_pub -l -q 1 -M 1000` processes, one topic each (four reach about 58,000
+msg/s into Mosquitto with nobody subscribed, on 2 cores). Each payload is
+`<publish time ns>|<sequence number>|<150 B pad>`.
 
-    .venv/bin/python -m bench.mqtt_bench [--db redis,pgsql] [--messages 100000] [--naive-messages 20000]
+Every subscriber runs as its own process, so everything is measured from outside it:
+- msg/s: from the first publish to the first poll of the database that finds all messages stored
+  (Redis: ZCARD of the bench topics' lists every 10 ms; PostgreSQL: every 20 ms, the row counts
+  a statement trigger keeps per topic, see bench/mqtt_stores.py);
+- CPU µs per message: user + system time of the subscriber's process tree (/proc/<pid>/stat of it
+  and its children) over that phase, and of Mosquitto when this checkout's script started it;
+- p50 / p99: publish to commit with the publishers paced at half of that row's measured rate for
+  --latency-seconds; commit times come from Redis keyspace notifications / a PostgreSQL
+  statement trigger's NOTIFY, installed for this phase only (bench/mqtt_stores.py says how);
+- exactly once: after the subscriber stopped (SIGTERM), every published sequence number must be
+  stored once, read back from the bench topics. The script exits 1 when a bridge row fails it.
+
+    .venv/bin/python -m bench.mqtt_bench [--db redis,pgsql] [--messages 100000]
+        [--naive-messages 20000] [--workers N] [--latency-seconds 5] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import subprocess
+import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
-import asyncpg
-import paho.mqtt.client as paho
-import redis as redis_sync
-from paho.mqtt.enums import CallbackAPIVersion
-
-from actions.redis import keys
+from bench import mqtt_subscribers as subscribers
 from bench import pgsql_bench
-from bench.machine import describe, table
+from bench.machine import describe
+from bench.mqtt_publish import PAD, Publishers, probe
+from bench.mqtt_report import ROWS, Row, percentiles, report, verdict
+from bench.mqtt_stores import PgsqlStore, RedisStore, Store
+from bench.mqtt_subscribers import Servers, Subscriber, cpu_seconds, mosquitto_pid
 from bench.services import start_server
-from bridge.app import Bridge, Paths
-from bridge.backend import Job
-from bridge.msgid import MsgIdGenerator
 
-PUBLISHERS = 4
-PAD = b"x" * 150
-
-
-class Publishers:
-    """`mosquitto_pub -l` processes, one per topic; lines are `<publish time ns>|<pad>`."""
-
-    def __init__(self, port: int, prefix: str) -> None:
-        self.procs = [
-            subprocess.Popen(
-                ["mosquitto_pub", "-p", str(port), "-q", "1", "-M", "1000", "-l", "-t", f"{prefix}/{k}"],
-                stdin=subprocess.PIPE,
-            )
-            for k in range(PUBLISHERS)
-        ]
-
-    def send(self, total: int, rate: float | None) -> None:
-        """Write `total` lines over the publishers, as fast as they take them or at `rate` msg/s."""
-        per = total // PUBLISHERS
-
-        def write(proc: subprocess.Popen[bytes]) -> None:
-            assert proc.stdin is not None
-            step = 200 if rate is None else max(1, int(rate / PUBLISHERS / 1000))  # lines per ms when paced
-            started = time.perf_counter()
-            for sent in range(0, per, step):
-                n = min(step, per - sent)
-                if rate is not None:
-                    due = started + sent / (rate / PUBLISHERS)
-                    delay = due - time.perf_counter()
-                    if delay > 0:
-                        time.sleep(delay)
-                now = time.time_ns()
-                proc.stdin.write(b"".join(b"%d|%s\n" % (now, PAD) for _ in range(n)))
-                proc.stdin.flush()
-
-        threads = [threading.Thread(target=write, args=(p,)) for p in self.procs]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-
-    def close(self) -> None:
-        for proc in self.procs:
-            assert proc.stdin is not None
-            proc.stdin.close()
-            proc.wait(60)
-
-
-class Commits:
-    """A runner commit hook: counts committed publishes and their publish-to-commit latency."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.latencies: list[float] = []
-        self.last = 0.0
-        self.changed = asyncio.Event()
-
-    def __call__(self, job: Job, outcome: BaseException | None) -> None:
-        now = time.time_ns()
-        payload = getattr(job.event, "payload", b"")
-        self.latencies.append((now - int(payload.split(b"|", 1)[0])) / 1e6)
-        self.count += 1
-        self.last = time.perf_counter()
-        self.changed.set()
-
-    async def wait(self, count: int) -> None:
-        async with asyncio.timeout(300):
-            while self.count < count:
-                self.changed.clear()
-                await self.changed.wait()
-
-
-def pool_lines(db: str, args: argparse.Namespace) -> str:
-    if db == "redis":
-        return f"backend.redis.pool1.server = 127.0.0.1:{args.redis_port}\n"
-    return pgsql_bench.bridge_config(args.pg_port, {})
-
-
-async def hookbridge(db: str, args: argparse.Namespace, workdir: Path) -> tuple[float, float, float, float]:
-    """(msg/s, p50 ms, p99 ms, paced rate) for the bridge in mqtt mode."""
-    prefix = f"bench{uuid.uuid4().hex[:6]}"
-    (workdir / "rules").mkdir(parents=True, exist_ok=True)
-    (workdir / "rules" / "bench.conf").write_text(
-        f'backend.{db}.hook.message.publish.1 = {{"topic": "{prefix}/#", '
-        '"action": {"function": "on_message_publish"}, "expired_time": 3600}\n'
-    )
-    (workdir / "bridge.conf").write_text(
-        "metrics.listener = off\nbroker.mode = mqtt\n"
-        f"broker.server = 127.0.0.1:{args.mqtt_port}\nbroker.clientid = hb-{prefix}\nbroker.session_expiry = 2m\n"
-        f"spool.dir = {workdir / 'state'}\n" + pool_lines(db, args)
-    )
-    bridge = Bridge.load(Paths(workdir / "bridge.conf", workdir / "rules"))
-    await bridge.start()
-    commits = Commits()
-    for runner in bridge.runners.values():
-        runner.commit_hooks.append(commits)
-    try:
-        await asyncio.sleep(0.5)  # SUBACK
-        pubs = Publishers(args.mqtt_port, prefix)
-        started = time.perf_counter()
-        await asyncio.to_thread(pubs.send, args.messages, None)
-        await commits.wait(args.messages)
-        rate = args.messages / (commits.last - started)
-        pubs.close()
-
-        paced = rate / 2
-        commits.latencies.clear()
-        count = int(paced * args.latency_seconds) // PUBLISHERS * PUBLISHERS
-        base = commits.count
-        pubs = Publishers(args.mqtt_port, prefix)
-        await asyncio.to_thread(pubs.send, count, paced)
-        await commits.wait(base + count)
-        pubs.close()
-        lat = sorted(commits.latencies)
-        p50, p99 = lat[len(lat) // 2], lat[int(len(lat) * 0.99)]
-    finally:
-        await bridge.stop()
-    return rate, p50, p99, paced
-
-
-def naive_subscriber(port: int, prefix: str, write: Callable[[bytes, bytes], None], total: int) -> float:
-    """A paho QoS 1 subscriber writing each message before taking the next; returns msg/s."""
-    done = threading.Event()
-    state: dict[str, Any] = {"count": 0, "last": 0.0}
-
-    def on_message(client: paho.Client, userdata: object, msg: paho.MQTTMessage) -> None:
-        write(msg.topic.encode(), msg.payload)
-        state["count"] += 1
-        if state["count"] >= total:
-            state["last"] = time.perf_counter()
-            done.set()
-
-    client = paho.Client(CallbackAPIVersion.VERSION2, client_id=f"naive-{prefix}", protocol=paho.MQTTv311)
-    client.on_message = on_message
-    subscribed = threading.Event()
-    client.on_subscribe = lambda *a: subscribed.set()
-    client.connect("127.0.0.1", port)
-    client.subscribe(f"{prefix}/#", 1)
-    client.loop_start()
-    subscribed.wait(10)
-    pubs = Publishers(port, prefix)
-    started = time.perf_counter()
-    pubs.send(total, None)
-    done.wait(600)
-    pubs.close()
-    client.disconnect()
-    client.loop_stop()
-    return total / (state["last"] - started)
-
-
-def naive_redis(args: argparse.Namespace) -> float:
-    r = redis_sync.Redis(port=args.redis_port, protocol=2)
-    ids = MsgIdGenerator("naive")
-
-    def write(topic: bytes, payload: bytes) -> None:
-        msgid = ids.next()
-        key = keys.message(msgid)
-        r.hset(
-            key, mapping={"id": msgid, "from": "", "qos": 1, "topic": topic, "payload": payload, "ts": int(time.time())}
-        )
-        r.zadd(keys.topic_list(topic.decode()), {msgid: keys.score(msgid)})
-        r.expire(key, 3600)
-
-    try:
-        return naive_subscriber(args.mqtt_port, f"naive{uuid.uuid4().hex[:6]}", write, args.naive_messages)
-    finally:
-        r.close()
-
-
-def naive_pgsql(args: argparse.Namespace) -> float:
-    loop = asyncio.new_event_loop()
-    conn = loop.run_until_complete(asyncpg.connect(pgsql_bench.dsn(args.pg_port)))
-    ids = MsgIdGenerator("naive")
-    from bridge.events import MessagePublish
-
-    def write(topic: bytes, payload: bytes) -> None:
-        event = MessagePublish(ids.next(), "", None, topic.decode(), 1, payload, False, "n", "", time.time())
-        loop.run_until_complete(conn.execute(pgsql_bench.INSERT, *pgsql_bench.row(event)))
-
-    try:
-        return naive_subscriber(args.mqtt_port, f"naive{uuid.uuid4().hex[:6]}", write, args.naive_messages)
-    finally:
-        loop.run_until_complete(conn.close())
-        loop.close()
-
-
-def mosquitto_version() -> str:
-    return subprocess.run(["mosquitto", "-h"], capture_output=True, text=True).stdout.splitlines()[0]
+READY_TIMEOUT = 60.0  # seconds for a subscriber to start storing the probe
+POLL = {"redis": 0.01, "pgsql": 0.02}  # seconds between counts
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--db", default="redis,pgsql")
-    parser.add_argument("--messages", type=int, default=100_000, help="a multiple of 4 (one share per publisher)")
+    parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--naive-messages", type=int, default=20_000)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="bridge processes of row 3")
+    parser.add_argument("--publishers", type=int, default=4)
     parser.add_argument("--latency-seconds", type=float, default=5.0)
+    parser.add_argument("--stall", type=float, default=30.0, help="seconds without a new message stored: give up")
     parser.add_argument("--mqtt-port", type=int, default=1886)
     parser.add_argument("--redis-port", type=int, default=6396)
     parser.add_argument("--pg-port", type=int, default=5443)  # its own server: the bench drops tables
+    parser.add_argument("--only", default=",".join(ROWS), help="rows to run, of " + ",".join(ROWS))
+    parser.add_argument("--json", help="also write the rows to this file")
     return parser.parse_args()
 
 
-async def main(args: argparse.Namespace) -> None:
-    start_server("mosquitto.sh", args.mqtt_port)
-    version = mosquitto_version()
-    print(f"machine: {describe()}; {version}")
+def broker_cpu(port: int) -> float | None:
+    """Mosquitto's CPU seconds so far (None when another checkout's broker answers on the port)."""
+    pid = mosquitto_pid(port)
+    return cpu_seconds(pid) if pid else None
+
+
+def per_message(before: float | None, after: float | None, messages: int) -> float | None:
+    """CPU µs per message between two readings."""
+    return None if before is None or after is None else (after - before) / messages * 1e6
+
+
+async def wait_stored(
+    store: Store, topics: list[str], expected: int, sub: Subscriber, args: argparse.Namespace
+) -> tuple[float, int]:
+    """Poll the count until `expected` messages are stored: (the time of that poll, the count);
+    fewer when the count stalls for --stall seconds or the subscriber exits."""
+    last, changed = -1, time.perf_counter()
+    while True:
+        count = await store.count(topics)
+        now = time.perf_counter()
+        if count >= expected:
+            return now, count
+        if count != last:
+            last, changed = count, now
+        elif now - changed > args.stall or not sub.running():
+            return now, count
+        await asyncio.sleep(POLL[store.name])
+
+
+async def wait_ready(store: Store, sub: Subscriber, prefix: str, args: argparse.Namespace) -> None:
+    """Publish probes on `<prefix>/probe` until one is stored: the subscription is in place."""
+    deadline = time.perf_counter() + READY_TIMEOUT
+    while time.perf_counter() < deadline:
+        if not sub.running():
+            raise RuntimeError(f"the subscriber exited with {sub.proc.returncode}:\n{sub.tail()}")
+        await asyncio.to_thread(probe, args.mqtt_port, f"{prefix}/probe")
+        for _ in range(50):
+            if await store.count([f"{prefix}/probe"]):
+                return
+            await asyncio.sleep(0.02)
+    raise RuntimeError(f"the subscriber stored no probe within {READY_TIMEOUT:.0f} s:\n{sub.tail()}")
+
+
+async def publish_only(args: argparse.Namespace) -> Row:
+    row = Row("ceiling", "Mosquitto publish-only (nobody subscribed)", args.messages)
+    pubs = Publishers(args.mqtt_port, f"p{uuid.uuid4().hex[:8]}", args.publishers)
+    before, started = broker_cpu(args.mqtt_port), time.perf_counter()
+    await asyncio.to_thread(pubs.send, range(args.messages), None)
+    await asyncio.to_thread(pubs.close)
+    row.rate = args.messages / (time.perf_counter() - started)
+    row.broker_us = per_message(before, broker_cpu(args.mqtt_port), args.messages)
+    return row
+
+
+async def measure(row: Row, store: Store, sub: Subscriber, pubs: Publishers, args: argparse.Namespace) -> range:
+    """Throughput, then latency at half of it, into `row`; the sequence numbers published."""
+    cpu, broker, started = sub.cpu(), broker_cpu(args.mqtt_port), time.perf_counter()
+    sending = asyncio.create_task(asyncio.to_thread(pubs.send, range(row.messages), None))
+    end, count = await wait_stored(store, pubs.topics, row.messages, sub, args)
+    row.cpu_us = per_message(cpu, sub.cpu(), row.messages)
+    row.broker_us = per_message(broker, broker_cpu(args.mqtt_port), row.messages)
+    await sending
+    if count < row.messages:
+        row.note = f"stopped at {count} of {row.messages} stored"
+        return range(row.messages)
+    row.rate = row.messages / (end - started)
+    row.paced = row.rate / 2
+    paced = range(row.messages, row.messages + max(len(pubs.procs), int(row.paced * args.latency_seconds)))
+    await store.watch()
+    await asyncio.to_thread(pubs.send, paced, row.paced)
+    _, count = await wait_stored(store, pubs.topics, paced.stop, sub, args)
+    found = percentiles(await store.commits(len(paced)), paced)
+    if found:
+        row.p50, row.p99 = found
+    if count < paced.stop:
+        row.note = f"stopped at {count} of {paced.stop} stored"
+    return range(paced.stop)
+
+
+Command = Callable[[str, Path], list[str]]  # (topic prefix, work directory) -> the subscriber's command line
+
+
+async def subscriber_row(
+    key: str, name: str, messages: int, store: Store, command: Command, args: argparse.Namespace
+) -> Row:
+    """One subscriber from a fresh database: measured, stopped, its stored messages checked."""
+    row, prefix = Row(key, name, messages), f"b{uuid.uuid4().hex[:8]}"
+    await store.fresh()
+    with tempfile.TemporaryDirectory(prefix="mqtt-bench-") as tmp:
+        sub = Subscriber(command(prefix, Path(tmp)), Path(tmp) / "subscriber.log")
+        pubs = Publishers(args.mqtt_port, prefix, args.publishers)
+        try:
+            await wait_ready(store, sub, prefix, args)
+            published = await measure(row, store, sub, pubs, args)
+        except RuntimeError as exc:
+            row.note, published = str(exc).splitlines()[0], range(messages)
+            print(f"{name}: {exc}", file=sys.stderr)
+        finally:
+            await asyncio.to_thread(pubs.close)
+            code = sub.stop()
+            if code not in (0, -15):
+                print(f"{name}: exited with {code}:\n{sub.tail()}", file=sys.stderr)
+    row.verdict, row.exactly_once = verdict(await store.payloads(pubs.topics), published)
+    return row
+
+
+async def table_for(db: str, store: Store, args: argparse.Namespace) -> list[Row]:
+    """The rows of --only, in ROWS order."""
+    servers = Servers(args.mqtt_port, args.redis_port, args.pg_port)
+    commands: dict[str, tuple[str, int, Command]] = {
+        "bridge": (
+            "hookbridge mqtt mode, 1 worker",
+            args.messages,
+            lambda prefix, tmp: subscribers.bridge(db, servers, tmp, prefix, None),
+        ),
+        "workers": (
+            f"hookbridge mqtt mode, {args.workers} workers",
+            args.messages,
+            lambda prefix, tmp: subscribers.bridge(db, servers, tmp, prefix, args.workers),
+        ),
+        "sketch": (
+            "sketch: gmqtt, PUBACK on receipt, pipelined",
+            args.messages,
+            lambda prefix, _: subscribers.sketch(db, servers, prefix),
+        ),
+        "naive": (
+            "naive: paho, one write per message",
+            args.naive_messages,
+            lambda prefix, _: subscribers.naive(db, servers, prefix),
+        ),
+    }
     rows = []
-    for db in args.db.split(","):
-        if db == "redis":
-            start_server("redis.sh", args.redis_port)
-            redis_sync.Redis(port=args.redis_port).flushall()
+    for key in (key for key in ROWS if key in args.only.split(",")):
+        if key == "ceiling":
+            rows.append(await publish_only(args))
+        elif key == "workers" and not subscribers.workers_supported():
+            name = commands[key][0]
+            rows.append(Row(key, name, 0, note="skipped: this checkout's `hookbridge run` has no --workers"))
         else:
-            start_server("postgres.sh", args.pg_port)
-            conn = await asyncpg.connect(pgsql_bench.dsn(args.pg_port))
-            await pgsql_bench.fresh_tables(conn)
-            await conn.close()
-        with tempfile.TemporaryDirectory(prefix="mqtt-bench-") as tmp:
-            rate, p50, p99, paced = await hookbridge(db, args, Path(tmp))
-        naive = await asyncio.to_thread(naive_redis if db == "redis" else naive_pgsql, args)
-        rows.append(
-            (
-                db,
-                f"{rate:,.0f}",
-                f"{paced:,.0f}",
-                f"{p50:.1f}",
-                f"{p99:.1f}",
-                f"{naive:,.0f}",
-                f"{rate / naive:.1f}x",
-            )
-        )
-    header = ("database", "hookbridge msg/s", "paced at msg/s", "p50 ms", "p99 ms", "naive paho msg/s", "ratio")
-    print(table(rows, header))
+            name, messages, command = commands[key]
+            rows.append(await subscriber_row(key, name, messages, store, command, args))
+    return rows
+
+
+def mosquitto_version() -> str:
+    return subprocess.run(["mosquitto", "-h"], capture_output=True, text=True, check=False).stdout.splitlines()[0]
+
+
+def save(path: Path, results: dict[str, list[dict[str, object]]]) -> None:
+    path.write_text(json.dumps(results))
+
+
+async def open_store(db: str, args: argparse.Namespace) -> tuple[Store, str]:
+    """The database's store and a line describing its server."""
+    if db == "redis":
+        start_server("redis.sh", args.redis_port)
+        return RedisStore(args.redis_port), ""
+    start_server("postgres.sh", args.pg_port)
+    store = await PgsqlStore.connect(args.pg_port)
+    return store, f"server: {await pgsql_bench.server(store.conn)}"
+
+
+async def main(args: argparse.Namespace) -> int:
+    args.messages -= args.messages % args.publishers
+    start_server("mosquitto.sh", args.mqtt_port)
+    load = " ".join(f"{value:.2f}" for value in os.getloadavg())
+    print(f"machine: {describe()}; {mosquitto_version()}; load average {load} (before the run)")
     print(
-        f"messages: {args.messages:,} (hookbridge), {args.naive_messages:,} (naive); QoS 1; {len(PAD) + 20} B payloads"
+        f"{args.publishers} mosquitto_pub -l -q 1 -M 1000 publishers, {len(PAD) + 30} B payloads, QoS 1; "
+        f"latency paced at half each row's rate for {args.latency_seconds:g} s\n"
     )
+    results: dict[str, list[dict[str, object]]] = {}
+    failed: list[str] = []
+    for db in args.db.split(","):
+        store, server = await open_store(db, args)
+        try:
+            rows = await table_for(db, store, args)
+        finally:
+            await store.close()
+        if server:
+            print(server)
+        report(db, rows)
+        results[db] = [asdict(row) for row in rows]
+        failed += [
+            f"{db}: {row.name}: {row.verdict}"
+            for row in rows
+            if row.key in ("bridge", "workers") and not row.exactly_once
+        ]
+    if args.json:
+        save(Path(args.json), results)
+    for problem in failed:
+        print(f"NOT EXACTLY ONCE: {problem}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    asyncio.run(main(parse_args()))
+    sys.exit(asyncio.run(main(parse_args())))

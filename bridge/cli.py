@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -156,6 +157,7 @@ async def _serve(bridge: Bridge, companion: Callable[[], Coroutine[Any, Any, Non
         beside.add_done_callback(lambda _: stop.set())
     try:
         await bridge.start()
+        _freeze_startup_objects()
         await stop.wait()
         log.info("stopping: draining queues")
     finally:
@@ -164,6 +166,15 @@ async def _serve(bridge: Bridge, companion: Callable[[], Coroutine[Any, Any, Non
         if beside is not None:
             beside.cancel()
             await asyncio.gather(beside, return_exceptions=True)
+
+
+def _freeze_startup_objects() -> None:
+    """Keep what start-up built (modules, rules, pools: ~50,000 objects) out of every later full
+    garbage collection. Messages in flight outlive the young generations, so full collections
+    come every few seconds under load, and each walked all of those objects: a 30-45 ms pause
+    of the event loop, in the p99 of publish-to-commit (issue 18)."""
+    gc.collect()
+    gc.freeze()
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

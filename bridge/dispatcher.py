@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from bridge.backend import Job
 from bridge.engine import Engine
@@ -25,19 +26,39 @@ class Dispatcher:
         self._receipts: dict[int, _Receipt] = {}  # id(job) -> the receipt of its event
 
     async def __call__(self, event: Event) -> asyncio.Future[None] | None:
+        if not self.track_commits:
+            await self.dispatch(event, None)
+            return None
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def committed() -> None:
+            if not future.done():
+                future.set_result(None)
+
+        return future if await self.dispatch(event, committed) else None
+
+    async def dispatch(self, event: Event, on_committed: Callable[[], None] | None) -> bool:
+        """Submit the jobs of `event`; `on_committed` is called (from a runner's commit) once every
+        one of them is done. False: no rule matched, `on_committed` will not be called.
+
+        The callback form is the external modes' hot path (no future, no loop turn per message);
+        `__call__` wraps it in a future for the sources that await one."""
         self.metrics.events[event.hookpoint] += 1
         self.pager.observe(event)
         rules = self.engine.match(event)
-        if not self.track_commits or not rules:
+        if not rules:
+            return False
+        if on_committed is None:
             for rule in rules:
                 await self.runners[rule.pool].submit(Job(rule, event))
-            return None
-        receipt = _Receipt(len(rules))
+            return True
+        receipt = _Receipt(len(rules), on_committed)
+        receipts = self._receipts
         for rule in rules:
             job = Job(rule, event)
-            self._receipts[id(job)] = receipt
+            receipts[id(job)] = receipt
             await self.runners[rule.pool].submit(job)
-        return receipt.done
+        return True
 
     def wants(self, hookpoint: Hookpoint, clientid: str, topic: str | None = None) -> bool:
         """Whether an event of `hookpoint` for `clientid` would do anything here (a rule takes
@@ -68,15 +89,15 @@ class Dispatcher:
 
 
 class _Receipt:
-    """Counts the jobs of one event still to be done; `done` resolves when none are left."""
+    """Counts the jobs of one event still to be done; calls `on_done` when none are left."""
 
-    __slots__ = ("done", "left")
+    __slots__ = ("left", "on_done")
 
-    def __init__(self, jobs: int) -> None:
+    def __init__(self, jobs: int, on_done: Callable[[], None]) -> None:
         self.left = jobs
-        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.on_done = on_done
 
     def job_done(self) -> None:
         self.left -= 1
-        if self.left == 0 and not self.done.done():
-            self.done.set_result(None)
+        if self.left == 0:
+            self.on_done()

@@ -22,35 +22,37 @@ class Engine:
             self._by_hook[rule.hookpoint].append(rule)
         # (hookpoint, topic) -> the rules whose topic filters match: matching every filter of
         # every rule per event was the engine's whole cost on the publish path.
-        self._by_topic: dict[tuple[Hookpoint, str | None], list[Rule]] = {}
+        # The cached value also says whether any of those rules may skip an event (`applies`).
+        self._by_topic: dict[tuple[Hookpoint, str | None], tuple[list[Rule], bool]] = {}
 
     def match(self, event: Event) -> list[Rule]:
-        by_topic = self._matching(event.hookpoint, event_topic(event))
-        return [rule for rule in by_topic if rule.applies(event)] if by_topic else by_topic
+        """The rules to run for `event` (do not modify the list: it may be the cache's)."""
+        by_topic, selective = self._matching(event.hookpoint, event_topic(event))
+        if not selective:
+            return by_topic
+        return [rule for rule in by_topic if rule.applies(event)]
 
-    def _matching(self, hookpoint: Hookpoint, topic: str | None) -> list[Rule]:
+    def _matching(self, hookpoint: Hookpoint, topic: str | None) -> tuple[list[Rule], bool]:
         """The rules of `hookpoint` whose topic filters match `topic` (cached per topic)."""
-        candidates = self._by_hook.get(hookpoint)
-        if not candidates:
-            return []
         key = (hookpoint, topic)
-        by_topic = self._by_topic.get(key)
-        if by_topic is None:
+        cached = self._by_topic.get(key)
+        if cached is None:
             by_topic = [
                 rule
-                for rule in candidates
+                for rule in self._by_hook.get(hookpoint, ())
                 if rule.topics is None or (topic is not None and any(matches(f, topic) for f in rule.topics))
             ]
+            cached = by_topic, any(rule.selective for rule in by_topic)
             if len(self._by_topic) >= _TOPIC_CACHE_SIZE:
                 self._by_topic.clear()  # a fleet with more topics than this pays the match again
-            self._by_topic[key] = by_topic
-        return by_topic
+            self._by_topic[key] = cached
+        return cached
 
     def takes(self, hookpoint: Hookpoint, topic: str | None = None) -> bool:
         """Whether a rule may run on this hookpoint (for this topic, when one is given)."""
         if topic is None:
             return bool(self._by_hook.get(hookpoint))
-        return bool(self._matching(hookpoint, topic))
+        return bool(self._matching(hookpoint, topic)[0])
 
     @property
     def pools(self) -> set[str]:

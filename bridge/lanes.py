@@ -18,6 +18,7 @@ import contextlib
 import contextvars
 import logging
 import os
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
@@ -49,6 +50,7 @@ class LaneOwner(Protocol):
 
     pool_id: str
     batch_size: int
+    batch_time: float  # seconds a batch may wait to fill, from its oldest action's arrival
     healthy: bool
     progress: asyncio.Event  # set after every batch
 
@@ -72,6 +74,7 @@ class Lane:
         self.capacity = capacity
         self.spool = spool
         self.memory: deque[Job] = deque()
+        self.oldest_since = 0.0  # when the oldest action in memory arrived (time.monotonic)
         self.wakeup = asyncio.Event()
         self.room = asyncio.Event()
         self.busy = False
@@ -116,6 +119,8 @@ class Lane:
         self._to_memory(job)
 
     def _to_memory(self, job: Job) -> None:
+        if not self.memory:
+            self.oldest_since = time.monotonic()
         self.memory.append(job)
         self.wakeup.set()
 
@@ -199,6 +204,7 @@ class Lane:
         """Write one batch: from memory (older) if any, else from the spool; or wait for work."""
         runner = self.runner
         if self.memory:
+            await self._fill()
             batch = self._from_memory()
             self._written_upto = None
         elif self.spool is not None and self.spool.pending:
@@ -239,6 +245,19 @@ class Lane:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.wakeup.wait(), _RETRY_MAX)
         self.spool.save_position()
+
+    async def _fill(self) -> None:
+        """Give a small batch until `batch_time` after its oldest action arrived to fill up.
+
+        Fewer, larger batches cost the bridge and the database less per action; the wait is
+        bounded by its oldest action's age, so under load (actions queued while the last
+        batch was written) there is none."""
+        runner = self.runner
+        if len(self.memory) >= runner.batch_size or runner.batch_time <= 0 or not runner.healthy:
+            return
+        wait = self.oldest_since + runner.batch_time - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
 
     def _from_memory(self) -> list[Job]:
         limit = self.runner.batch_size

@@ -24,6 +24,7 @@ def node_bits(node: str, pid: int | None = None) -> int:
 class MsgIdGenerator:
     def __init__(self, node: str = "hookbridge") -> None:
         self._node = node_bits(node)
+        self._node_hex = f"{self._node:012X}"
         self._last_us = 0
         self._seq = 0
         self._lock = threading.Lock()
@@ -37,8 +38,8 @@ class MsgIdGenerator:
                 self._seq += 1
                 if self._seq > _SEQ_MASK:  # 65536 ids in one microsecond: borrow the next one
                     self._last_us, self._seq = self._last_us + 1, 0
-            value = (self._last_us << 64) | (self._node << 16) | self._seq
-        return f"{value:032X}"
+            last_us, seq = self._last_us, self._seq
+        return f"{last_us:016X}{self._node_hex}{seq:04X}"  # the 128-bit value in hex, field by field
 
 
 def timestamp_us(msgid: str) -> int:

@@ -83,6 +83,11 @@ class Rule:
     expired_time: int | None = None
     payload_format: str = "plain_text"
 
+    @property
+    def selective(self) -> bool:
+        """Whether `applies` may say no (a function that skips some events)."""
+        return isinstance(self.action, FunctionAction) and self.action.spec.applies is not None
+
     def applies(self, event: Any) -> bool:
         """False when the rule's function has nothing to do for this event (not queued)."""
         if isinstance(self.action, FunctionAction) and self.action.spec.applies is not None:

@@ -14,7 +14,7 @@ from redis import exceptions as rexc
 from actions.redis import scripts
 from actions.redis.functions import WRITERS, Command, Script
 from actions.redis.index import TopicIndex
-from actions.redis.packing import PackedConnection, PackedSSLConnection
+from actions.redis.packing import PackedConnection, PackedSSLConnection, pipeline
 from actions.redis.reads import RedisStore
 from actions.redis.schema import describe
 from bridge.backend import Backend, Job, PermanentError
@@ -126,7 +126,7 @@ class RedisBackend(Backend):
 
     async def _write_run(self, batch: Sequence[Job], run: list[int], outcomes: list[BaseException | None]) -> None:
         """The run's commands in one pipeline."""
-        pipe = self.redis.pipeline(transaction=False)
+        commands: list[tuple[Any, ...]] = []
         owners: list[int] = []
         for index in run:
             try:
@@ -135,9 +135,9 @@ class RedisBackend(Backend):
                 outcomes[index] = exc
                 continue
             for command in plan:
-                self._queue(pipe, command)
+                commands.append(self._command(command))
                 owners.append(index)
-        await self._flush(pipe, owners, outcomes)
+        await self._flush(commands, owners, outcomes)
 
     async def _run_alone(self, job: Job) -> BaseException | None:
         action = job.rule.action
@@ -154,16 +154,17 @@ class RedisBackend(Backend):
         assert isinstance(action, TemplateAction)
         return [tuple(args) for args in action.template.render_lines(job.values)]
 
-    def _queue(self, pipe: Any, command: Command) -> None:
+    def _command(self, command: Command) -> tuple[Any, ...]:
         if isinstance(command, Script):
-            pipe.execute_command("EVALSHA", self._shas[command.name], len(command.keys), *command.keys, *command.args)
-        else:
-            pipe.execute_command(*command)
+            return ("EVALSHA", self._shas[command.name], len(command.keys), *command.keys, *command.args)
+        return command
 
-    async def _flush(self, pipe: Any, owners: list[int], outcomes: list[BaseException | None]) -> None:
-        if not owners:
+    async def _flush(
+        self, commands: list[tuple[Any, ...]], owners: list[int], outcomes: list[BaseException | None]
+    ) -> None:
+        if not commands:
             return
-        replies = await pipe.execute(raise_on_error=False)
+        replies = await pipeline(self.redis.connection_pool, commands, self.pool["request_timeout"])
         for owner, reply in zip(owners, replies, strict=True):
             if isinstance(reply, rexc.NoScriptError):
                 # Redis restarted and lost its script cache: retry the batch. Its data may be
@@ -176,7 +177,6 @@ class RedisBackend(Backend):
                 if self.is_recoverable(reply):
                     raise reply
                 outcomes[owner] = reply
-        owners.clear()
 
     async def _one_by_one(self, job: Job, action: CommandsAction) -> BaseException | None:
         for command in action.commands:

@@ -25,6 +25,27 @@ from bridge.events import Event
 # there was nothing to wait for (no rule matched, or a sink that does not track).
 EventSink = Callable[[Event], Awaitable["asyncio.Future[None] | None"]]
 
+# The same, with a callback instead of a future (the dispatcher's `dispatch`): `on_committed` is
+# called once every rule for the event is done; False means no rule matched and it never will be.
+# A source that tracks every message (the external modes) saves a future and a loop turn each.
+CallbackSink = Callable[[Event, Callable[[], None]], Awaitable[bool]]
+
+
+def callback_sink(sink: EventSink) -> CallbackSink:
+    """`sink`'s callback form: its own `dispatch` when it has one, else a wrapper around its future."""
+    dispatch = getattr(sink, "dispatch", None)
+    if dispatch is not None:
+        return dispatch  # type: ignore[no-any-return]
+
+    async def wrapped(event: Event, on_committed: Callable[[], None]) -> bool:
+        committed = await sink(event)
+        if committed is None:
+            return False
+        committed.add_done_callback(lambda _: on_committed())
+        return True
+
+    return wrapped
+
 
 class Capability(StrEnum):
     PROXY_SUBSCRIBE = "proxy-subscribe"  # subscribe a client on its behalf

@@ -97,6 +97,36 @@ async def test_a_recoverable_error_retries_the_same_batch_with_growing_backoff()
     assert counts(runner) == {"matched": 4, "succeeded": 4, "failed": 0, "retried": 12, "spooled": 0, "dropped": 0}
 
 
+async def test_a_small_batch_waits_batch_time_to_fill_from_its_oldest_action() -> None:
+    """batch_time: actions trickling in within it go out as one batch; none waits longer."""
+    async with running(max_inflight=1, batch_size=100, batch_time="300ms") as (runner, backend):
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        for n in range(5):
+            await runner.submit(job(runner, publish(topic=f"t/{n}")))
+            await asyncio.sleep(0.02)
+        await runner.idle()
+        waited = loop.time() - started
+    assert [len(batch) for batch in backend.batches] == [5]
+    assert waited >= 0.3
+
+
+async def test_without_batch_time_each_action_goes_out_as_soon_as_the_lane_is_free() -> None:
+    async with running(max_inflight=1, batch_size=100, batch_time=0) as (runner, backend):
+        for n in range(3):
+            await runner.submit(job(runner, publish(topic=f"t/{n}")))
+            await wait_until(lambda n=n: sum(len(b) for b in backend.batches) == n + 1, f"action {n} written")
+    assert [len(batch) for batch in backend.batches] == [1, 1, 1]
+
+
+async def test_a_full_batch_does_not_wait_for_batch_time() -> None:
+    async with running(max_inflight=1, batch_size=3, batch_time="10s") as (runner, backend):
+        for n in range(6):
+            await runner.submit(job(runner, publish(topic=f"t/{n}")))
+        await wait_until(lambda: sum(len(b) for b in backend.batches) == 6, "both batches written", timeout=5)
+    assert [len(batch) for batch in backend.batches] == [3, 3]
+
+
 def test_backoff_doubles_from_the_first_pause_up_to_its_cap() -> None:
     backoff = Backoff(first=0.1, cap=1.0)
     assert [backoff.delay(n) for n in range(1, 7)] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]

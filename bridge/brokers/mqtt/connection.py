@@ -3,9 +3,10 @@
 - MQTT 5 (gmqtt falls back to 3.1.1 when the broker refuses 5), a fixed client
   id with clean start off and a session expiry, so messages wait in the broker
   while the bridge is down.
-- `optimistic_acknowledgement=False`: gmqtt sends the PUBACK when the message
-  handler returns, and the handler returns only once every rule for the
-  message has committed (source.py). `receive_maximum` bounds how many
+- Nothing is acknowledged on receipt (`optimistic_acknowledgement=False`): a QoS 1
+  message's PUBACK goes out when the source calls `send_pubacks`, once every rule
+  for it (and for every message before it) has committed (source.py, acks.py);
+  QoS 2 keeps gmqtt's path (PUBREC when the handler's future is done). `receive_maximum` bounds how many
   unacknowledged messages the broker sends, so a slow database stops the
   broker's sending instead of growing the bridge's memory.
 - Reconnects with a capped exponential backoff; every CONNACK resubscribes
@@ -21,44 +22,79 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gmqtt import Client, Subscription
+from gmqtt.mqtt.constants import MQTTv50
 from gmqtt.mqtt.handler import MqttPackageHandler
 
 from bridge.events import UserProperties
 
 log = logging.getLogger("bridge.brokers.mqtt")
 
-# (topic, payload, qos, dup, retain, packet id or None, user properties) -> a future done when the
-# message may be acked
-MessageHandler = Callable[[str, bytes, int, bool, bool, int | None, UserProperties], "asyncio.Future[None]"]
+# (topic, payload, qos, dup, retain, packet id or None, user properties) -> for QoS 0 and 2, a
+# future done when the message may be acknowledged (None: at once). A QoS 1 message is
+# acknowledged with `Connection.send_pubacks` instead, once the source decides it may be.
+MessageHandler = Callable[[str, bytes, int, bool, bool, int | None, UserProperties], "asyncio.Future[None] | None"]
 
 BACKOFF_MIN = 0.1
 BACKOFF_MAX = 10.0
 
+_PUBLISH_QOS_1 = 0x32  # fixed header of a QoS 1 PUBLISH, without its DUP (0x08) and RETAIN (0x01) bits
+
 
 class _PacketIdHandler(MqttPackageHandler):  # type: ignore[misc]  # gmqtt is untyped
-    """Hands QoS 1 messages over with their packet id, and sends the PUBACK when the future is done.
+    """Hands QoS 1 messages over with their packet id; their PUBACKs go out when the source says.
 
-    gmqtt does not pass the packet id to on_message (the ledger needs it, ledger.py), and runs
-    each message as a task of its own; on the hot path (QoS 1) a future and a callback do the
-    same for a fraction of the cost. QoS 0 and 2 keep gmqtt's path.
+    gmqtt does not pass the packet id to on_message (the ledger needs it, ledger.py), runs each
+    message as a task of its own and sends each PUBACK in a write of its own. QoS 1 is the
+    bridge's hot path (every message subscription is QoS 1), so it bypasses all three: a
+    PUBLISH without properties (what Mosquitto forwards from a 3.1.1 publisher, and any 3.1.1
+    session) is parsed here in a few slices and handed to `deliver`; one with properties (user
+    properties, a topic alias) takes gmqtt's parser, then the same hand-over. QoS 0 and 2 keep
+    gmqtt's path.
     """
 
     deliver: MessageHandler  # set by Connection
     _pubacks: list[int]  # packet ids whose PUBACK goes out at the end of this loop turn
 
-    def _handle_qos_1_publish_packet(self, mid: int, packet: bytes, topic: str, properties: dict[str, Any]) -> None:
+    def __call__(self, package: Any) -> None:
+        cmd = package.cmd
+        if cmd & 0xF6 == _PUBLISH_QOS_1 and self._fast_publish(cmd, package.data):
+            return
+        super().__call__(package)
+
+    def _fast_publish(self, cmd: int, data: bytes) -> bool:
+        """Deliver a QoS 1 PUBLISH without properties; False (nothing done) for any other form."""
+        try:
+            end = 2 + (data[0] << 8 | data[1])
+            mid = data[end] << 8 | data[end + 1]
+            start = end + 2
+            if self._connection_state.protocol_version >= MQTTv50:
+                if data[start] != 0:
+                    return False  # properties: gmqtt parses them (user properties, topic alias)
+                start += 1
+            topic = data[2:end].decode("utf-8")
+        except (IndexError, UnicodeDecodeError):
+            return False  # malformed, or a topic that is not UTF-8: gmqtt's path (logged; bytes kept)
+        if not topic or mid == 0:
+            return False
+        self.deliver(topic, data[start:], 1, bool(cmd & 0x08), bool(cmd & 0x01), mid, ())
+        return True
+
+    def _handle_qos_1_publish_packet(
+        self, mid: int, packet: bytes, topic: str | bytes, properties: dict[str, Any]
+    ) -> None:
         dup, retain = bool(properties.get("dup")), bool(properties.get("retain"))
-        done = self.deliver(topic, packet, 1, dup, retain, mid, user_properties(properties))
-        done.add_done_callback(lambda _: self._queue_puback(mid))
+        if isinstance(topic, bytes):  # gmqtt hands over a topic that is not UTF-8 as it came: keep its bytes
+            topic = topic.decode("utf-8", "surrogateescape")
+        self.deliver(topic, packet, 1, dup, retain, mid, user_properties(properties))
 
     # A committed batch acknowledges many messages in one loop turn: their PUBACKs go out in one
     # write instead of one send() each. The minimal form (remaining length 2, reason code 0
     # omitted) is valid in MQTT 3.1.1 and 5.
-    def _queue_puback(self, mid: int) -> None:
+    def send_pubacks(self, mids: list[int]) -> None:
         pending = self.__dict__.setdefault("_pubacks", [])
         if not pending:
             asyncio.get_running_loop().call_soon(self._flush_pubacks)
-        pending.append(mid)
+        pending.extend(mids)
 
     def _flush_pubacks(self) -> None:
         mids, self._pubacks = self._pubacks, []
@@ -207,8 +243,13 @@ class Connection:
         self.client.reconnect_delay = self._backoff
         self._backoff = min(BACKOFF_MAX, self._backoff * 2)
 
+    def send_pubacks(self, packet_ids: list[int]) -> None:
+        """Acknowledge these QoS 1 messages (in this order), in one write at the end of this loop turn."""
+        self.client._package_handler.send_pubacks(packet_ids)
+
     async def _message(self, client: Client, topic: str, payload: bytes, qos: int, properties: dict[str, Any]) -> int:
-        await self._on_message(
+        """gmqtt's path, for QoS 0 and 2: it sends the PUBREC when this returns."""
+        done = self._on_message(
             topic,
             payload,
             qos,
@@ -217,4 +258,6 @@ class Connection:
             properties.get("packet_id"),
             user_properties(properties),
         )
-        return 0  # the PUBACK's reason code: success
+        if done is not None:
+            await done
+        return 0  # the PUBREC's reason code: success

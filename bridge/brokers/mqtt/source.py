@@ -5,12 +5,12 @@ message.publish events; with Mosquitto's `log_dest topic`, its log lines become
 client and session events (mosquitto_log.py). The broker is acknowledged only
 after every rule for a message has committed, in arrival order:
 
-    gmqtt task per message --(arrival order)--> intake queue --> one task calls the
-    dispatcher per event (order preserved) --> the dispatcher's "all jobs done"
-    future --> ack chain (previous message acked, and mine committed) --> PUBACK
+    PUBLISH (connection.py) --(arrival order)--> ack window + intake queue --> one
+    task calls the dispatcher per event (order preserved) --> each rule's "committed"
+    future --> ack window (acks.py: mine and every older message done) --> PUBACKs
 
-The broker itself bounds what is in flight (receive maximum), so the intake
-queue never holds more than that.
+The broker itself bounds what is in flight (receive maximum), and reading pauses
+when it sends more, so the intake queue never holds much more than that.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bridge.brokers.base import BrokerSource, EventSink
+from bridge.brokers.base import BrokerSource, EventSink, callback_sink
+from bridge.brokers.mqtt.acks import AckWindow, Unacked
 from bridge.brokers.mqtt.connection import Connection, MessageHandler
 from bridge.brokers.mqtt.filters import covers
 from bridge.brokers.mqtt.ledger import PacketLedger, digest, ledger_path
@@ -50,25 +51,6 @@ class Upstream:
     state_dir: str = "data/spool"
 
 
-def _when_all(waits: Sequence[asyncio.Future[None]], then: asyncio.Future[None]) -> None:
-    """Resolve `then` once every future in `waits` is done."""
-    pending = [w for w in waits if not w.done()]
-    if not pending:
-        if not then.done():
-            then.set_result(None)
-        return
-    left = len(pending)
-
-    def one_done(_: asyncio.Future[None]) -> None:
-        nonlocal left
-        left -= 1
-        if left == 0 and not then.done():
-            then.set_result(None)
-
-    for w in pending:
-        w.add_done_callback(one_done)
-
-
 class MqttSource(BrokerSource):
     """Subscribes to the rules' topics (and Mosquitto's log topics) on a persistent session."""
 
@@ -90,14 +72,11 @@ class MqttSource(BrokerSource):
         self._message_filters = list(message_filters)
         self._client_events = client_events
         self._sink: EventSink | None = None
-        self._intake: asyncio.Queue[tuple[list[Event], asyncio.Future[None] | None, asyncio.Future[None]]] = (
-            asyncio.Queue()
-        )
-        self._tail: asyncio.Future[None] | None = None  # the last message's ack
+        self._intake: asyncio.Queue[tuple[list[Event], Unacked]] = asyncio.Queue()
+        self._window = AckWindow(self._acknowledge)
         self._worker: asyncio.Task[None] | None = None
         self._connection: Connection | None = None
         self._ledger: PacketLedger | None = None
-        self._inflight = 0  # messages received and not yet acknowledged
         self._paused = False  # socket reading paused: inflight reached the receive maximum
         self._log = MosquittoLog(node, upstream.clientid)
 
@@ -162,16 +141,16 @@ class MqttSource(BrokerSource):
         return self._connection is not None and self._connection.connected.is_set()
 
     async def idle(self) -> None:
-        while self._tail is not None and not self._tail.done():
-            await asyncio.shield(self._tail)
+        await self._window.emptied.wait()
 
     @property
     def busy(self) -> bool:
-        return self._tail is not None and not self._tail.done()
+        return len(self._window) > 0
 
     @property
     def inflight(self) -> int:
-        return self._inflight
+        """Messages received and not yet acknowledged."""
+        return len(self._window)
 
     @property
     def redeliveries_recognised(self) -> int:
@@ -188,30 +167,41 @@ class MqttSource(BrokerSource):
         retain: bool,
         packet_id: int | None,
         user_properties: UserProperties,
-    ) -> asyncio.Future[None]:
-        """Take a message in arrival order; the future is done when it may be acknowledged."""
+    ) -> asyncio.Future[None] | None:
+        """Take a message in arrival order. A QoS 1 message is acknowledged by `_acknowledge`; for
+        QoS 0 and 2 the returned future is done when gmqtt may answer."""
         events = self.control_events(topic, payload)
         if events is None:
             events = [self._publish(topic, payload, qos, dup, retain, packet_id, user_properties)]
-        prev, mine = self._tail, asyncio.get_running_loop().create_future()
-        self._tail = mine
-        self._inflight += 1
-        self._intake.put_nowait((events, prev, mine))
-        if self._inflight >= self.upstream.receive_maximum and not self._paused and self._connection is not None:
+        message = self._window.arrived(packet_id, qos == 1)
+        self._intake.put_nowait((events, message))
+        if len(self._window) >= self.upstream.receive_maximum and not self._paused and self._connection is not None:
             self._paused = True
             self._connection.pause_reading(True)
-        # Registered before the caller's PUBACK callback, so it runs first: the ledger marks the
-        # packet id acked before the PUBACK can reach the broker.
-        mine.add_done_callback(lambda _: self._acked(packet_id))
-        return mine
+        if qos == 1:
+            return None
+        message.acked = asyncio.get_running_loop().create_future()
+        return message.acked
 
-    def _acked(self, packet_id: int | None) -> None:
-        self._inflight -= 1
-        if packet_id is not None and self._ledger is not None:
-            self._ledger.acked(packet_id)
-        if self._paused and self._inflight <= self.upstream.receive_maximum // 2 and self._connection is not None:
+    def _acknowledge(self, messages: list[Unacked]) -> None:
+        """These messages, oldest first, are committed and so is every message before them."""
+        ledger, pubacks = self._ledger, list[int]()
+        for message in messages:
+            # The ledger marks the id acknowledged before its PUBACK / PUBREC can reach the broker.
+            if message.packet_id is not None and ledger is not None:
+                ledger.acked(message.packet_id)
+            if message.puback and message.packet_id is not None:
+                pubacks.append(message.packet_id)
+            elif message.acked is not None and not message.acked.done():
+                message.acked.set_result(None)
+        connection = self._connection
+        if connection is None:
+            return
+        if pubacks:
+            connection.send_pubacks(pubacks)
+        if self._paused and len(self._window) <= self.upstream.receive_maximum // 2:
             self._paused = False
-            self._connection.pause_reading(False)
+            connection.pause_reading(False)
 
     def _publish(
         self,
@@ -253,17 +243,21 @@ class MqttSource(BrokerSource):
         )
 
     async def _dispatch_loop(self) -> None:
-        sink = self._sink
-        assert sink is not None
+        assert self._sink is not None
+        dispatch = callback_sink(self._sink)
+        settle = self._window.settle
         while True:
-            events, prev, mine = await self._intake.get()
-            waits: list[asyncio.Future[None]] = [prev] if prev is not None else []
+            events, message = await self._intake.get()
             for event in events:
+                message.waiting += 1  # before dispatching: a rule may commit while a later one queues
+
+                def committed(message: Unacked = message) -> None:
+                    settle(message)
+
                 try:
-                    done = await sink(event)
+                    if not await dispatch(event, committed):
+                        message.waiting -= 1  # no rule: nothing to wait for
                 except Exception:  # a bug in a rule must not stop the stream: log it, ack the message
                     log.exception("dispatching %s failed", event.hookpoint)
-                    continue
-                if isinstance(done, asyncio.Future):
-                    waits.append(done)
-            _when_all(waits, mine)
+                    message.waiting -= 1
+            settle(message)  # dispatched: from now on only its rules' commits hold it
