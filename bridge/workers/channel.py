@@ -1,7 +1,10 @@
 """The private channel between the supervisor and one worker: a Unix socket pair, one JSON line each way.
 
-The supervisor asks `metrics` (every family, as bridge.metrics.Family data) or `health` (the
-worker's /healthz answer); the worker answers with one JSON line. Nothing listens on a network
+The supervisor asks `<number> metrics` (every family, as bridge.metrics.Family data) or
+`<number> health` (the worker's /healthz answer); the worker answers with one JSON line
+`{"id": <number>, "answer": ...}`. The number lets the supervisor skip a late answer to a question
+it stopped waiting for (a worker busy for longer than ASK_TIMEOUT) instead of taking it for the
+answer to the next one. Nothing listens on a network
 address: the socket pair exists only between the two processes. The end of the channel is also
 how a worker learns its supervisor is gone (end of file: it stops, draining what it holds).
 """
@@ -21,7 +24,7 @@ from bridge.metrics import Family, Sample
 log = logging.getLogger(__name__)
 
 _LINE_LIMIT = 64 << 20  # one metrics answer; thousands of rules stay far below this
-ASK_TIMEOUT = 5.0
+ASK_TIMEOUT = 2.0  # well inside the status server's 5 s for a whole request
 
 
 def families_to_json(families: list[Family]) -> list[dict[str, Any]]:
@@ -48,7 +51,7 @@ async def answer_supervisor(
     reader, writer = await asyncio.open_unix_connection(sock=sock)
     try:
         while line := await reader.readline():
-            request = line.strip().decode("ascii", "replace")
+            number, _, request = line.decode("ascii", "replace").strip().partition(" ")
             if request == "metrics":
                 answer: Any = families_to_json(families())
             elif request == "health":
@@ -56,7 +59,7 @@ async def answer_supervisor(
                 answer = {"ready": ready, "detail": detail}
             else:
                 answer = {"error": f"unknown request {request!r}"}
-            writer.write(json.dumps(answer).encode() + b"\n")
+            writer.write(json.dumps({"id": number, "answer": answer}).encode() + b"\n")
             await writer.drain()
     except ConnectionError:
         pass  # the supervisor is gone: same as end of file
@@ -73,6 +76,7 @@ class SupervisorEnd:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._closed = False
+        self._asked = 0
 
     async def ask(self, request: str) -> Any:
         """The worker's answer; raises OSError / TimeoutError when it cannot give one."""
@@ -82,17 +86,18 @@ class SupervisorEnd:
             if self._writer is None:
                 self._reader, self._writer = await asyncio.open_unix_connection(sock=self._sock, limit=_LINE_LIMIT)
             assert self._reader is not None
-            try:
-                async with asyncio.timeout(ASK_TIMEOUT):
-                    self._writer.write(request.encode() + b"\n")
-                    await self._writer.drain()
+            self._asked += 1
+            number = str(self._asked)
+            async with asyncio.timeout(ASK_TIMEOUT):
+                self._writer.write(f"{number} {request}\n".encode())
+                await self._writer.drain()
+                while True:  # answers to questions given up on come first: skip them
                     line = await self._reader.readline()
-            except TimeoutError:
-                self.close()  # a late answer would be read as the next question's
-                raise
-            if not line:
-                raise ConnectionResetError("the worker closed its channel")
-            return json.loads(line)
+                    if not line:
+                        raise ConnectionResetError("the worker closed its channel")
+                    reply = json.loads(line)
+                    if reply.get("id") == number:
+                        return reply["answer"]
 
     def close(self) -> None:
         self._closed = True

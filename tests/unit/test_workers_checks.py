@@ -240,3 +240,38 @@ def test_only_worker_zero_subscribes_to_client_events(tmp_path: Path, mode: str)
     first, second = subscriptions(0), subscriptions(1)
     assert second == ["$share/g/t/#"]  # messages only
     assert first[0] == "$share/g/t/#" and len(first) > 1 and all(t.startswith("$share/g/") for t in first)
+
+
+async def test_the_channel_answers_and_skips_an_answer_given_up_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+    import socket
+
+    from bridge.workers import channel
+
+    ours, theirs = socket.socketpair()
+    metrics = Metrics()
+    metrics.events["message.publish"] = 7
+    served = asyncio.create_task(channel.answer_supervisor(theirs, metrics.families, lambda: (True, {"x": 1})))
+    end = channel.SupervisorEnd(ours)
+    assert await end.ask("health") == {"ready": True, "detail": {"x": 1}}
+    [events, *_] = families_from_json(await end.ask("metrics"))
+    assert events.samples == [Sample("hookbridge_events_total", {"hookpoint": "message.publish"}, 7)]
+    end.close()
+    await asyncio.wait_for(served, 5)  # the worker side ends when the supervisor's end closes
+
+    # a worker that answers the first question too late: the second gets its own answer
+    ours, theirs = socket.socketpair()
+    monkeypatch.setattr(channel, "ASK_TIMEOUT", 0.2)
+    reader, writer = await asyncio.open_unix_connection(sock=theirs)
+    end = channel.SupervisorEnd(ours)
+    first = asyncio.create_task(end.ask("health"))
+    number = (await reader.readline()).split()[0].decode()
+    with pytest.raises(TimeoutError):
+        await first
+    writer.write(json.dumps({"id": number, "answer": "late"}).encode() + b"\n")
+    second = asyncio.create_task(end.ask("health"))
+    number = (await reader.readline()).split()[0].decode()
+    writer.write(json.dumps({"id": number, "answer": "on time"}).encode() + b"\n")
+    assert await second == "on time"
+    end.close()
+    writer.close()
