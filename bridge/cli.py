@@ -117,6 +117,8 @@ def _supervise(args: argparse.Namespace, config: Config, rules: list[Rule]) -> i
     _warn_leftovers(config, args.workers)
     try:
         supervise(_paths(args), config, args.workers)
+    except KeyboardInterrupt:  # before its signal handlers were installed: nothing started yet
+        pass
     except Exception as exc:  # the metrics port in use: one line
         log.error("cannot start: %s", exc)
         return 1
