@@ -29,6 +29,23 @@ def describe() -> str:
     )
 
 
+def cpu_ticks() -> tuple[int, int]:
+    """(all CPU time, time stolen by the hypervisor) so far, in ticks (/proc/stat; zeros elsewhere)."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [int(field) for field in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    return sum(fields[:8]), fields[7] if len(fields) > 7 else 0
+
+
+def steal_since(before: tuple[int, int]) -> str:
+    """The share of the machine's CPU time the hypervisor took since `before` (cpu_ticks()): on a
+    virtual machine it is time no process here ran, and it spreads latency and throughput."""
+    total, stolen = (now - then for now, then in zip(cpu_ticks(), before, strict=True))
+    return f"CPU time stolen by the hypervisor during the run: {stolen / total:.1%}" if total else ""
+
+
 def table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     line = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) + " |"  # noqa: E731

@@ -47,7 +47,7 @@ from pathlib import Path
 
 from bench import mqtt_subscribers as subscribers
 from bench import pgsql_bench
-from bench.machine import describe
+from bench.machine import cpu_ticks, describe, steal_since
 from bench.mqtt_publish import PAD, Publishers, probe
 from bench.mqtt_report import ROWS, Row, percentiles, report, verdict
 from bench.mqtt_stores import PgsqlStore, RedisStore, Store
@@ -64,6 +64,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--naive-messages", type=int, default=20_000)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="bridge processes of row 3")
+    parser.add_argument(
+        "--pool-setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting of the bridge's pool, e.g. batch_time=0 (repeatable; rows 2 and 3)",
+    )
     parser.add_argument("--publishers", type=int, default=4)
     parser.add_argument("--latency-seconds", type=float, default=5.0)
     parser.add_argument("--stall", type=float, default=30.0, help="seconds without a new message stored: give up")
@@ -188,12 +195,12 @@ async def table_for(db: str, store: Store, args: argparse.Namespace) -> list[Row
         "bridge": (
             "hookbridge mqtt mode, 1 worker",
             args.messages,
-            lambda prefix, tmp: subscribers.bridge(db, servers, tmp, prefix, None),
+            lambda prefix, tmp: subscribers.bridge(db, servers, tmp, prefix, None, args.pool_setting),
         ),
         "workers": (
             f"hookbridge mqtt mode, {args.workers} workers",
             args.messages,
-            lambda prefix, tmp: subscribers.bridge(db, servers, tmp, prefix, args.workers),
+            lambda prefix, tmp: subscribers.bridge(db, servers, tmp, prefix, args.workers, args.pool_setting),
         ),
         "sketch": (
             "sketch: gmqtt, PUBACK on receipt, pipelined",
@@ -248,6 +255,7 @@ async def main(args: argparse.Namespace) -> int:
     )
     results: dict[str, list[dict[str, object]]] = {}
     failed: list[str] = []
+    ticks = cpu_ticks()
     for db in args.db.split(","):
         store, server = await open_store(db, args)
         try:
@@ -263,6 +271,7 @@ async def main(args: argparse.Namespace) -> int:
             for row in rows
             if row.key in ("bridge", "workers") and not row.exactly_once
         ]
+    print(steal_since(ticks))
     if args.json:
         save(Path(args.json), results)
     for problem in failed:

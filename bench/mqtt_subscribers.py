@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,9 +79,12 @@ class Subscriber:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
 
-def bridge(db: str, servers: Servers, workdir: Path, prefix: str, workers: int | None) -> list[str]:
+def bridge(
+    db: str, servers: Servers, workdir: Path, prefix: str, workers: int | None, settings: Sequence[str] = ()
+) -> list[str]:
     """`hookbridge run` in mqtt mode with one on_message_publish rule on `<prefix>/#`
-    (`--workers N` on one shared subscription when `workers` is given)."""
+    (`--workers N` on one shared subscription when `workers` is given); `settings` are the
+    pool's `key=value` settings beyond the defaults."""
     (workdir / "rules").mkdir(parents=True, exist_ok=True)
     (workdir / "rules" / "bench.conf").write_text(
         f'backend.{db}.hook.message.publish.1 = {{"topic": "{prefix}/#", '
@@ -91,6 +95,9 @@ def bridge(db: str, servers: Servers, workdir: Path, prefix: str, workers: int |
         pool = f"backend.redis.pool1.server = 127.0.0.1:{servers.redis_port}\n"
     else:
         pool = pgsql_bench.bridge_config(servers.pg_port, {})
+    for setting in settings:
+        key, _, value = setting.partition("=")
+        pool += f"backend.{db}.pool1.{key.strip()} = {value.strip()}\n"
     (workdir / "bridge.conf").write_text(
         "metrics.listener = off\nbroker.mode = mqtt\n"
         f"broker.server = 127.0.0.1:{servers.mqtt_port}\nbroker.clientid = hb-{prefix}\n"
