@@ -39,6 +39,17 @@ def cpu_ticks() -> tuple[int, int]:
     return sum(fields[:8]), fields[7] if len(fields) > 7 else 0
 
 
+def busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy so far (every core; idle, iowait and stolen
+    time left out), from /proc/stat; 0 where there is none."""
+    try:
+        with open("/proc/stat") as stat:
+            user, nice, system, _idle, _iowait, irq, softirq = (int(f) for f in stat.readline().split()[1:8])
+    except (OSError, ValueError):
+        return 0.0
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
 def steal_since(before: tuple[int, int]) -> str:
     """The share of the machine's CPU time the hypervisor took since `before` (cpu_ticks()): on a
     virtual machine it is time no process here ran, and it spreads latency and throughput."""

@@ -47,11 +47,11 @@ from pathlib import Path
 
 from bench import mqtt_subscribers as subscribers
 from bench import pgsql_bench
-from bench.machine import cpu_ticks, describe, steal_since
+from bench.machine import busy_seconds, cpu_ticks, describe, steal_since
 from bench.mqtt_publish import PAD, Publishers, probe
 from bench.mqtt_report import ROWS, Row, percentiles, report, verdict
 from bench.mqtt_stores import PgsqlStore, RedisStore, Store
-from bench.mqtt_subscribers import Servers, Subscriber, cpu_seconds, mosquitto_pid
+from bench.mqtt_subscribers import Servers, Subscriber, cpu_seconds, database_pid, mosquitto_pid
 from bench.services import start_server
 
 READY_TIMEOUT = 60.0  # seconds for a subscriber to start storing the probe
@@ -85,6 +85,12 @@ def parse_args() -> argparse.Namespace:
 def broker_cpu(port: int) -> float | None:
     """Mosquitto's CPU seconds so far (None when another checkout's broker answers on the port)."""
     pid = mosquitto_pid(port)
+    return cpu_seconds(pid) if pid else None
+
+
+def database_cpu(db: str, args: argparse.Namespace) -> float | None:
+    """The database server's CPU seconds so far (None when another checkout's server answers)."""
+    pid = database_pid(db, args.redis_port if db == "redis" else args.pg_port)
     return cpu_seconds(pid) if pid else None
 
 
@@ -128,21 +134,25 @@ async def wait_ready(store: Store, sub: Subscriber, prefix: str, args: argparse.
 async def publish_only(args: argparse.Namespace) -> Row:
     row = Row("ceiling", "Mosquitto publish-only (nobody subscribed)", args.messages)
     pubs = Publishers(args.mqtt_port, f"p{uuid.uuid4().hex[:8]}", args.publishers)
-    before, started = broker_cpu(args.mqtt_port), time.perf_counter()
+    before, machine, started = broker_cpu(args.mqtt_port), busy_seconds(), time.perf_counter()
     await asyncio.to_thread(pubs.send, range(args.messages), None)
     await asyncio.to_thread(pubs.close)
     row.rate = args.messages / (time.perf_counter() - started)
     row.broker_us = per_message(before, broker_cpu(args.mqtt_port), args.messages)
+    row.machine_us = per_message(machine, busy_seconds(), args.messages)
     return row
 
 
 async def measure(row: Row, store: Store, sub: Subscriber, pubs: Publishers, args: argparse.Namespace) -> range:
     """Throughput, then latency at half of it, into `row`; the sequence numbers published."""
     cpu, broker, started = sub.cpu(), broker_cpu(args.mqtt_port), time.perf_counter()
+    database, machine = database_cpu(store.name, args), busy_seconds()
     sending = asyncio.create_task(asyncio.to_thread(pubs.send, range(row.messages), None))
     end, count = await wait_stored(store, pubs.topics, row.messages, sub, args)
     row.cpu_us = per_message(cpu, sub.cpu(), row.messages)
     row.broker_us = per_message(broker, broker_cpu(args.mqtt_port), row.messages)
+    row.database_us = per_message(database, database_cpu(store.name, args), row.messages)
+    row.machine_us = per_message(machine, busy_seconds(), row.messages)
     await sending
     if count < row.messages:
         row.note = f"stopped at {count} of {row.messages} stored"

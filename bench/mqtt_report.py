@@ -20,6 +20,8 @@ class Row:
     rate: float | None = None
     cpu_us: float | None = None  # the subscriber's process tree
     broker_us: float | None = None  # Mosquitto's
+    database_us: float | None = None  # the database server's (Redis, or PostgreSQL and its backends)
+    machine_us: float | None = None  # every process on the machine: the share of its cores a message costs
     paced: float | None = None
     p50: float | None = None
     p99: float | None = None
@@ -64,6 +66,8 @@ def report(db: str, rows: list[Row]) -> None:
         "msg/s",
         "subscriber CPU µs/msg",
         "Mosquitto CPU µs/msg",
+        "database CPU µs/msg",
+        "all CPU µs/msg",
         "paced at msg/s",
         "p50 ms",
         "p99 ms",
@@ -79,6 +83,8 @@ def report(db: str, rows: list[Row]) -> None:
                     figure(row.rate),
                     figure(row.cpu_us, ".1f"),
                     figure(row.broker_us, ".1f"),
+                    figure(row.database_us, ".1f"),
+                    figure(row.machine_us, ".1f"),
                     figure(row.paced),
                     figure(row.p50, ".1f"),
                     figure(row.p99, ".1f"),

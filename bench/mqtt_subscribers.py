@@ -51,6 +51,21 @@ def mosquitto_pid(port: int) -> int | None:
     return pid
 
 
+def database_pid(db: str, port: int) -> int | None:
+    """The server scripts/redis.sh or scripts/postgres.sh started on `port` from this checkout
+    (PostgreSQL: its postmaster; cpu_seconds adds the backends)."""
+    run = ROOT / ".run"
+    pidfile = (
+        run / f"redis-{port}" / "redis.pid" if db == "redis" else run / f"postgres-{port}" / "data" / "postmaster.pid"
+    )
+    try:
+        pid = int(pidfile.read_text().split()[0])
+        os.kill(pid, 0)
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid
+
+
 class Subscriber:
     """One subscriber process, its output in `<workdir>/<name>.log`."""
 
