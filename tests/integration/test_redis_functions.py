@@ -140,3 +140,32 @@ async def test_commands_pipeline_or_one_by_one(make_bridge: BridgeFactory, redis
     counts = bridge.metrics.rules
     assert (counts["redis.client.connected.1"]["failed"], counts["redis.client.connected.2"]["failed"]) == (1, 1)
     await client.disconnect()
+
+
+STORE_RULES = """
+backend.redis.hook.message.publish.1 = {"topic": "#", "action": {"function": "on_message_publish"}, "expired_time": 3600}
+"""
+
+
+async def test_retained_and_plain_messages_are_stored_with_the_same_layout(
+    make_bridge: BridgeFactory, redis_db: redis_sync.Redis
+) -> None:
+    """A message that is not retained is stored with plain commands, a retained one by the store
+    script (it must not expire a hash a retain rule keeps): both give the seed-003 layout."""
+    bridge = await make_bridge(STORE_RULES)
+    publisher = await Client("pub", mqtt_port(bridge)).connect()
+    await publisher.publish("lay/plain", b"p\x00\xff", qos=1)
+    await publisher.publish("lay/kept", b"k", qos=1, retain=True)
+    await bridge.idle()
+    stored = {}
+    for topic in ("lay/plain", "lay/kept"):
+        (msgid,) = redis_db.zrange(f"mqtt:msg:{topic}", 0, -1)
+        key = b"mqtt:msg:" + msgid
+        stored[topic] = redis_db.hgetall(key)
+        assert 3500 < redis_db.ttl(key) <= 3600
+        assert redis_db.zscore("mqtt:index:msg", topic) == 0
+        assert stored[topic][b"id"] == msgid
+    assert list(stored["lay/plain"]) == list(stored["lay/kept"])  # same fields, same order
+    assert stored["lay/plain"][b"payload"] == b"p\x00\xff" and stored["lay/plain"][b"retain"] == b"false"
+    assert stored["lay/kept"][b"retain"] == b"true" and stored["lay/kept"][b"topic"] == b"lay/kept"
+    await publisher.disconnect()

@@ -226,8 +226,10 @@ def _ack_job(topic: str, msgid: str) -> Job:
 
 async def _run_plan(redis: Any, plan: list[functions.Command]) -> None:
     for command in plan:
-        assert isinstance(command, functions.Script)
-        await redis.register_script(scripts.ALL[command.name])(keys=command.keys, args=command.args)
+        if isinstance(command, functions.Script):
+            await redis.register_script(scripts.ALL[command.name])(keys=command.keys, args=command.args)
+        else:  # a plain command (a message that is not retained is stored without the script)
+            await redis.execute_command(*command)
 
 
 async def test_build_is_right_beside_concurrent_writers(redis_db: redis_sync.Redis, redis_port: int) -> None:
