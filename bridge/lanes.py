@@ -285,20 +285,28 @@ class Lane:
 
     def spill(self) -> None:
         """The pool went down under this lane's batch: put the batch and the memory queue on disk
-        (in front of what is spooled), so that from now on nothing of this lane lives in memory only."""
+        (in front of what is spooled), so that from now on nothing of this lane lives in memory only.
+
+        The batch gets a segment of its own, in front of the memory queue's: it is in flight (the
+        lane retries it), so `drop_oldest` keeps the segment it is read from; the queue behind it
+        holds the oldest actions that are not in flight, and must be the first to go."""
         if self.spool is None or self.batch_spooled:
             return
-        jobs = list(self.batch) + list(self.memory)
         try:
-            position = self.spool.put_first([self.spool_body(job) for job in jobs], mark=len(self.batch))
+            if self.memory:
+                self.spool.put_first([self.spool_body(job) for job in self.memory])
+                self.runner.spooled(list(self.memory))
+                self.memory.clear()
+                self.room.set()
+            position = self.spool.put_first([self.spool_body(job) for job in self.batch], mark=len(self.batch))
         except OSError as exc:
+            # Whatever could not be written stays in memory: the batch is retried in place, and
+            # a queue already on disk replays after it, so the order holds either way.
             self.spool.report(f"cannot spill to the spool: {exc}")
             return
-        self.memory.clear()
         self.batch_spooled = True
         self._written_upto = (position, len(self.batch))
-        self.runner.spooled(jobs)
-        self.room.set()
+        self.runner.spooled(self.batch)
 
     @staticmethod
     def seq_of(record: Record) -> int:

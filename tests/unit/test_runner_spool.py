@@ -130,6 +130,32 @@ async def test_overflow_drop_oldest_drops_whole_old_segments_and_counts_them(tmp
         assert budget.used == on_disk(tmp_path / "spool") == 0
 
 
+async def test_drop_oldest_keeps_only_the_batch_in_flight_of_what_was_in_memory_when_the_pool_went_down(
+    tmp_path: Path,
+) -> None:
+    """What is in flight when the pool goes down is the one batch being written (at most
+    `batch_size`); the lane's memory queue behind it is spilled too, but it is not in flight: it
+    holds the oldest actions, so drop_oldest drops it first, and never the batch."""
+    budget = Budget(150_000, "drop_oldest")
+    async with spooling(tmp_path, budget) as (runner, backend):
+        backend.hold()
+        await submitting(runner, [publish("c1", f"t/{n}", PAYLOAD) for n in range(60)])
+        await backend.called.wait()  # the lane took a batch of 10; 50 wait in memory
+        assert [len(batch) for batch in backend.batches] == [10]
+        backend.down = Recoverable("refused")
+        backend.open()
+        await wait(lambda: runner.spool is not None and runner.spool.pending == 60, "the spill")
+        await submitting(runner, [publish("c1", f"t/{n}", PAYLOAD) for n in range(60, 200)])
+        backend.down = None
+        await runner.idle()
+        written = topics(backend.committed)
+        assert written[:10] == [f"t/{n}" for n in range(10)]  # the batch in flight: kept
+        assert "t/10" not in written and "t/59" not in written  # the spilled queue: the oldest, dropped
+        assert written[10:] == [f"t/{n}" for n in range(200 - len(written) + 10, 200)]  # then the newest
+        counts = runner.metrics.rules[RULE]
+        assert counts["dropped"] + counts["succeeded"] == 200
+
+
 async def test_shutdown_spools_what_is_in_memory_and_the_next_start_writes_it_first(tmp_path: Path) -> None:
     budget = Budget(10 << 20, "block")
     async with spooling(tmp_path, budget, queue_size=100) as (runner, backend):
