@@ -42,7 +42,7 @@ finish() {
 trap finish EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-apt_install redis-server mosquitto postgresql libpostgresql-jdbc-java mariadb-server mariadb-client libmariadb-java \
+apt_install redis-server mosquitto mosquitto-clients postgresql libpostgresql-jdbc-java mariadb-server mariadb-client libmariadb-java \
   openjdk-17-jre-headless maven chromium
 python_env test
 js_deps
