@@ -60,4 +60,14 @@ say "ruff"
 say "mypy"
 "$VENV/bin/mypy"
 say "pytest"
+# In a random order (-p randomly), name the seed (pytest -q does not): --randomly-seed=N repeats it.
+case " $* " in
+  *" -p randomly "*)
+    case " $* " in
+      *" --randomly-seed="*) ;;
+      *) set -- "$@" "--randomly-seed=$((RANDOM * 32768 + RANDOM))" ;;
+    esac
+    say "random order: pytest $*"
+    ;;
+esac
 "$VENV/bin/pytest" -q "$@"

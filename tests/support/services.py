@@ -2,10 +2,27 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _stop(script: str, port: int) -> None:
+    """Stop the server a script started on `port`, and make sure it is down: a script stops only a
+    server of this checkout's (another checkout's, or one of your own, is left alone), and a test
+    that takes a server down must not go on believing it did."""
+    subprocess.run(["bash", str(ROOT / "scripts" / script), str(port), "stop"], check=True)
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except OSError:
+        return
+    raise RuntimeError(
+        f"the server on 127.0.0.1:{port} is still up after `scripts/{script} {port} stop`: it was not "
+        "started by this checkout (another checkout's, or your own); this test must stop it: stop it "
+        "and run again"
+    )
 
 
 def start_redis(port: int, *options: str) -> None:
@@ -23,7 +40,7 @@ def start_postgres(port: int) -> None:
 
 def stop_postgres(port: int) -> None:
     """Stop the PostgreSQL that scripts/postgres.sh started on port (fast shutdown; no-op if down)."""
-    subprocess.run(["bash", str(ROOT / "scripts" / "postgres.sh"), str(port), "stop"], check=True)
+    _stop("postgres.sh", port)
 
 
 def postgres_dsn(port: int, database: str = "mqtt") -> str:
@@ -36,7 +53,7 @@ def start_ferretdb(port: int) -> None:
 
 
 def stop_ferretdb(port: int) -> None:
-    subprocess.run(["bash", str(ROOT / "scripts" / "ferretdb.sh"), str(port), "stop"], check=True)
+    _stop("ferretdb.sh", port)
 
 
 def start_cassandra(port: int) -> None:
@@ -46,7 +63,7 @@ def start_cassandra(port: int) -> None:
 
 def stop_cassandra(port: int) -> None:
     """Stop the node scripts/cassandra.sh started on port (it drains first; no-op if down)."""
-    subprocess.run(["bash", str(ROOT / "scripts" / "cassandra.sh"), str(port), "stop"], check=True)
+    _stop("cassandra.sh", port)
 
 
 def start_mosquitto(port: int) -> None:
@@ -55,7 +72,7 @@ def start_mosquitto(port: int) -> None:
 
 
 def stop_mosquitto(port: int) -> None:
-    subprocess.run(["bash", str(ROOT / "scripts" / "mosquitto.sh"), str(port), "stop"], check=True)
+    _stop("mosquitto.sh", port)
 
 
 def start_mariadb(port: int) -> None:
@@ -65,4 +82,4 @@ def start_mariadb(port: int) -> None:
 
 def stop_mariadb(port: int) -> None:
     """Stop the MariaDB that scripts/mariadb.sh started on port (no-op if down)."""
-    subprocess.run(["bash", str(ROOT / "scripts" / "mariadb.sh"), str(port), "stop"], check=True)
+    _stop("mariadb.sh", port)
