@@ -14,7 +14,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from bridge import logs
+from bridge import logs, registry
 from bridge.app import Bridge, Paths, load_all
 from bridge.conf.config import Config, load_config
 from bridge.conf.errors import ConfErrors
@@ -256,20 +256,26 @@ def build_parser() -> argparse.ArgumentParser:
     schema.add_argument("--pool", required=True, help="<db>.<pool>, e.g. redis.pool1")
     schema.add_argument("--apply", action="store_true", help="create it")
     schema.set_defaults(func=cmd_schema)
-    # The Spark reports (SPEC 8). Their module imports no PySpark until a report runs, so this
-    # parser works without the `spark` extra installed; running says how to install it.
-    from spark_analytics import cli as report_cli
-
-    report = commands.add_parser("report", help="Spark analytics: sessions or traffic report")
-    report_cli.add_arguments(report)
-    report.set_defaults(func=report_cli.run)
+    # Sub-commands other packages add through the `hookbridge.commands` entry point group: the
+    # Spark reports' `report` (spark_analytics/cli.py), whose module imports no PySpark until a
+    # report runs, so this parser works without the `spark` extra installed.
+    for plugin in registry.commands().values():
+        extra = commands.add_parser(plugin.name, help=plugin.help)
+        plugin.add_arguments(extra)
+        extra.set_defaults(func=plugin.run)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    from spark_analytics.cli import glue_times
+def prepared(argv: list[str]) -> list[str]:
+    """argv with a plug-in command's own arguments rewritten as that command asks."""
+    plugin = registry.commands().get(argv[0]) if argv else None
+    if plugin is None or plugin.prepare_argv is None:
+        return argv
+    return [argv[0], *plugin.prepare_argv(argv[1:])]
 
-    args = build_parser().parse_args(glue_times(sys.argv[1:] if argv is None else argv))
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(prepared(sys.argv[1:] if argv is None else argv))
     code: int = args.func(args)
     return code
 

@@ -14,6 +14,7 @@ core holds this registry, never a list of names.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import importlib
 from collections.abc import Callable, Mapping
@@ -28,6 +29,7 @@ if TYPE_CHECKING:  # the registry sits below everything that asks it: it imports
 
 BACKENDS_GROUP = "hookbridge.backends"
 MODES_GROUP = "hookbridge.modes"
+COMMANDS_GROUP = "hookbridge.commands"
 
 
 def load_object(reference: str) -> Any:
@@ -113,6 +115,21 @@ class ModePlugin:
         return check(path, settings, values_at)
 
 
+@dataclass(frozen=True)
+class CommandPlugin:
+    """A sub-command of `hookbridge` that another package adds (the Spark reports add `report`), so
+    the core CLI lists it without importing that package by name. Its module should import nothing
+    heavy at module level: every `hookbridge` invocation loads it to build the parser."""
+
+    name: str  # `hookbridge <name> ...`
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]  # the exit status
+    # Rewrites the command's own arguments before argparse sees them (e.g. `--from -24h`, whose
+    # value starts with "-"); None: they are parsed as given.
+    prepare_argv: Callable[[list[str]], list[str]] | None = None
+
+
 def _discover(group: str, kind: type[Any]) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for entry in sorted(entry_points(group=group), key=lambda entry: entry.name):  # stable: by name
@@ -133,3 +150,9 @@ def backends() -> Mapping[str, BackendPlugin]:
 def modes() -> Mapping[str, ModePlugin]:
     """Every installed broker mode, by name."""
     return _discover(MODES_GROUP, ModePlugin)
+
+
+@functools.cache
+def commands() -> Mapping[str, CommandPlugin]:
+    """Every installed extra sub-command of `hookbridge`, by name."""
+    return _discover(COMMANDS_GROUP, CommandPlugin)

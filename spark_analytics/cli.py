@@ -11,6 +11,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from bridge.registry import CommandPlugin
 from spark_analytics.errors import ReportError
 
 INSTALL_HINT = (
@@ -104,3 +105,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="spark_analytics", description="hookbridge's Spark reports (SPEC 8)")
     add_arguments(parser)
     return run(parser.parse_args(glue_times(sys.argv[1:] if argv is None else argv)))
+
+
+# `hookbridge report ...`: found by the bridge's CLI through pyproject.toml's entry point
+# `[project.entry-points."hookbridge.commands"] report = "spark_analytics.cli:COMMAND"`.
+COMMAND = CommandPlugin(
+    name="report",
+    help="Spark analytics: sessions or traffic report",
+    add_arguments=add_arguments,
+    run=run,
+    prepare_argv=glue_times,
+)

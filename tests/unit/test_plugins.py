@@ -86,7 +86,7 @@ def listdb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     info = site / "listdb_plugin-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: listdb-plugin\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text('[hookbridge.backends]\nlistdb = listdb_plugin:PLUGIN\n')
+    (info / "entry_points.txt").write_text("[hookbridge.backends]\nlistdb = listdb_plugin:PLUGIN\n")
     monkeypatch.syspath_prepend(str(site))
     registry.backends.cache_clear()
     yield tmp_path
@@ -166,14 +166,51 @@ def _imports(path: Path) -> Iterator[str]:
             yield node.module
 
 
-def test_the_core_imports_no_backend() -> None:
+def test_the_core_imports_neither_backends_nor_the_reports() -> None:
+    """The reports reach `hookbridge report` through the `hookbridge.commands` entry point group."""
     found = [
         f"{path.relative_to(ROOT)}: {name}"
         for path in sorted((ROOT / "bridge").rglob("*.py"))
         for name in _imports(path)
-        if name == "actions" or name.startswith("actions.")
+        if name.split(".")[0] in ("actions", "spark_analytics")
     ]
     assert found == []
+
+
+def test_a_command_of_another_package_joins_the_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    site = tmp_path / "site"
+    (site / "hello_plugin").mkdir(parents=True)
+    (site / "hello_plugin" / "__init__.py").write_text(
+        textwrap.dedent(
+            """
+            from bridge.registry import CommandPlugin
+
+            def add_arguments(parser):
+                parser.add_argument("--name")
+
+            def run(args):
+                print(f"hello {args.name}")
+                return 7
+
+            COMMAND = CommandPlugin("hello", "greets", add_arguments, run, lambda argv: [a if a.startswith("-") else a.upper() for a in argv])
+            """
+        )
+    )
+    info = site / "hello_plugin-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hello-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[hookbridge.commands]\nhello = hello_plugin:COMMAND\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "bridge", "hello", "--name", "x"],
+        cwd=ROOT,
+        env={"PYTHONPATH": f"{site}:{ROOT}", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    # prepare_argv saw only the command's own arguments (values upper-cased here), then run answered.
+    assert (done.returncode, done.stdout) == (7, "hello X\n"), done.stderr
+    assert "report" in registry.commands()  # the project's own, by its entry point
 
 
 def test_backends_import_only_the_published_interface() -> None:
