@@ -22,6 +22,9 @@ from bridge.workers.channel import answer_supervisor
 log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+# From the supervisor: stop for good (scaled down, or the whole set stops and this is not worker
+# 0): retire from the broker (end the session) after draining. Any other stop keeps the session.
+RETIRE = signal.SIGUSR1
 
 
 def hold_signals_until_serving() -> None:
