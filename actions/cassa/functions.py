@@ -13,6 +13,8 @@ what lets the backend run a batch's writes concurrently:
 from __future__ import annotations
 
 import datetime as dt
+import math
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -78,6 +80,15 @@ def message_micros(msgid: str, fallback: float) -> int:
         return micros(fallback)
 
 
+def ttl_left(arrived: float, kept_for: int | None) -> int:
+    """The row's TTL (0: none), counted from when the message arrived, not from this write: a write
+    replayed from the spool long after does not keep the message past its expiry. A message already
+    past it gets 1 s, the least TTL (its row is written, for the write to be the same everywhere)."""
+    if not kept_for:
+        return 0
+    return max(1, math.ceil(arrived + kept_for - time.time()))
+
+
 def bucket_of(msgid: str) -> int:
     """The hour bucket of a message ('' and unparsable ids: bucket 0)."""
     try:
@@ -128,7 +139,7 @@ def store(job: Job) -> list[Write]:
         event.retain,
         event.payload,
         when(event.timestamp),
-        job.rule.expired_time or 0,
+        ttl_left(event.timestamp, event.kept_for(job.rule.expired_time)),
     )
     size = len(event.payload) + len(event.topic) + len(event.clientid) + 64
     return [

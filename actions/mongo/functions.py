@@ -122,8 +122,9 @@ def message_document(job: Job) -> dict[str, Any]:
         **payload_fields(event.payload, job.rule.payload_format),
         "arrived": arrived,
     }
-    if job.rule.expired_time:
-        document["expires_at"] = arrived + dt.timedelta(seconds=job.rule.expired_time)
+    kept_for = event.kept_for(job.rule.expired_time)
+    if kept_for:
+        document["expires_at"] = arrived + dt.timedelta(seconds=kept_for)
     return document
 
 

@@ -110,7 +110,8 @@ def store(jobs: Sequence[Job]) -> Write:
         event = job.event
         assert isinstance(event, MessagePublish)
         arrived = when(event.timestamp)
-        expires = arrived + dt.timedelta(seconds=job.rule.expired_time) if job.rule.expired_time else None
+        kept_for = event.kept_for(job.rule.expired_time)
+        expires = arrived + dt.timedelta(seconds=kept_for) if kept_for else None
         rows.append(
             (event.msgid, event.clientid, event.topic, event.qos, event.retain, event.payload, arrived, expires)
         )
