@@ -169,6 +169,8 @@ async def _serve(bridge: Bridge, companion: Callable[[], Coroutine[Any, Any, Non
     try:
         await bridge.start()
         _freeze_startup_objects()
+        if child.retire_asked:
+            retire_and_stop()
         await stop.wait()
         log.info("stopping: draining queues%s", "; retiring (ending the broker session)" if retire else "")
     finally:

@@ -119,6 +119,9 @@ class Supervisor:
         """SIGTTIN: one more worker, with the next index (its identity, layout.py)."""
         if self._stop.is_set():
             return
+        if any(w.state == "retiring" for w in self.workers):  # its index would be taken by a newcomer
+            log.warning("not scaling up while a worker retires: send SIGTTIN again once it has left")
+            return
         index = len(self.workers)
         clientid = worker_clientid(self.config["broker.clientid"], index)
         worker = Worker(index, clientid, str(worker_spool_dir(self.config["spool.dir"], index)))

@@ -248,13 +248,18 @@ class Connection:
         await self._unsubacks.get()
 
     async def round_trip(self) -> None:
-        """PINGREQ, then wait for its PINGRESP. A broker handles one connection's packets in order,
-        so every PUBACK sent before the ping has been handled, and what it sends on handling them
-        (the next messages queued in the session) is on the wire before the PINGRESP."""
+        """A ping round trip. A broker handles one connection's packets in order, so every PUBACK
+        sent before the ping has been handled, and what it sends on handling them (the next
+        messages queued in the session) is on the wire before the PINGRESP.
+
+        Two PINGREQs, and two PINGRESPs awaited: gmqtt's own keep-alive ping (at most one at a
+        time) may be answered first, and its answer says nothing about what was sent after it."""
         while not self._pongs.empty():
-            self._pongs.get_nowait()  # a keep-alive's answer, not this ping's
-        self.client._connection._send_ping_request()
-        await self._pongs.get()
+            self._pongs.get_nowait()  # answers to earlier keep-alive pings
+        for _ in range(2):
+            self.client._connection._send_ping_request()
+        for _ in range(2):
+            await self._pongs.get()
 
     # -- gmqtt callbacks ---------------------------------------------------------
 
