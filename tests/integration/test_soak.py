@@ -25,6 +25,7 @@ import resource
 import signal
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -118,11 +119,20 @@ def _raise_fd_limit(needed: int) -> None:
         )
 
 
-async def test_soak(tmp_path: Path, bridges: list[BridgeProcess]) -> None:
-    _raise_fd_limit(4 * CLIENTS + 1000)  # this process and the bridge (which inherits it): a socket per client each
-    await asyncio.to_thread(start_redis, PORT, *REDIS_OPTIONS)
+@pytest.fixture
+def soak_redis() -> Iterator[redis_sync.Redis]:
+    """This module's Redis, empty, stopped at the end whatever happened."""
+    start_redis(PORT, *REDIS_OPTIONS)
     db = redis_sync.Redis(port=PORT)
     db.flushall()
+    yield db
+    db.close()
+    stop_redis(PORT)
+
+
+async def test_soak(tmp_path: Path, bridges: list[BridgeProcess], soak_redis: redis_sync.Redis) -> None:
+    _raise_fd_limit(4 * CLIENTS + 1000)  # this process and the bridge (which inherits it): a socket per client each
+    db = soak_redis
     rules = (ROOT / "rules" / "redis.conf").read_text()
     extra = (
         f"broker.durable_sessions = on\nbroker.durable_dir = {tmp_path / 'durable'}\n"
@@ -199,5 +209,3 @@ async def test_soak(tmp_path: Path, bridges: list[BridgeProcess]) -> None:
     assert fds_after <= fds_before + FD_TOLERANCE, (fds_before, fds_after)
     for subscriber in durable:
         await subscriber.leave(graceful=True)
-    db.close()
-    await asyncio.to_thread(stop_redis, PORT)
