@@ -44,8 +44,9 @@ STATEMENTS: dict[str, str] = {
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?",
     "bucket": "INSERT INTO {ks}.msg_bucket (topic, bucket) VALUES (?, ?)",
     "topic": "INSERT INTO {ks}.topic (root, topic) VALUES (?, ?)",
+    # TTL: a retained MQTT 5 message's expiry (0: none).
     "retain": "INSERT INTO {ks}.retain (topic, msgid, sender, qos, payload, arrived) VALUES (?, ?, ?, ?, ?, ?) "
-    "USING TIMESTAMP ?",
+    "USING TIMESTAMP ? AND TTL ?",
     "retain_delete": "DELETE FROM {ks}.retain USING TIMESTAMP ? WHERE topic = ?",
     "ack_queue": "DELETE FROM {ks}.msg WHERE topic = ? AND bucket = ? AND msgid = ?",
     "ack_pubsub": "UPDATE {ks}.acked SET msgid = ? WHERE clientid = ? AND topic = ? IF msgid < ?",
@@ -153,7 +154,8 @@ def retain(job: Job) -> list[Write]:
     event = job.event
     assert isinstance(event, MessagePublish)
     stamp = message_micros(event.msgid, event.timestamp)
-    args = (event.topic, event.msgid, event.clientid, event.qos, event.payload, when(event.timestamp), stamp)
+    ttl = ttl_left(event.timestamp, event.kept_for(None))  # the message's own expiry (MQTT 5), 0: none
+    args = (event.topic, event.msgid, event.clientid, event.qos, event.payload, when(event.timestamp), stamp, ttl)
     return [Write("retain", args), topic_index(event.topic)]
 
 

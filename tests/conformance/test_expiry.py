@@ -1,7 +1,8 @@
-"""MQTT 5 message expiry on every backend: a stored message past its expiry is never fetched.
+"""MQTT 5 message expiry on every backend: a stored message past its expiry is never fetched, and a
+retained one past it is not sent by a retain lookup.
 
 The publisher is an MQTT 5 client (paho) on the embedded broker: one message with a message
-expiry interval of 1 s, one without. The test waits until the store says the first has expired
+expiry interval of 2 s, one without (and retained ones, 1 s and none). The test waits until the store says the first has expired
 (a condition, not a sleep), then a new subscriber's fetch must bring the second only; a restarted
 bridge the same.
 """
@@ -21,8 +22,8 @@ from support.bridges import BridgeFactory, eventually, mqtt_port
 from support.mqtt import Client
 
 
-async def _publish_v5(port: int, messages: list[tuple[str, bytes, int | None]]) -> None:
-    """Publish (topic, payload, expiry or None) at QoS 1 as an MQTT 5 client; return once all are acked."""
+async def _publish_v5(port: int, messages: list[tuple[str, bytes, int | None, bool]]) -> None:
+    """Publish (topic, payload, expiry or None, retain) at QoS 1 as an MQTT 5 client; return once all are acked."""
     client = paho.Client(CallbackAPIVersion.VERSION2, client_id="pub5", protocol=paho.MQTTv5)
     connected = threading.Event()
     client.on_connect = lambda *_: connected.set()
@@ -31,11 +32,11 @@ async def _publish_v5(port: int, messages: list[tuple[str, bytes, int | None]]) 
     try:
         assert await asyncio.to_thread(connected.wait, 10), "no CONNACK"
         infos = []
-        for topic, payload, expiry in messages:
+        for topic, payload, expiry, retain in messages:
             properties = Properties(PacketTypes.PUBLISH)
             if expiry is not None:
                 properties.MessageExpiryInterval = expiry
-            infos.append(client.publish(topic, payload, qos=1, properties=properties))
+            infos.append(client.publish(topic, payload, qos=1, retain=retain, properties=properties))
         for info in infos:
             await asyncio.to_thread(info.wait_for_publish, 10)
             assert info.is_published()
@@ -62,9 +63,14 @@ async def test_fetch_never_delivers_an_expired_message_also_after_a_restart(
         await client.subscribe("pubsub/#", qos=1)
         await client.disconnect()
     await bridge.idle()
-    messages: list[tuple[str, bytes, int | None]] = [("pubsub/exp", b"short-lived", 1), ("pubsub/exp", b"kept", None)]
+    # retained: one that expires in 1 s, one without; the waits below (2 s) cover the first
+    messages: list[tuple[str, bytes, int | None, bool]] = [
+        ("ret/short", b"r-short", 1, True),
+        ("ret/kept", b"r-kept", None, True),
+    ]
+    messages += [("pubsub/exp", b"short-lived", 2, False), ("pubsub/exp", b"kept", None, False)]
     for queue in ("queue/a", "queue/b"):
-        messages += [(queue, b"short job", 1), (queue, f"job {queue}".encode(), None)]
+        messages += [(queue, b"short job", 2, False), (queue, f"job {queue}".encode(), None, False)]
     await _publish_v5(mqtt_port(bridge), messages)
     await bridge.idle()
     assert len(await store.messages("pubsub/exp")) == 2  # both stored; the expiry is the store's to keep
@@ -82,3 +88,4 @@ async def test_fetch_never_delivers_an_expired_message_also_after_a_restart(
     bridge = await make_bridge(rules_for(store.db), pools=store.pool_config())  # after a restart too
     assert await _fetched(mqtt_port(bridge), "r2", "pubsub/#", 1) == [b"kept"]
     assert await _fetched(mqtt_port(bridge), "w2", "queue/b", 1) == [b"job queue/b"]
+    assert await _fetched(mqtt_port(bridge), "rr", "ret/#", 1) == [b"r-kept"]  # the retain lookup too
