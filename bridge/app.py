@@ -137,10 +137,14 @@ class Bridge:
         log.info("pool %s connected", pool_id)
         return runner
 
-    async def stop(self, drain_timeout: float = 10.0) -> None:
+    async def stop(self, drain_timeout: float = 10.0, *, retire: bool = False) -> None:
+        """Drain and close. `retire`: this bridge is not coming back (a worker scaled down), so
+        the broker session is emptied and ended instead of kept for the next run."""
         if self._stopped:
             return
         self._stopped = True
+        if retire:
+            await self.broker.retire()
         await self.broker.stop()
         for runner in self.runners.values():
             await runner.stop(drain_timeout)

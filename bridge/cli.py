@@ -22,7 +22,7 @@ from bridge.redact import Redactor
 from bridge.rules import Rule
 from bridge.workers import child
 from bridge.workers.checks import ordering_warnings, worker_problems
-from bridge.workers.layout import become_worker, leftover_warning
+from bridge.workers.layout import become_worker, clear_retired, leftover_warning
 
 log = logging.getLogger("hookbridge")
 
@@ -150,21 +150,36 @@ async def _serve(bridge: Bridge, companion: Callable[[], Coroutine[Any, Any, Non
         reloads.add(task)
         task.add_done_callback(reloaded)
 
+    retire = False
+
+    def retire_and_stop() -> None:
+        nonlocal retire
+        retire = True
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, reload)
     beside: asyncio.Task[None] | None = None
     if companion is not None:
+        # A worker the supervisor scales down or stops for good (bridge/workers/supervisor.py).
+        loop.add_signal_handler(child.RETIRE, retire_and_stop)
         beside = loop.create_task(companion())
         beside.add_done_callback(lambda _: stop.set())
     try:
         await bridge.start()
         _freeze_startup_objects()
+        if child.retire_asked:
+            retire_and_stop()
         await stop.wait()
-        log.info("stopping: draining queues")
+        log.info("stopping: draining queues%s", "; retiring (ending the broker session)" if retire else "")
     finally:
         with contextlib.suppress(Exception):
-            await bridge.stop()
+            await bridge.stop(retire=retire)
+        if retire and bridge.config.worker > 0 and not clear_retired(bridge.config["spool.dir"]):
+            log.warning(
+                "retired with unwritten actions in %s: run this worker again to write them", bridge.config["spool.dir"]
+            )
         if beside is not None:
             beside.cancel()
             await asyncio.gather(beside, return_exceptions=True)

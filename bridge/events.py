@@ -119,10 +119,18 @@ class MessagePublish:
     timestamp: float
     proto_ver: int = DEFAULT_PROTO_VER  # the publisher's
     user_properties: UserProperties = ()
-    # MQTT 5.0 message expiry interval in seconds; None: the message does not expire. Backends
-    # that can expire what they store use it (Redis: the message hash's TTL).
+    # MQTT 5.0 message expiry interval in seconds; None: the message does not expire. Every
+    # backend stores it (`kept_for`) and fetch never delivers a message past it.
     expiry: int | None = None
     hookpoint = Hookpoint.MESSAGE_PUBLISH
+
+    def kept_for(self, expired_time: int | None) -> int | None:
+        """Seconds a stored copy stays deliverable: the rule's `expired_time`, shortened by the
+        message's own expiry (MQTT 5); None when neither sets an end."""
+        if self.expiry is None:
+            return expired_time or None
+        own = max(1, self.expiry)
+        return min(expired_time, own) if expired_time else own
 
 
 @event_class

@@ -155,16 +155,35 @@ class Runner:
     async def publishes_committed(self, seq: int) -> None:
         """Wait until every message.publish job submitted before `seq` is done.
 
-        Publishes earlier in the waiter's own batch count as done: a backend
-        runs a batch in order and flushes writes before any read.
+        The waiter is a read in a lane's batch, and the jobs before it in that batch are
+        committed by now: a backend writes them, in a transaction of its own, before it runs a
+        read (bridge/batches.py). They count as done from now on, for every waiter, not only for
+        this one: counted only once the whole batch ended, a read in each of two lanes could wait
+        for a publish the other lane had written before its own read, and neither batch ever ended
+        (the soak test's deadlock, tests/integration/test_soak.py).
         """
-        own: frozenset[int] = next((lane.current for lane in self._lanes if seq in lane.current), frozenset())
+        self._written_before(seq)
 
         def done() -> bool:
-            return all(pending > seq or pending in own for pending in self._pending_publishes)
+            return all(pending > seq for pending in self._pending_publishes)
 
         async with self._publishes_changed:
             await self._publishes_changed.wait_for(done)
+
+    def _written_before(self, seq: int) -> None:
+        """The publishes before job `seq` in its lane's batch are written: no longer pending."""
+        lane = next((lane for lane in self._lanes if seq in lane.current), None)
+        if lane is None:
+            return
+        written = False
+        for job in lane.batch:
+            if job.seq == seq:
+                break
+            if job.seq in self._pending_publishes:
+                self._pending_publishes.discard(job.seq)
+                written = True
+        if written:
+            asyncio.get_running_loop().create_task(self._notify_publishes())
 
     # -- what the lanes report (bridge/lanes.py LaneOwner) -------------------
 

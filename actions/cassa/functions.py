@@ -13,6 +13,8 @@ what lets the backend run a batch's writes concurrently:
 from __future__ import annotations
 
 import datetime as dt
+import math
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,8 +44,9 @@ STATEMENTS: dict[str, str] = {
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?",
     "bucket": "INSERT INTO {ks}.msg_bucket (topic, bucket) VALUES (?, ?)",
     "topic": "INSERT INTO {ks}.topic (root, topic) VALUES (?, ?)",
+    # TTL: a retained MQTT 5 message's expiry (0: none).
     "retain": "INSERT INTO {ks}.retain (topic, msgid, sender, qos, payload, arrived) VALUES (?, ?, ?, ?, ?, ?) "
-    "USING TIMESTAMP ?",
+    "USING TIMESTAMP ? AND TTL ?",
     "retain_delete": "DELETE FROM {ks}.retain USING TIMESTAMP ? WHERE topic = ?",
     "ack_queue": "DELETE FROM {ks}.msg WHERE topic = ? AND bucket = ? AND msgid = ?",
     "ack_pubsub": "UPDATE {ks}.acked SET msgid = ? WHERE clientid = ? AND topic = ? IF msgid < ?",
@@ -76,6 +79,15 @@ def message_micros(msgid: str, fallback: float) -> int:
         return timestamp_us(msgid)
     except ValueError:
         return micros(fallback)
+
+
+def ttl_left(arrived: float, kept_for: int | None) -> int:
+    """The row's TTL (0: none), counted from when the message arrived, not from this write: a write
+    replayed from the spool long after does not keep the message past its expiry. A message already
+    past it gets 1 s, the least TTL (its row is written, for the write to be the same everywhere)."""
+    if not kept_for:
+        return 0
+    return max(1, math.ceil(arrived + kept_for - time.time()))
 
 
 def bucket_of(msgid: str) -> int:
@@ -128,7 +140,7 @@ def store(job: Job) -> list[Write]:
         event.retain,
         event.payload,
         when(event.timestamp),
-        job.rule.expired_time or 0,
+        ttl_left(event.timestamp, event.kept_for(job.rule.expired_time)),
     )
     size = len(event.payload) + len(event.topic) + len(event.clientid) + 64
     return [
@@ -142,7 +154,8 @@ def retain(job: Job) -> list[Write]:
     event = job.event
     assert isinstance(event, MessagePublish)
     stamp = message_micros(event.msgid, event.timestamp)
-    args = (event.topic, event.msgid, event.clientid, event.qos, event.payload, when(event.timestamp), stamp)
+    ttl = ttl_left(event.timestamp, event.kept_for(None))  # the message's own expiry (MQTT 5), 0: none
+    args = (event.topic, event.msgid, event.clientid, event.qos, event.payload, when(event.timestamp), stamp, ttl)
     return [Write("retain", args), topic_index(event.topic)]
 
 

@@ -122,8 +122,9 @@ def message_document(job: Job) -> dict[str, Any]:
         **payload_fields(event.payload, job.rule.payload_format),
         "arrived": arrived,
     }
-    if job.rule.expired_time:
-        document["expires_at"] = arrived + dt.timedelta(seconds=job.rule.expired_time)
+    kept_for = event.kept_for(job.rule.expired_time)
+    if kept_for:
+        document["expires_at"] = arrived + dt.timedelta(seconds=kept_for)
     return document
 
 
@@ -145,12 +146,15 @@ def retain(job: Job) -> list[Write]:
     assert isinstance(event, MessagePublish)
     # Last writer wins by msgid: an older message matches nothing, and its upsert collides
     # with the topic's document on the unique index (a no-op).
+    arrived = when(event.timestamp)
+    expiry = event.kept_for(None)  # the message's own (MQTT 5); a retained message has no expired_time
     fields = {
         "msgid": event.msgid,
         "sender": event.clientid,
         "qos": event.qos,
         **payload_fields(event.payload, job.rule.payload_format),
-        "arrived": when(event.timestamp),
+        "arrived": arrived,
+        "expires_at": arrived + dt.timedelta(seconds=expiry) if expiry else None,  # None: no expiry
     }
     plain = _as_bytes(fields, event.payload)
 

@@ -71,7 +71,8 @@ class MongoStore:
         return await matching(topic_filter, _candidates(self.db.mqtt_retain, "topic"))
 
     async def retained(self, topic_filter: str, topics: Sequence[str]) -> list[Stored]:
-        query = {"topic": {"$in": list(topics)}}
+        query: dict[str, Any] = {"topic": {"$in": list(topics)}}
+        query["$or"] = [{"expires_at": None}, {"expires_at": {"$gt": dt.datetime.now(dt.UTC)}}]  # not expired
         cursor = self.db.mqtt_retain.find(query, {"msgid": 1, **_FIELDS}).sort("topic", ASCENDING)
         return [_stored(doc) async for doc in cursor]
 

@@ -123,7 +123,7 @@ class MysqlBackend(Backend):
             await query(conn, "SET SESSION sql_notes = 0")  # "table already exists" is the expected case
             try:
                 for statement in schema.statements(collation):
-                    await query(conn, statement)
+                    await _apply(conn, statement)
             finally:
                 await query(conn, "SET SESSION sql_notes = 1")
                 await query(conn, "SELECT RELEASE_LOCK('hookbridge_schema')")
@@ -237,3 +237,15 @@ class MysqlBackend(Backend):
                 )
                 if deleted != 5000:
                     break
+
+
+_DUPLICATE_COLUMN = 1060  # ER_DUP_FIELDNAME: an ADD COLUMN that an earlier run applied already
+
+
+async def _apply(conn: Any, statement: str) -> None:
+    """One schema statement; an ADD COLUMN already applied is fine (MySQL 8 has no IF NOT EXISTS there)."""
+    try:
+        await query(conn, statement)
+    except errors.MySQLError as exc:
+        if not (exc.args and exc.args[0] == _DUPLICATE_COLUMN and "ADD COLUMN" in statement):
+            raise

@@ -60,9 +60,11 @@ _TOPICS_TAIL = " ON DUPLICATE KEY UPDATE topic = topic"
 # Last writer wins by message id (time order), so a replayed older retain changes nothing.
 _OLDER = "msgid < VALUES(msgid)"
 _RETAIN = f"""
-INSERT INTO mqtt_retain (topic, msgid, sender, qos, payload, arrived) VALUES (%s, %s, %s, %s, %s, %s)
+INSERT INTO mqtt_retain (topic, msgid, sender, qos, payload, arrived, expires_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s)
 ON DUPLICATE KEY UPDATE sender = IF({_OLDER}, VALUES(sender), sender), qos = IF({_OLDER}, VALUES(qos), qos),
     payload = IF({_OLDER}, VALUES(payload), payload), arrived = IF({_OLDER}, VALUES(arrived), arrived),
+    expires_at = IF({_OLDER}, VALUES(expires_at), expires_at),
     msgid = GREATEST(msgid, VALUES(msgid))"""
 
 _RETAIN_DELETE = "DELETE FROM mqtt_retain WHERE topic = %s AND msgid < %s"
@@ -121,7 +123,8 @@ def store(jobs: Sequence[Job]) -> list[Write]:
         event = job.event
         assert isinstance(event, MessagePublish)
         arrived = when(event.timestamp)
-        expires = arrived + dt.timedelta(seconds=job.rule.expired_time) if job.rule.expired_time else None
+        kept_for = event.kept_for(job.rule.expired_time)
+        expires = arrived + dt.timedelta(seconds=kept_for) if kept_for else None
         rows.append(
             (event.msgid, event.clientid, event.topic, event.qos, event.retain, event.payload, arrived, expires)
         )
@@ -136,7 +139,10 @@ def store(jobs: Sequence[Job]) -> list[Write]:
 def retain(job: Job) -> list[Write]:
     event = job.event
     assert isinstance(event, MessagePublish)
-    args = (event.topic, event.msgid, event.clientid, event.qos, event.payload, when(event.timestamp))
+    arrived = when(event.timestamp)
+    expiry = event.kept_for(None)  # the message's own (MQTT 5); a retained message has no expired_time
+    expires = arrived + dt.timedelta(seconds=expiry) if expiry else None
+    args = (event.topic, event.msgid, event.clientid, event.qos, event.payload, arrived, expires)
     return [Write(_RETAIN, args)]
 
 

@@ -29,7 +29,10 @@ _PAGE_ONE = """(SELECT msgid, sender, topic, qos, payload FROM mqtt_msg
 
 _NEWEST_ONE = "(SELECT msgid, id FROM mqtt_msg WHERE topic = %s AND msgid < %s ORDER BY msgid DESC LIMIT 1)"
 
-_RETAINED_ONE = "(SELECT msgid, sender, topic, qos, payload FROM mqtt_retain WHERE topic = %s)"
+_RETAINED_ONE = (
+    "(SELECT msgid, sender, topic, qos, payload FROM mqtt_retain WHERE topic = %s"
+    " AND (expires_at IS NULL OR expires_at > UTC_TIMESTAMP(6)))"
+)
 
 
 async def query(conn: Connection, sql: str, args: Sequence[Any] = ()) -> list[Row]:

@@ -99,6 +99,9 @@ _SCHEMA: tuple[str, ...] = (
     KEY mqtt_event_log_ts (ts)
 ) """
     + _TABLE,
+    # A retained MQTT 5 message's expiry (arrived + its message expiry interval); NULL: none.
+    # MySQL 8 has no ADD COLUMN IF NOT EXISTS: the backend passes over "duplicate column" (1060).
+    "ALTER TABLE mqtt_retain ADD COLUMN expires_at datetime(6)",
 )
 
 TABLES = ("mqtt_client", "mqtt_sub", "mqtt_msg", "mqtt_topic", "mqtt_retain", "mqtt_acked", "mqtt_event_log")

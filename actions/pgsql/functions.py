@@ -69,9 +69,10 @@ _STORE_IDEMPOTENT = _STORE + "\nON CONFLICT (msgid) DO NOTHING"
 
 # Last writer wins by message id (time order), so a replayed older retain changes nothing.
 _RETAIN = """
-INSERT INTO mqtt_retain (topic, msgid, sender, qos, payload, arrived) VALUES ($1, $2, $3, $4, $5, $6)
+INSERT INTO mqtt_retain (topic, msgid, sender, qos, payload, arrived, expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT (topic) DO UPDATE SET msgid = EXCLUDED.msgid, sender = EXCLUDED.sender, qos = EXCLUDED.qos,
-    payload = EXCLUDED.payload, arrived = EXCLUDED.arrived
+    payload = EXCLUDED.payload, arrived = EXCLUDED.arrived, expires_at = EXCLUDED.expires_at
 WHERE mqtt_retain.msgid < EXCLUDED.msgid"""
 
 _RETAIN_DELETE = "DELETE FROM mqtt_retain WHERE topic = $1 AND msgid < $2"
@@ -110,7 +111,8 @@ def store(jobs: Sequence[Job]) -> Write:
         event = job.event
         assert isinstance(event, MessagePublish)
         arrived = when(event.timestamp)
-        expires = arrived + dt.timedelta(seconds=job.rule.expired_time) if job.rule.expired_time else None
+        kept_for = event.kept_for(job.rule.expired_time)
+        expires = arrived + dt.timedelta(seconds=kept_for) if kept_for else None
         rows.append(
             (event.msgid, event.clientid, event.topic, event.qos, event.retain, event.payload, arrived, expires)
         )
@@ -120,7 +122,10 @@ def store(jobs: Sequence[Job]) -> Write:
 def retain(job: Job) -> list[Write]:
     event = job.event
     assert isinstance(event, MessagePublish)
-    args = (event.topic, event.msgid, event.clientid, event.qos, event.payload, when(event.timestamp))
+    arrived = when(event.timestamp)
+    expiry = event.kept_for(None)  # the message's own (MQTT 5); a retained message has no expired_time
+    expires = arrived + dt.timedelta(seconds=expiry) if expiry else None
+    args = (event.topic, event.msgid, event.clientid, event.qos, event.payload, arrived, expires)
     return [Write(_RETAIN, args)]
 
 

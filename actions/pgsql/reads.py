@@ -35,7 +35,8 @@ CROSS JOIN LATERAL (
     SELECT msgid, id FROM mqtt_msg WHERE mqtt_msg.topic = t.topic AND msgid < $2 ORDER BY msgid DESC LIMIT 1
 ) AS m"""
 
-_RETAINED = "SELECT topic, msgid, sender, qos, payload FROM mqtt_retain WHERE topic = ANY($1::text[]) ORDER BY topic"
+_RETAINED = """SELECT topic, msgid, sender, qos, payload FROM mqtt_retain WHERE topic = ANY($1::text[])
+    AND (expires_at IS NULL OR expires_at > now()) ORDER BY topic"""
 
 
 def _stored(row: Any) -> Stored:

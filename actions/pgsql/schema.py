@@ -86,6 +86,8 @@ SCHEMA: tuple[str, ...] = (
     ts timestamptz NOT NULL
 )""",
     "CREATE INDEX IF NOT EXISTS mqtt_event_log_ts ON mqtt_event_log (ts)",
+    # A retained MQTT 5 message's expiry (arrived + its message expiry interval); NULL: none.
+    "ALTER TABLE mqtt_retain ADD COLUMN IF NOT EXISTS expires_at timestamptz",
 )
 
 

@@ -109,7 +109,7 @@ def message_retain(job: Job) -> Plan:
         Script(
             "retain_set",
             (keys.message(event.msgid), keys.retain(event.topic), keys.topic_list(event.topic), keys.RETAIN_INDEX),
-            _stored_fields(event, job.rule.expired_time or 0),
+            (*_stored_fields(event, job.rule.expired_time or 0), event.kept_for(None) or 0),
         )
     ]
 

@@ -39,7 +39,9 @@ end
 """
 
 # KEYS: msg hash, retain zset, topic zset, retained topic index
-# ARGV: msgid, score, expire, from, qos, topic, payload, ts, retain
+# ARGV: msgid, score, expire, from, qos, topic, payload, ts, retain, the message's own expiry (0: none)
+# A retained message's hash lives while it is retained (no expired_time), or until its own MQTT 5
+# message expiry: then the retain lookup finds no hash and sends nothing.
 RETAIN_SET = (
     _RELEASE
     + """
@@ -47,7 +49,8 @@ local expire = tonumber(ARGV[3])
 for _, old in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do release(old, ARGV[1], expire, KEYS[3]) end
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 'from', ARGV[4], 'qos', ARGV[5], 'topic', ARGV[6],
            'payload', ARGV[7], 'ts', ARGV[8], 'retain', ARGV[9])
-redis.call('PERSIST', KEYS[1])
+local own = tonumber(ARGV[10])
+if own > 0 then redis.call('EXPIRE', KEYS[1], own) else redis.call('PERSIST', KEYS[1]) end
 redis.call('DEL', KEYS[2])
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 redis.call('ZADD', KEYS[4], 0, ARGV[6])

@@ -90,6 +90,11 @@ class BrokerSource(abc.ABC):
     async def stop(self) -> None:
         """Stop intake and close connections."""
 
+    async def retire(self) -> None:
+        """Before a `stop` for good (a worker scaled down): give up what the broker keeps for this
+        bridge between runs (an external broker's session). Nothing to give up by default."""
+        return None
+
     async def subscribe(self, clientid: str, topic: str, qos: int) -> bool:
         """Subscribe `clientid` to `topic` as if it had sent SUBSCRIBE.
 

@@ -22,12 +22,26 @@ from bridge.workers.channel import answer_supervisor
 log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+# From the supervisor: stop for good (scaled down, or the whole set stops and this is not worker
+# 0): retire from the broker (end the session) after draining. Any other stop keeps the session.
+RETIRE = signal.SIGUSR1
+
+
+retire_asked = False  # RETIRE came while the worker was starting: it retires once it serves
 
 
 def hold_signals_until_serving() -> None:
-    """SIGHUP before the event loop handles it would end the process (its default action): the
-    supervisor forwards a reload to every worker, including one that is still starting."""
+    """SIGHUP or RETIRE before the event loop handles them would end the process (their default
+    action): the supervisor forwards a reload to every worker, including one that is still
+    starting, and may scale one down as it starts. A reload then is moot (the rules are being
+    loaded); a retirement is remembered (`retire_asked`)."""
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    def remember(_signum: int, _frame: object) -> None:
+        global retire_asked
+        retire_asked = True
+
+    signal.signal(RETIRE, remember)
 
 
 def die_with_supervisor(supervisor_pid: int) -> None:

@@ -12,7 +12,9 @@ directory beside them is never taken for a pool's.
 
 from __future__ import annotations
 
+import contextlib
 import re
+import shutil
 from pathlib import Path
 
 from bridge.conf.config import Config
@@ -35,6 +37,20 @@ def become_worker(config: Config, index: int, workers: int) -> None:
     config.settings["spool.max_bytes"] = max(MIN_SPOOL_SHARE, config["spool.max_bytes"] // workers)
     config.settings["metrics.listener"] = None
     config.worker = index
+
+
+def clear_retired(spool_dir: str | Path) -> bool:
+    """After a worker retired: remove its directory when it holds no spooled action (only its
+    pools' `layout` files and empty lane folders), so no later start warns about it. A spool that
+    still holds actions (their database was down) stays, and so does the warning: those actions are
+    written when that worker runs again. True when the directory is gone."""
+    root = Path(spool_dir)
+    for pool in [p for p in root.iterdir() if p.is_dir()] if root.is_dir() else []:
+        if all(f.name == "layout" for f in pool.rglob("*") if not f.is_dir()):
+            shutil.rmtree(pool, ignore_errors=True)
+    with contextlib.suppress(OSError):  # something is left in it
+        root.rmdir()
+    return not root.exists()
 
 
 def leftover_workers(spool_dir: str | Path, workers: int) -> list[int]:

@@ -44,6 +44,8 @@ def counts_only(families: list[Family]) -> list[Family]:
 
 
 def combined_health(workers: dict[int, dict[str, Any]]) -> tuple[bool, dict[str, Any]]:
-    """Ready only when every worker is running and says it is ready; each worker's state shown."""
-    ready = bool(workers) and all(state.get("ready") is True for state in workers.values())
+    """Ready only when every worker is running and says it is ready (one that is retiring is
+    leaving the set and counts no more); each worker's state shown."""
+    staying = [state for state in workers.values() if state.get("state") != "retiring"]
+    ready = bool(staying) and all(state.get("ready") is True for state in staying)
     return ready, {"ready": ready, "workers": {str(i): state for i, state in sorted(workers.items())}}

@@ -6,8 +6,16 @@ subscription. The supervisor
 
 - starts them, and starts again one that exits while it is not stopping, after a pause that
   doubles from 0.5 s up to 30 s (back to 0.5 s once a worker has run for 30 s);
-- forwards SIGHUP (reload the rules) to every worker; on SIGTERM / SIGINT sends each SIGTERM,
-  waits until all have drained and exited (SIGKILL after STOP_GRACE), and returns;
+- forwards SIGHUP (reload the rules) to every worker; on SIGTERM / SIGINT stops them all, waits
+  until all have drained and exited (SIGKILL after STOP_GRACE), and returns;
+- scales: SIGTTIN starts one more worker, SIGTTOU retires the last one (never worker 0).
+
+A worker stopping for good *retires* (RETIRE, bridge/cli.py): it unsubscribes, takes and
+acknowledges what its broker session still holds and ends the session, so the broker stops
+handing it a share of the shared subscription. That is a worker scaled down, and every worker
+but 0 when the whole set stops: worker 0 keeps its session, in which the messages published while
+the bridge is down wait for the next run (as with one process). A worker that crashes or is
+killed keeps its session: it is started again and takes up where it was.
 - serves `metrics.listener`: /metrics adds up the workers' numbers (merge.py), /healthz is 200
   only when every worker says it is ready, and shows each worker's state.
 """
@@ -31,6 +39,7 @@ from bridge.http import StatusServer
 from bridge.metrics import Family, Sample, render_families
 from bridge.redact import Redactor
 from bridge.workers.channel import SupervisorEnd, families_from_json
+from bridge.workers.child import RETIRE
 from bridge.workers.layout import worker_spool_dir
 from bridge.workers.merge import combined_health, counts_only, merge_families
 from bridge.workers.names import worker_clientid
@@ -40,7 +49,7 @@ log = logging.getLogger("hookbridge.supervisor")
 BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 30.0
 STEADY = 30.0  # a worker up this long has started well: its next restart waits BACKOFF_FIRST again
-STOP_GRACE = 60.0  # a worker drains up to 15 s (broker 5 s, pools 10 s); past this it is killed
+STOP_GRACE = 60.0  # a worker drains up to 15 s (broker 5 s, pools 10 s; retiring 40 s more); then it is killed
 
 
 @dataclass
@@ -48,7 +57,7 @@ class Worker:
     index: int
     clientid: str
     spool: str
-    state: str = "starting"  # starting | running | restarting | stopped
+    state: str = "starting"  # starting | running | restarting | retiring | stopped
     process: asyncio.subprocess.Process | None = None
     channel: SupervisorEnd | None = None
     restarts: int = 0
@@ -67,8 +76,9 @@ class Supervisor:
             Worker(i, worker_clientid(config["broker.clientid"], i), str(worker_spool_dir(config["spool.dir"], i)))
             for i in range(workers)
         ]
-        self.carried: list[Family] = []  # what workers counted before they were restarted
+        self.carried: list[Family] = []  # what workers counted before they were restarted or retired
         self._stop = asyncio.Event()
+        self._keepers: dict[int, asyncio.Task[None]] = {}
         self.status: StatusServer | None = None
 
     async def run(self) -> None:
@@ -76,18 +86,21 @@ class Supervisor:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._stop.set)
         loop.add_signal_handler(signal.SIGHUP, self._reload)
+        loop.add_signal_handler(signal.SIGTTIN, self.scale_up)
+        loop.add_signal_handler(signal.SIGTTOU, self.scale_down)
         listener = self.config["metrics.listener"]
         if listener is not None:
             redactor = Redactor(self.config.secrets)
             self.status = StatusServer(listener[0], listener[1], self.metrics_text, self.health, redactor)
             await self.status.start()
-        keepers = [asyncio.create_task(self._keep(worker), name=f"worker-{worker.index}") for worker in self.workers]
+        for worker in self.workers:
+            self._start_keeper(worker)
         log.info("supervisor %d: %d workers", os.getpid(), len(self.workers))
         await self._stop.wait()
-        log.info("stopping: every worker drains and exits")
+        log.info("stopping: every worker drains and exits; workers other than 0 retire")
         for worker in self.workers:
-            self._signal(worker, signal.SIGTERM)
-        _done, late = await asyncio.wait(keepers, timeout=STOP_GRACE)
+            self._signal(worker, signal.SIGTERM if worker.index == 0 else RETIRE)
+        _done, late = await asyncio.wait(list(self._keepers.values()), timeout=STOP_GRACE)
         for worker in self.workers:
             if worker.alive:
                 log.error("worker %d did not stop within %.0f s: killing it", worker.index, STOP_GRACE)
@@ -99,17 +112,55 @@ class Supervisor:
 
     # -- the workers ------------------------------------------------------------
 
+    def _start_keeper(self, worker: Worker) -> None:
+        self._keepers[worker.index] = asyncio.create_task(self._keep(worker), name=f"worker-{worker.index}")
+
+    def scale_up(self) -> None:
+        """SIGTTIN: one more worker, with the next index (its identity, layout.py)."""
+        if self._stop.is_set():
+            return
+        if any(w.state == "retiring" for w in self.workers):  # its index would be taken by a newcomer
+            log.warning("not scaling up while a worker retires: send SIGTTIN again once it has left")
+            return
+        index = len(self.workers)
+        clientid = worker_clientid(self.config["broker.clientid"], index)
+        worker = Worker(index, clientid, str(worker_spool_dir(self.config["spool.dir"], index)))
+        self.workers.append(worker)
+        self._start_keeper(worker)
+        log.info("scaling up to %d workers", len(self.workers))
+
+    def scale_down(self) -> None:
+        """SIGTTOU: retire the last worker; once it has left it is no longer part of the set."""
+        active = [w for w in self.workers if w.state != "retiring"]
+        if self._stop.is_set() or len(active) <= 1:
+            log.warning("not scaling down: worker 0 stays (stop the supervisor to stop it)")
+            return
+        worker = active[-1]
+        worker.state = "retiring"
+        self._signal(worker, RETIRE)
+        self._keepers[worker.index].add_done_callback(lambda _: self._retired(worker))
+        log.info("scaling down to %d workers: worker %d retires", len(active) - 1, worker.index)
+
+    def _retired(self, worker: Worker) -> None:
+        if self._stop.is_set() or worker is not self.workers[-1]:
+            return  # stopping anyway; or a later worker retires first and removes both
+        while self.workers and self.workers[-1].state == "stopped" and self.workers[-1].index > 0:
+            gone = self.workers.pop()
+            self._keepers.pop(gone.index, None)
+            self.carried = merge_families({0: self.carried, 1: gone.last_counts})
+            log.info("worker %d retired; %d workers", gone.index, len(self.workers))
+
     async def _keep(self, worker: Worker) -> None:
-        """Run one worker until the supervisor stops, starting it again when it exits."""
+        """Run one worker until the supervisor stops or it retires, starting it again when it exits."""
         delay = BACKOFF_FIRST
-        while not self._stop.is_set():
+        while not self._stop.is_set() and worker.state != "retiring":
             started = time.monotonic()
             try:
                 code = await self._run_once(worker)
                 how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
             except OSError as exc:  # no process could be made (out of memory, too many processes)
                 how = f"could not be started ({exc.strerror or exc})"
-            if self._stop.is_set():
+            if self._stop.is_set() or worker.state == "retiring":
                 break
             if time.monotonic() - started >= STEADY:
                 delay = BACKOFF_FIRST
@@ -137,9 +188,13 @@ class Supervisor:
             raise
         finally:
             theirs.close()  # the worker holds its own copy; ours alone would hide its death
-        worker.process, worker.channel, worker.state = process, SupervisorEnd(ours), "running"
+        worker.process, worker.channel = process, SupervisorEnd(ours)
+        if worker.state == "retiring":  # told to retire while it was being started
+            self._signal(worker, RETIRE)
+        else:
+            worker.state = "running"
         if self._stop.is_set():  # stopping began while it was being started
-            self._signal(worker, signal.SIGTERM)
+            self._signal(worker, signal.SIGTERM if worker.index == 0 else RETIRE)
         log.info(
             "worker %d started: pid %d, broker client id %s, spool %s",
             worker.index,

@@ -96,6 +96,9 @@ class CassaStore(Store):
             out += [Stored(r[0], r[1], r[2], r[3], bytes(r[4] or b""), r[5]) for r in rows]
         return out
 
+    async def live_payloads(self, topic: str) -> list[bytes]:
+        return [m.payload for m in await self.messages(topic)]  # an expired row is gone (its TTL)
+
     async def message_count(self) -> int:
         return int((await self.rows("SELECT count(*) FROM {ks}.msg"))[0][0])
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from pymongo import AsyncMongoClient
@@ -54,6 +55,12 @@ class MongoStore(Store):
             Stored(d["msgid"], d["sender"], d["topic"], d["qos"], d.get("payload_raw", d["payload"]), d["retain"])
             async for d in cursor
         ]
+
+    async def live_payloads(self, topic: str) -> list[bytes]:
+        now = dt.datetime.now(dt.UTC)
+        query = {"topic": topic, "$or": [{"expires_at": None}, {"expires_at": {"$gt": now}}]}
+        cursor = self.mongo.mqtt_msg.find(query).sort([("seq", 1), ("_id", 1)])
+        return [d.get("payload_raw", d["payload"]) async for d in cursor]
 
     async def message_count(self) -> int:
         return int(await self.mongo.mqtt_msg.count_documents({}))

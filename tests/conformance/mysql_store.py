@@ -78,6 +78,14 @@ class MysqlStore(Store):
         )
         return [Stored(r[0], r[1], r[2], r[3], bytes(r[4]), bool(r[5])) for r in rows]
 
+    async def live_payloads(self, topic: str) -> list[bytes]:
+        rows = await self.execute(
+            "SELECT payload FROM mqtt_msg WHERE topic = %s AND (expires_at IS NULL OR expires_at > UTC_TIMESTAMP(6)) "
+            "ORDER BY msgid",
+            topic,
+        )
+        return [bytes(r[0]) for r in rows]
+
     async def message_count(self) -> int:
         return int((await self.execute("SELECT count(*) FROM mqtt_msg"))[0][0])
 

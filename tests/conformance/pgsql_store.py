@@ -71,6 +71,13 @@ class PgsqlStore(Store):
         )
         return [Stored(r["msgid"], r["sender"], r["topic"], r["qos"], bytes(r["payload"]), r["retain"]) for r in rows]
 
+    async def live_payloads(self, topic: str) -> list[bytes]:
+        rows = await self._fetch(
+            "SELECT payload FROM mqtt_msg WHERE topic = $1 AND (expires_at IS NULL OR expires_at > now()) ORDER BY msgid",
+            topic,
+        )
+        return [bytes(r["payload"]) for r in rows]
+
     async def message_count(self) -> int:
         return int((await self._fetch("SELECT count(*) AS n FROM mqtt_msg"))[0]["n"])
 

@@ -65,6 +65,13 @@ class RedisStore(Store):
             if f
         ]
 
+    async def live_payloads(self, topic: str) -> list[bytes]:
+        ids = await self.redis.zrange(f"mqtt:msg:{topic}".encode(), 0, -1)
+        pipe = self.redis.pipeline()
+        for msgid in ids:
+            pipe.hget(b"mqtt:msg:" + msgid, "payload")
+        return [payload for payload in await pipe.execute() if payload is not None]  # expired: the hash is gone
+
     async def message_count(self) -> int:
         count = 0
         async for key in self.redis.scan_iter(match=b"mqtt:msg:*", _type="zset"):

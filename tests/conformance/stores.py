@@ -53,6 +53,11 @@ class Store(abc.ABC):
         """The topic's stored messages in stored (fetch) order."""
 
     @abc.abstractmethod
+    async def live_payloads(self, topic: str) -> list[bytes]:
+        """The payloads of the topic's stored messages that have not expired (what a fetch may still
+        deliver), in stored order."""
+
+    @abc.abstractmethod
     async def message_count(self) -> int: ...
 
     @abc.abstractmethod

@@ -9,14 +9,18 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+import paho.mqtt.client as paho
 import pytest
 import redis as redis_sync
+from paho.mqtt.enums import CallbackAPIVersion
 
+from support.mqtt import paho_connect_blocking
 from support.process import BridgeProcess
 from support.services import start_mosquitto
 from tests.integration.mqtt_support import MOSQUITTO_PORT, external_config
@@ -31,13 +35,13 @@ def mosquitto() -> int:
     return MOSQUITTO_PORT
 
 
-def _bridge(tmp_path: Path, redis_port: int, bridges: list[BridgeProcess]) -> BridgeProcess:
+def _bridge(tmp_path: Path, redis_port: int, bridges: list[BridgeProcess], workers: int = 2) -> BridgeProcess:
     group = f"wk{uuid.uuid4().hex[:8]}"
     extra = external_config(tmp_path, state=False, extra=f"broker.shared_group = {group}\n")
     bridge = BridgeProcess(tmp_path, f"backend.redis.pool1.server = 127.0.0.1:{redis_port}\n", RULES, extra)
     bridges.append(bridge)
-    bridge.start(workers=2)
-    bridge.wait_for(bridge.ready, "both workers to be ready", timeout=30)
+    bridge.start(workers=workers)
+    bridge.wait_for(bridge.ready, "every worker to be ready", timeout=30)
     return bridge
 
 
@@ -162,3 +166,95 @@ def test_no_worker_outlives_a_killed_supervisor(
     _eventually(lambda: not any(_alive(pid) for pid in pids), "the workers to exit after their supervisor")
     log = bridge.log.read_text()
     assert log.count("hookbridge stopped") == 2  # each drained and stopped cleanly, not killed
+
+
+class _SteadyPublisher:
+    """Publishes QoS 1 to `topics` in turn, 50 at a time, until stopped: load that lasts as long as
+    the test needs it. `acked` holds (topic, payload) of every message the broker acknowledged."""
+
+    def __init__(self, topics: list[str]) -> None:
+        self.topics = topics
+        self.acked: list[tuple[str, bytes]] = []
+        self._stop = threading.Event()
+        self._client = paho.Client(CallbackAPIVersion.VERSION2, client_id=f"pub-{uuid.uuid4().hex[:8]}")
+        self._client.max_inflight_messages_set(100)
+        self._client.connect("127.0.0.1", MOSQUITTO_PORT)
+        self._client.loop_start()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        sent = 0
+        while not self._stop.is_set():
+            batch = []
+            for _ in range(50):
+                topic = self.topics[sent % len(self.topics)]
+                payload = f"s-{sent}".encode()
+                batch.append((topic, payload, self._client.publish(topic, payload, qos=1)))
+                sent += 1
+            for topic, payload, info in batch:
+                info.wait_for_publish(30)
+                assert info.is_published()
+                self.acked.append((topic, payload))
+
+    def stop(self) -> list[tuple[str, bytes]]:
+        self._stop.set()
+        self._thread.join(60)
+        self._client.disconnect()
+        self._client.loop_stop()
+        return self.acked
+
+
+def _session_present(clientid: str) -> bool:
+    """Does Mosquitto hold a session for `clientid`? Asked by connecting with clean session off;
+    the session that made is then cleared by a clean connect."""
+    flags: list[bool] = []
+    client = paho.Client(CallbackAPIVersion.VERSION2, client_id=clientid, clean_session=False)
+    client.on_connect = lambda _c, _u, connect_flags, *_: flags.append(bool(connect_flags.session_present))
+    client.connect("127.0.0.1", MOSQUITTO_PORT)
+    client.loop_start()
+    _eventually(lambda: bool(flags), f"a CONNACK for {clientid}")
+    client.disconnect()
+    client.loop_stop()
+    paho_connect_blocking(MOSQUITTO_PORT, clientid)  # clean session: nothing stays
+    return flags[0]
+
+
+def test_scaling_down_under_load_retires_the_worker_and_loses_nothing(
+    tmp_path: Path, redis_db: redis_sync.Redis, redis_port: int, mosquitto: int, bridges: list[BridgeProcess]
+) -> None:
+    bridge = _bridge(tmp_path, redis_port, bridges, workers=3)
+    clientids = {int(i): str(w["clientid"]) for i, w in _health(bridge).items()}
+    topics = [f"wk/s{i}" for i in range(4)]
+    publisher = _SteadyPublisher(topics)
+    bridge.wait_for(lambda: bridge.metric("hookbridge_worker_events_total", worker="2") >= 200, "worker 2 to work")
+
+    assert bridge.process is not None
+    bridge.process.send_signal(signal.SIGTTOU)  # scale down, 3 -> 2, while the publisher runs
+    bridge.wait_for(lambda: "worker 2 retired; 2 workers" in bridge.log.read_text(), "worker 2 to retire")
+    # still under load after it left: a share the broker kept giving a dead session would be lost
+    after_retirement = len(publisher.acked)
+    bridge.wait_for(lambda: len(publisher.acked) >= after_retirement + 2000, "2000 more messages")
+    acked = publisher.stop()
+
+    def all_stored() -> bool:
+        return sum(int(redis_db.zcard(f"mqtt:msg:{topic}")) for topic in topics) >= len(acked)
+
+    bridge.wait_for(all_stored, f"the {len(acked)} acknowledged messages in Redis", timeout=60)
+    for topic in topics:
+        stored = _stored_payloads(redis_db, topic)
+        expected = [payload for t, payload in acked if t == topic]
+        assert sorted(stored) == sorted(expected), topic  # each exactly once: none lost, none twice
+    log = bridge.log.read_text()
+    assert "retired: unsubscribed, every message it held is acknowledged; ending the session" in log
+    assert sorted(_health(bridge)) == ["0", "1"] and bridge.metric("hookbridge_workers") == 2
+    assert bridge.ready()
+    assert not _session_present(clientids[2])  # nothing collects in a dead session
+    assert not (tmp_path / "spool" / "worker-2").exists()  # and nothing of it is left to warn about
+
+    # the whole set stops: worker 1 retires, worker 0 keeps its session for the next run
+    assert bridge.terminate() == 0
+    assert not _session_present(clientids[1])
+    assert _session_present(clientids[0])
+    assert not (tmp_path / "spool" / "worker-1").exists()
+    assert (tmp_path / "spool").is_dir()

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
 import pytest
 
 from bridge.backend import Job, PermanentError
+from bridge.events import SessionSubscribed
 from bridge.metrics import Metrics
 from bridge.runner import Backoff, Runner, lane_index
 from support.fake_pool import (
@@ -241,3 +242,51 @@ def test_a_key_always_gets_the_same_lane(lanes: int) -> None:
     first: Callable[[str], int] = lambda topic: lane_index(publish("c", topic), lanes)  # noqa: E731
     assert [first(f"t/{n}") for n in range(50)] == [first(f"t/{n}") for n in range(50)]
     assert {first(f"t/{n}") for n in range(200)} == set(range(lanes))
+
+
+class ReadingBackend(FakeBackend):
+    """Runs a batch as a real backend does (bridge/batches.py): the writes before a read are
+    written, then the read waits for the publishes submitted before it, then goes on."""
+
+    async def execute(self, batch: Sequence[Job]) -> list[BaseException | None]:
+        self.batches.append(list(batch))
+        self.called.set()
+        if self._gate is not None:
+            await self._gate.acquire()
+        for each in batch:
+            if isinstance(each.event, SessionSubscribed):
+                assert self.ctx.publishes_committed is not None
+                await self.ctx.publishes_committed(each.seq)
+        self.committed += batch
+        return [None] * len(batch)
+
+
+def _clientid_in_lane(lane: int, lanes: int, make: Callable[[str], object]) -> str:
+    return next(f"c{n}" for n in range(1000) if lane_index(make(f"c{n}"), lanes) == lane)  # type: ignore[arg-type]
+
+
+async def test_reads_in_two_lanes_waiting_for_each_others_written_publishes_go_on() -> None:
+    """Lane 0 writes [P1, R3], lane 1 [P2, R4]: R3 waits for P2, R4 for P1. Each publish is
+    written before its lane's read runs; counted only when the whole batch ended, the two reads
+    waited for each other for ever (what the soak test found)."""
+    pool = pool_config(max_inflight=2, batch_size=10)
+    backend = ReadingBackend(pool)
+    runner = Runner(pool, backend, Metrics())
+    backend.ctx.publishes_committed = runner.publishes_committed
+    runner.rules = {rule.id: rule for rule in rules(PUBLISH_RULE + "\n" + SUBSCRIBE_RULE)}
+    await runner.start()
+    try:
+        pub = [_clientid_in_lane(n, 2, lambda c: publish(c, "t/1")) for n in (0, 1)]
+        sub = [_clientid_in_lane(n, 2, lambda c: subscribed(c)) for n in (0, 1)]
+        backend.hold()
+        for lane in (0, 1):  # a blocker in each lane, so that each takes [publish, read] next
+            await runner.submit(job(runner, publish(pub[lane], "t/0")))
+        await wait_until(lambda: len(backend.batches) == 2, "both lanes to write their blocker")
+        for each in (publish(pub[0], "t/1"), publish(pub[1], "t/1"), subscribed(sub[0]), subscribed(sub[1])):
+            await runner.submit(job(runner, each))
+        backend.open()
+        await asyncio.wait_for(runner.idle(), 5)
+        assert sorted(len(batch) for batch in backend.batches) == [1, 1, 2, 2]
+    finally:
+        backend.open()
+        await runner.stop(drain_timeout=2)

@@ -12,7 +12,13 @@ from bridge.conf.config import parse_config
 from bridge.metrics import Family, Metrics, Sample, render_families
 from bridge.workers.channel import families_from_json, families_to_json
 from bridge.workers.checks import worker_problems
-from bridge.workers.layout import become_worker, leftover_warning, leftover_workers, worker_spool_dir
+from bridge.workers.layout import (
+    become_worker,
+    clear_retired,
+    leftover_warning,
+    leftover_workers,
+    worker_spool_dir,
+)
 from bridge.workers.merge import combined_health, counts_only, merge_families
 from bridge.workers.names import same_bridge, worker_clientid
 
@@ -194,6 +200,20 @@ def test_health_is_ready_only_when_every_worker_is() -> None:
     assert not ready and body["workers"]["1"]["state"] == "restarting"
     assert combined_health({0: {"ready": True}, 1: {"ready": True}})[0]
     assert not combined_health({})[0]
+    # a worker retiring (scaled down) is leaving the set: it does not hold the others' health back
+    assert combined_health({0: {"ready": True}, 1: {"ready": False, "state": "retiring"}})[0]
+
+
+def test_a_retired_workers_directory_goes_unless_its_spool_holds_actions(tmp_path: Path) -> None:
+    empty, holding = tmp_path / "worker-1", tmp_path / "worker-2"
+    for root in (empty, holding):
+        (root / "redis.pool1" / "lane-0").mkdir(parents=True)
+        (root / "redis.pool1" / "layout").write_text("lanes 1 hash crc32-fibonacci\n")
+    (holding / "redis.pool1" / "lane-0" / "00000001.seg").write_bytes(b"an action")
+    assert clear_retired(empty) and not empty.exists()
+    assert not clear_retired(holding)
+    assert (holding / "redis.pool1" / "lane-0" / "00000001.seg").read_bytes() == b"an action"
+    assert leftover_workers(tmp_path, 1) == [2]  # the start after it still warns about that one
 
 
 def test_every_workers_session_is_the_bridges_own_in_mosquittos_log() -> None:

@@ -53,6 +53,7 @@ class _PacketIdHandler(MqttPackageHandler):  # type: ignore[misc]  # gmqtt is un
     """
 
     deliver: MessageHandler  # set by Connection
+    on_pingresp: Callable[[], None]  # set by Connection: a PINGRESP came (retire.py's barrier)
     _pubacks: list[int]  # packet ids whose PUBACK goes out at the end of this loop turn
 
     def __call__(self, package: Any) -> None:
@@ -107,6 +108,15 @@ class _PacketIdHandler(MqttPackageHandler):  # type: ignore[misc]  # gmqtt is un
         properties["packet_id"] = mid
         super()._handle_qos_2_publish_packet(mid, packet, topic, properties)
 
+    def _handle_pingresp_packet(self, cmd: int, packet: bytes) -> None:
+        self.on_pingresp()
+
+    def _handle_unsuback_packet(self, cmd: int, packet: bytes) -> None:
+        super()._handle_unsuback_packet(cmd, packet)
+        self.on_unsuback()
+
+    on_unsuback: Callable[[], None]  # set by Connection
+
 
 def user_properties(properties: dict[str, Any]) -> UserProperties:
     """A PUBLISH's MQTT 5.0 user properties, as gmqtt parsed them: (name, value) pairs in order."""
@@ -149,6 +159,10 @@ class Connection:
         )
         self.client._package_handler.__class__ = _PacketIdHandler
         self.client._package_handler.deliver = on_message
+        self._pongs = asyncio.Queue[None]()
+        self._unsubacks = asyncio.Queue[None]()
+        self.client._package_handler.on_pingresp = lambda: self._pongs.put_nowait(None)
+        self.client._package_handler.on_unsuback = lambda: self._unsubacks.put_nowait(None)
         if username:
             self.client.set_auth_credentials(username, password or None)
         self.client.on_connect = self._connected
@@ -207,13 +221,45 @@ class Connection:
         protocol.read = gated_read
         protocol._hookbridge_gate = gate
 
-    async def close(self) -> None:
+    async def close(self, *, end_session: bool = False) -> None:
+        """Disconnect. `end_session`: with session expiry 0 (MQTT 5), so the broker drops the
+        session at once instead of keeping it (and queuing messages in it) until it expires."""
         self._closing = True
         if self._retry is not None:
             self._retry.cancel()
         if self.client.is_connected:
-            await self.client.disconnect()
+            if end_session and self.is_mqtt5:
+                await self.client.disconnect(session_expiry_interval=0)
+            else:
+                await self.client.disconnect()
         self.client.stop_reconnect()
+
+    @property
+    def is_mqtt5(self) -> bool:
+        return bool(self.client._connection_state.protocol_version >= MQTTv50)
+
+    async def unsubscribe_all(self) -> None:
+        """Leave every subscription (shared ones too) and wait for the broker's UNSUBACK."""
+        topics = [topic for topic, _ in self._subscriptions]
+        self._subscriptions = []  # a reconnect from now on subscribes to nothing
+        if not topics or not self.client.is_connected:
+            return
+        self.client.unsubscribe(topics)
+        await self._unsubacks.get()
+
+    async def round_trip(self) -> None:
+        """A ping round trip. A broker handles one connection's packets in order, so every PUBACK
+        sent before the ping has been handled, and what it sends on handling them (the next
+        messages queued in the session) is on the wire before the PINGRESP.
+
+        Two PINGREQs, and two PINGRESPs awaited: gmqtt's own keep-alive ping (at most one at a
+        time) may be answered first, and its answer says nothing about what was sent after it."""
+        while not self._pongs.empty():
+            self._pongs.get_nowait()  # answers to earlier keep-alive pings
+        for _ in range(2):
+            self.client._connection._send_ping_request()
+        for _ in range(2):
+            await self._pongs.get()
 
     # -- gmqtt callbacks ---------------------------------------------------------
 

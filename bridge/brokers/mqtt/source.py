@@ -33,6 +33,9 @@ from bridge.msgid import MsgIdGenerator, timestamp_us
 log = logging.getLogger("bridge.brokers.mqtt")
 
 _STOP_TIMEOUT = 5.0
+# Retiring waits longer than a plain stop: a stalled database has its actions moved to the spool
+# within its request_timeout (5 s by default), and only then can the last messages be acknowledged.
+_RETIRE_TIMEOUT = 40.0
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,8 @@ class MqttSource(BrokerSource):
         self._connection: Connection | None = None
         self._ledger: PacketLedger | None = None
         self._paused = False  # socket reading paused: inflight reached the receive maximum
+        self._retired = False  # retire() ran: stop() ends the session instead of keeping it
+        self._arrivals = 0  # messages received so far (retire's barrier: did one come during a ping?)
         self._log = MosquittoLog(node, upstream.clientid)
 
     # -- what to subscribe to, and what a message means (emqx mode overrides these) --
@@ -126,16 +131,51 @@ class MqttSource(BrokerSource):
         log.info("%s mode: subscribed to %s", self.mode, ", ".join(t for t, _ in self.subscriptions()) or "nothing")
 
     async def stop(self) -> None:
-        """Let messages in flight commit and be acknowledged (up to 5 s), then disconnect."""
+        """Let messages in flight commit and be acknowledged (up to 5 s), then disconnect: keeping
+        the session (what a restart picks up), or ending it after `retire`."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.idle(), _STOP_TIMEOUT)
         if self._connection is not None:
-            await self._connection.close()
+            await self._connection.close(end_session=self._retired)
         if self._worker is not None:
             self._worker.cancel()
             await asyncio.gather(self._worker, return_exceptions=True)
         if self._ledger is not None:
             self._ledger.close()
+            if self._retired and self._connection is not None and self._connection.is_mqtt5:
+                self._ledger.path.unlink(missing_ok=True)  # its session is gone: its packet ids mean nothing
+
+    async def retire(self) -> None:
+        """Leave for good (a worker scaled down): unsubscribe, take and acknowledge every message
+        the session still holds, so that `stop` can end the session with nothing in it.
+
+        After the UNSUBACK no new message joins the session, but the broker may still hold some it
+        had queued behind the receive maximum; it sends them as PUBACKs free room. So: wait until
+        everything received is acknowledged, then a ping round trip (connection.py: the broker
+        answers it after it handled those PUBACKs); nothing new came meanwhile, the session is empty.
+        """
+        connection = self._connection
+        if connection is None or not connection.connected.is_set():
+            log.warning("retiring while not connected: the session stays until broker.session_expiry")
+            return
+        try:
+            await asyncio.wait_for(self._empty_session(connection), _RETIRE_TIMEOUT)
+        except TimeoutError:
+            log.warning("messages still unacknowledged after %.0f s: keeping the session", _RETIRE_TIMEOUT)
+            return
+        self._retired = True
+        if not connection.is_mqtt5:
+            log.warning("MQTT 3.1.1 broker: the session cannot be ended; it stays until the broker expires it")
+        log.info("retired: unsubscribed, every message it held is acknowledged; ending the session")
+
+    async def _empty_session(self, connection: Connection) -> None:
+        await connection.unsubscribe_all()
+        while True:
+            await self.idle()
+            seen = self._arrivals
+            await connection.round_trip()
+            if self._arrivals == seen and not self.busy:
+                return
 
     def is_connected(self) -> bool:
         return self._connection is not None and self._connection.connected.is_set()
@@ -170,6 +210,7 @@ class MqttSource(BrokerSource):
     ) -> asyncio.Future[None] | None:
         """Take a message in arrival order. A QoS 1 message is acknowledged by `_acknowledge`; for
         QoS 0 and 2 the returned future is done when gmqtt may answer."""
+        self._arrivals += 1
         events = self.control_events(topic, payload)
         if events is None:
             events = [self._publish(topic, payload, qos, dup, retain, packet_id, user_properties)]
