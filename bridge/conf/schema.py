@@ -178,6 +178,12 @@ GLOBAL: dict[str, Setting] = {
         256,
         "embedded mode: longest client id, in UTF-8 bytes; a longer one is refused at CONNECT",
     ),
+    "broker.max_user_properties": Setting(
+        v.int_in(0, 1_000_000),
+        1024,
+        "embedded mode: MQTT 5 user properties one packet (or its will) may carry; more closes the "
+        "connection (reason 0x95, counted as user_properties); 0: no limit but broker.max_packet_size",
+    ),
     "broker.max_output_bytes": Setting(
         v.size_in(1 << 10, 1 << 30),
         4 << 20,
