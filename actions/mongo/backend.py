@@ -28,7 +28,7 @@ from actions.mongo.functions import DUPLICATE_KEY, WRITERS, Write
 from actions.mongo.reads import MongoStore
 from actions.mongo.templates import render_writes
 from bridge.backend import Backend, Job, PermanentError
-from bridge.batches import cut_at_reads, read
+from bridge.batches import cut_at_reads, planned, read
 from bridge.fetch import READERS
 from bridge.plugin import FunctionAction, TemplateAction
 
@@ -163,12 +163,7 @@ class MongoBackend(Backend):
     ) -> dict[str, list[Entry]]:
         groups: dict[str, list[Entry]] = {}
         topics: set[str] = set()
-        for index in run:
-            try:
-                writes = self._writes(batch[index])
-            except PermanentError as exc:
-                outcomes[index] = exc
-                continue
+        for index, writes in planned(self, batch, run, outcomes, self._writes):
             for write in writes:
                 if write.topic is not None:
                     if write.topic in self._known_topics or write.topic in topics:

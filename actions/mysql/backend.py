@@ -28,8 +28,8 @@ from asyncmy import errors
 from actions.mysql import schema
 from actions.mysql.functions import GROUPED, SINGLE, Write
 from actions.mysql.reads import MysqlStore, query
-from bridge.backend import Backend, Job, PermanentError
-from bridge.batches import cut_at_reads, read
+from bridge.backend import Backend, Job
+from bridge.batches import cut_at_reads, planned, read
 from bridge.fetch import READERS
 from bridge.plugin import FunctionAction, SqlAction, TemplateAction, settings_context
 from bridge.sql import render_sql
@@ -163,12 +163,9 @@ class MysqlBackend(Backend):
                     members.append([])
                 members[merged[group]].append(index)
                 continue
-            try:
-                units.append(([index], self._writes(job)))
-            except PermanentError as exc:
-                outcomes[index] = exc
-                continue
-            members.append([index])
+            for _, writes in planned(self, batch, [index], outcomes, self._writes):
+                units.append(([index], writes))
+                members.append([index])
         for group, position in merged.items():
             jobs = members[position]
             units[position] = (jobs, group([batch[i] for i in jobs]))

@@ -23,8 +23,8 @@ from actions.pgsql.coerce import converters
 from actions.pgsql.functions import GROUPED, SINGLE, STAGE_COLUMNS, STAGE_TABLE, Write
 from actions.pgsql.reads import PgsqlStore
 from actions.values import Convert
-from bridge.backend import Backend, Job, PermanentError
-from bridge.batches import cut_at_reads, read
+from bridge.backend import Backend, Job
+from bridge.batches import cut_at_reads, planned, read
 from bridge.fetch import READERS
 from bridge.plugin import FunctionAction, SqlAction, TemplateAction, settings_context
 from bridge.sql import render_sql
@@ -136,12 +136,9 @@ class PgsqlBackend(Backend):
                     members.append([])
                 members[merged[group]].append(index)
                 continue
-            try:
-                units.append(([index], self._writes(job)))
-            except PermanentError as exc:
-                outcomes[index] = exc
-                continue
-            members.append([index])
+            for _, writes in planned(self, batch, [index], outcomes, self._writes):
+                units.append(([index], writes))
+                members.append([index])
         for group, position in merged.items():
             jobs = members[position]
             units[position] = (jobs, [group([batch[i] for i in jobs])])

@@ -17,8 +17,8 @@ from actions.redis.index import TopicIndex
 from actions.redis.packing import PackedConnection, PackedSSLConnection, pipeline
 from actions.redis.reads import RedisStore
 from actions.redis.schema import describe
-from bridge.backend import Backend, Job, PermanentError
-from bridge.batches import cut_at_reads, is_read, read
+from bridge.backend import Backend, Job
+from bridge.batches import cut_at_reads, is_read, planned, read
 from bridge.fetch import READERS
 from bridge.plugin import CommandsAction, FunctionAction, TemplateAction
 
@@ -128,12 +128,7 @@ class RedisBackend(Backend):
         """The run's commands in one pipeline."""
         commands: list[tuple[Any, ...]] = []
         owners: list[int] = []
-        for index in run:
-            try:
-                plan = self._plan(batch[index])
-            except (PermanentError, ValueError) as exc:
-                outcomes[index] = exc
-                continue
+        for index, plan in planned(self, batch, run, outcomes, self._plan):
             for command in plan:
                 commands.append(self._command(command))
                 owners.append(index)
