@@ -21,6 +21,7 @@ from bridge.brokers.base import BrokerSource
 from bridge.conf.config import Config, load_config
 from bridge.conf.errors import ConfErrors
 from bridge.conf.schema import GLOBAL
+from bridge.deadletter import DeadLetters
 from bridge.delivery import DeliveryLog
 from bridge.dispatcher import Dispatcher
 from bridge.engine import Engine
@@ -68,6 +69,7 @@ class Bridge:
         self.deliveries = DeliveryLog()
         # One byte bound for the spools of every pool.
         self.spool_budget = Budget(config["spool.max_bytes"], config["spool.overflow"])
+        self.dead_letters = DeadLetters(Path(config["deadletter.dir"]), config["deadletter.max_bytes"], self.metrics)
         self.status: StatusServer | None = None
         self.started_at = time.time()
         self._stopped = False
@@ -128,6 +130,7 @@ class Bridge:
             runner = Runner(pool, backend, self.metrics, Path(self.config["spool.dir"]), self.spool_budget)
             runner.rules = {rule.id: rule for rule in rules if rule.pool == pool_id}
             runner.commit_hooks.append(self.dispatcher.job_done)  # "this job is done" (broker acks)
+            runner.commit_hooks.append(self.dead_letters)  # a failed action is kept, not dropped
             ctx.publishes_committed = runner.publishes_committed
             await runner.start()
         except BaseException:

@@ -35,7 +35,12 @@ from bridge.plugin import FunctionAction, TemplateAction
 log = logging.getLogger(__name__)
 
 # Server codes meaning "try again later": shutting down, stepping down, not primary, too busy.
-_RETRY_CODES = frozenset({6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436, 46841})
+# Server-state codes: unreachable (6, 7, 89, 9001), shutting down (91, 11600), not (or no longer)
+# primary (189, 10058, 10107, 11602, 13435, 13436), time limit (262), out of disk (14031), a
+# majority not yet available (133, 134), and 46841.
+_RETRY_CODES = frozenset(
+    {6, 7, 89, 91, 133, 134, 189, 262, 9001, 10058, 10107, 11600, 11602, 13435, 13436, 14031, 46841}
+)
 # Codes meaning "this server has no TTL indexes" (FerretDB v1: 238).
 _NO_TTL_CODES = frozenset({115, 238})
 _KNOWN_TOPICS_MAX = 100_000
@@ -108,7 +113,9 @@ class MongoBackend(Backend):
         if isinstance(exc, ConnectionFailure | OSError | TimeoutError):  # includes AutoReconnect, NotPrimary
             return True
         if isinstance(exc, OperationFailure) and not isinstance(exc, BulkWriteError):
-            return exc.code in _RETRY_CODES or exc.has_error_label("RetryableWriteError")
+            if exc.code in _RETRY_CODES or exc.has_error_label("RetryableWriteError"):
+                return True
+            return "not primary" in str(exc).lower() or "not master" in str(exc).lower()  # codeless, older servers
         return False
 
     async def schema(self, apply: bool) -> str:

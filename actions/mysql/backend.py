@@ -38,7 +38,13 @@ log = logging.getLogger(__name__)
 
 # Server error codes worth retrying: too many connections, lock wait timeout, deadlock,
 # server shutting down / read-only failover, and the client's "server gone / lost / cannot connect".
-_RETRY_CODES = frozenset({1040, 1053, 1205, 1213, 1290, 1927, 2002, 2003, 2006, 2013, 2014, 2055})
+# Errors of the server's state, not the statement: too many connections (1040, 1203), shutdown
+# (1053, 1927), lock wait / deadlock (1205, 1213), read-only (1290, 1792, 1836), disk or table
+# full (1021, 1114), out of memory (1037, 1038, 1041), lost connection (2002-2055).
+_RETRY_CODES = frozenset(
+    {1021, 1037, 1038, 1040, 1041, 1053, 1114, 1203, 1205, 1213, 1290, 1792, 1836, 1927}
+    | {2002, 2003, 2006, 2013, 2014, 2055}
+)
 
 Unit = tuple[list[int], list[Write]]  # job indexes and the statements that write them
 

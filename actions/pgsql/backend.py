@@ -43,6 +43,12 @@ _RECOVERABLE = (
     TimeoutError,
 )
 
+# SQLSTATEs that describe the server's state, not the statement: the same write succeeds once
+# the server is writable again (read-only transaction, insufficient resources such as a full
+# disk or too many connections, operator intervention such as a shutdown, connection errors).
+_SERVER_STATE_CODES = frozenset({"25006"})
+_SERVER_STATE_CLASSES = ("53", "57P", "08")
+
 Unit = tuple[list[int], list[Write]]  # job indexes and the statements that write them
 
 
@@ -91,7 +97,10 @@ class PgsqlBackend(Backend):
         await self.conns.close()
 
     def is_recoverable(self, exc: BaseException) -> bool:
-        return isinstance(exc, _RECOVERABLE)
+        if isinstance(exc, _RECOVERABLE):
+            return True
+        state = getattr(exc, "sqlstate", None) if isinstance(exc, asyncpg.PostgresError) else None
+        return isinstance(state, str) and (state in _SERVER_STATE_CODES or state.startswith(_SERVER_STATE_CLASSES))
 
     async def schema(self, apply: bool) -> str:
         if apply:

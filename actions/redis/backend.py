@@ -31,7 +31,22 @@ _RECOVERABLE = (
     rexc.TryAgainError,
     rexc.ReadOnlyError,
     rexc.NoScriptError,
+    rexc.OutOfMemoryError,  # maxmemory with noeviction: writes resume once memory is freed
+    rexc.MasterDownError,
+    rexc.ClusterDownError,
     OSError,
+)
+# Replies that describe the server's state, not the command (redis-py keeps the prefix of those it
+# has no class for): the same command succeeds once the server is back to normal.
+_SERVER_STATE_REPLIES = (
+    "OOM ",
+    "READONLY ",
+    "MISCONF ",
+    "LOADING ",
+    "MASTERDOWN ",
+    "BUSY ",
+    "TRYAGAIN ",
+    "CLUSTERDOWN ",
 )
 
 
@@ -114,7 +129,9 @@ class RedisBackend(Backend):
         await self.redis.aclose()
 
     def is_recoverable(self, exc: BaseException) -> bool:
-        return isinstance(exc, _RECOVERABLE)
+        if isinstance(exc, _RECOVERABLE):
+            return True
+        return isinstance(exc, rexc.ResponseError) and str(exc).startswith(_SERVER_STATE_REPLIES)
 
     async def schema(self, apply: bool) -> str:
         return describe()

@@ -302,6 +302,18 @@ GLOBAL: dict[str, Setting] = {
         "on-disk spool for actions a pool cannot write now (database down, queue full); relative to the "
         "working directory",
     ),
+    "deadletter.dir": Setting(
+        v.writable_dir,
+        "data/deadletter",
+        "where actions that failed for good (after their message was acknowledged) are kept, one JSON "
+        "line each in `<pool>.jsonl` (docs/operations.md, Dead letters); relative to the working directory",
+    ),
+    "deadletter.max_bytes": Setting(
+        v.size_in(4 << 10, 16 << 40),
+        1 << 30,
+        "bound of the dead-letter files together; past it a failed action is logged and counted as dropped",
+        example="1GB",
+    ),
     "spool.max_bytes": Setting(
         v.size_in(64 << 10, 16 << 40), 1 << 30, "bound of the spool, all pools together", example="1GB"
     ),
