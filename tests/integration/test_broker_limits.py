@@ -227,7 +227,9 @@ async def test_a_connect_with_many_user_properties_is_refused_while_others_are_s
     runs in this test's event loop, so a freeze also holds the client's timeout: each round trip
     is measured on the wall clock instead."""
     passwords = tmp_path / "passwd"
-    subprocess.run(["mosquitto_passwd", "-c", "-b", str(passwords), "alice", "right"], check=True)
+    await asyncio.to_thread(
+        subprocess.run, ["mosquitto_passwd", "-c", "-b", str(passwords), "alice", "right"], check=True
+    )
     bridge = await make_bridge(
         rules="", extra_config=f"broker.allow_anonymous = false\nbroker.auth.password_file = {passwords}\n{settings}"
     )

@@ -19,9 +19,9 @@ from bridge.mqtt import (
     TooManyUserProperties,
     Will,
     encode,
+    wire,
 )
 from bridge.mqtt import properties as props
-from bridge.mqtt import wire
 from bridge.mqtt.kinds import PacketType
 
 
@@ -35,7 +35,7 @@ def best_decode_time(block: bytes, runs: int = 3) -> float:
     best = float("inf")
     for _ in range(runs):
         start = time.perf_counter()
-        decoded, stop = props.decode(block, 0, len(block), PacketType.CONNECT)
+        _, stop = props.decode(block, 0, len(block), PacketType.CONNECT)
         best = min(best, time.perf_counter() - start)
         assert stop == len(block)
     return best
