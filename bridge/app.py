@@ -19,7 +19,7 @@ from bridge import registry
 from bridge.backend import FunctionContext, backend_class
 from bridge.brokers.base import BrokerSource
 from bridge.conf.config import Config, load_config
-from bridge.conf.errors import ConfErrors
+from bridge.conf.errors import ConfError, ConfErrors
 from bridge.conf.schema import GLOBAL
 from bridge.deadletter import DeadLetters
 from bridge.delivery import DeliveryLog
@@ -48,10 +48,22 @@ class Paths:
 
 def load_all(paths: Paths) -> tuple[Config, list[Rule]]:
     """Config + rules + templates, every problem reported at once (ConfErrors)."""
-    config = load_config(paths.config)
+    config_errors: list[ConfError] = []
+    try:
+        config = load_config(paths.config)
+    except ConfErrors as exc:
+        if not isinstance(exc.partial, Config):  # the file could not be read: nothing to check rules by
+            raise
+        config, config_errors = exc.partial, exc.errors
     mode = registry.modes()[config["broker.mode"]]  # the config only takes an installed mode
     ctx = RuleContext(config, paths.templates, frozenset(registry.backends()), mode.capabilities)
-    return config, load_rules(paths.rules, ctx)
+    try:
+        rules = load_rules(paths.rules, ctx)
+    except ConfErrors as exc:
+        raise ConfErrors(config_errors + exc.errors) from None
+    if config_errors:
+        raise ConfErrors(config_errors)
+    return config, rules
 
 
 class Bridge:
