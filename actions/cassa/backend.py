@@ -109,6 +109,11 @@ class CassaBackend(Backend):
             self.prepared = prepared
             self.store = CassaStore(self.cql, prepared)
 
+    async def probe(self) -> None:
+        await self._open()
+        assert self.cql is not None
+        await self.cql.execute("SELECT release_version FROM system.local")
+
     async def close(self) -> None:
         await asyncio.to_thread(self.cluster.shutdown)
 

@@ -106,6 +106,9 @@ class MongoBackend(Backend):
             self.ttl = await self._has_ttl_index()
         self._schema_pending = False
 
+    async def probe(self) -> None:
+        await self.client.admin.command("ping")
+
     async def close(self) -> None:
         await self.client.close()
 

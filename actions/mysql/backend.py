@@ -103,6 +103,10 @@ class MysqlBackend(Backend):
             async with self.conns.acquire() as conn:  # connect now, so bad credentials show at start
                 await query(conn, "SELECT 1")
 
+    async def probe(self) -> None:
+        async with self.conns.acquire() as conn:
+            await query(conn, "SELECT 1")
+
     async def close(self) -> None:
         self.conns.close()
         await self.conns.wait_closed()

@@ -93,6 +93,9 @@ class PgsqlBackend(Backend):
         else:
             await self.conns.fetchval("SELECT 1")  # connect now, so bad credentials show at start
 
+    async def probe(self) -> None:
+        await self.conns.fetchval("SELECT 1")
+
     async def close(self) -> None:
         await self.conns.close()
 

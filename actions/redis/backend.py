@@ -122,6 +122,9 @@ class RedisBackend(Backend):
         for name, source in scripts.ALL.items():
             self._shas[name] = await self.redis.script_load(source)
 
+    async def probe(self) -> None:
+        await self.redis.ping()
+
     async def close(self) -> None:
         if self._index_task is not None:
             self._index_task.cancel()
