@@ -19,8 +19,9 @@ from bridge import registry
 from bridge.backend import FunctionContext, backend_class
 from bridge.brokers.base import BrokerSource
 from bridge.conf.config import Config, load_config
-from bridge.conf.errors import ConfErrors
+from bridge.conf.errors import ConfError, ConfErrors
 from bridge.conf.schema import GLOBAL
+from bridge.deadletter import DeadLetters
 from bridge.delivery import DeliveryLog
 from bridge.dispatcher import Dispatcher
 from bridge.engine import Engine
@@ -47,10 +48,22 @@ class Paths:
 
 def load_all(paths: Paths) -> tuple[Config, list[Rule]]:
     """Config + rules + templates, every problem reported at once (ConfErrors)."""
-    config = load_config(paths.config)
+    config_errors: list[ConfError] = []
+    try:
+        config = load_config(paths.config)
+    except ConfErrors as exc:
+        if not isinstance(exc.partial, Config):  # the file could not be read: nothing to check rules by
+            raise
+        config, config_errors = exc.partial, exc.errors
     mode = registry.modes()[config["broker.mode"]]  # the config only takes an installed mode
     ctx = RuleContext(config, paths.templates, frozenset(registry.backends()), mode.capabilities)
-    return config, load_rules(paths.rules, ctx)
+    try:
+        rules = load_rules(paths.rules, ctx)
+    except ConfErrors as exc:
+        raise ConfErrors(config_errors + exc.errors) from None
+    if config_errors:
+        raise ConfErrors(config_errors)
+    return config, rules
 
 
 class Bridge:
@@ -68,6 +81,7 @@ class Bridge:
         self.deliveries = DeliveryLog()
         # One byte bound for the spools of every pool.
         self.spool_budget = Budget(config["spool.max_bytes"], config["spool.overflow"])
+        self.dead_letters = DeadLetters(Path(config["deadletter.dir"]), config["deadletter.max_bytes"], self.metrics)
         self.status: StatusServer | None = None
         self.started_at = time.time()
         self._stopped = False
@@ -128,6 +142,7 @@ class Bridge:
             runner = Runner(pool, backend, self.metrics, Path(self.config["spool.dir"]), self.spool_budget)
             runner.rules = {rule.id: rule for rule in rules if rule.pool == pool_id}
             runner.commit_hooks.append(self.dispatcher.job_done)  # "this job is done" (broker acks)
+            runner.commit_hooks.append(self.dead_letters)  # a failed action is kept, not dropped
             ctx.publishes_committed = runner.publishes_committed
             await runner.start()
         except BaseException:

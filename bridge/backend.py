@@ -138,5 +138,10 @@ class Backend(abc.ABC):
     async def schema(self, apply: bool) -> str:
         """The tables / keys / indexes this pool needs, as text; create them with apply."""
 
+    async def probe(self) -> None:  # noqa: B027 - every backend of the project overrides it
+        """One cheap request (PING, `SELECT 1`): returns when the database answers, raises when it
+        refuses. The runner calls it while the pool is idle, so a stalled database shows as down
+        (/healthz) without traffic; a backend without one relies on its batches' timeouts."""
+
     async def maintenance(self) -> None:  # noqa: B027 - optional hook
         """Periodic work (trimming expired entries); called by the runner every `trim_interval`."""

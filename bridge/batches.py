@@ -8,12 +8,14 @@ bulk writes, a pipeline, concurrent statements) is the backend's own.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import TypeVar
 
 from bridge.backend import Backend, Job, PermanentError
 from bridge.fetch import READERS, MessageStore
 from bridge.rules import FunctionAction
 
+T = TypeVar("T")
 Outcomes = list[BaseException | None]
 WriteRun = Callable[[Sequence[Job], list[int], Outcomes], Awaitable[None]]
 RunAlone = Callable[[Job], Awaitable[BaseException | None]]
@@ -29,6 +31,22 @@ def reader_of(job: Job) -> str | None:
 
 def is_read(job: Job) -> bool:
     return reader_of(job) is not None
+
+
+def planned(
+    backend: Backend, batch: Sequence[Job], run: list[int], outcomes: Outcomes, plan: Callable[[Job], T]
+) -> Iterator[tuple[int, T]]:
+    """(index, plan(job)) for each job of `run` whose plan could be made. A job whose planning
+    raises (a value that does not fit, a bug, a payload that breaks a parser) fails alone, with
+    that error as its outcome: the other jobs of the batch, other clients' acknowledged messages
+    among them, are still written. Only an error worth retrying fails the batch (raised)."""
+    for index in run:
+        try:
+            yield index, plan(batch[index])
+        except Exception as exc:
+            if backend.is_recoverable(exc):
+                raise
+            outcomes[index] = exc
 
 
 async def cut_at_reads(

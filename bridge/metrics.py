@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 RULE_COUNTERS = ("matched", "succeeded", "failed", "retried", "spooled", "dropped")
+# Exported from 0 like the others, but held in a rule's counts only once it happened (most rules
+# never fail for good): actions kept in the dead-letter store (bridge/deadletter.py).
+RARE_RULE_COUNTERS = ("deadlettered",)
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -110,7 +113,8 @@ class Metrics:
         self.spool_problems: dict[str, int] = defaultdict(int)  # torn tails, undecodable records, per pool
 
     def count(self, rule_id: str, counter: str, n: int = 1) -> None:
-        self.rules[rule_id][counter] += n
+        counts = self.rules[rule_id]
+        counts[counter] = counts.get(counter, 0) + n
 
     def gauge(
         self,
@@ -135,11 +139,11 @@ class Metrics:
         events = Family("hookbridge_events_total", "counter", "Events received from the broker, per hookpoint")
         events.samples = [Sample(events.name, {"hookpoint": h}, n) for h, n in sorted(self.events.items())]
         families = [events]
-        for counter in RULE_COUNTERS:
+        for counter in (*RULE_COUNTERS, *RARE_RULE_COUNTERS):
             family = Family(f"hookbridge_rule_{counter}_total", "counter", f"Actions {counter}, per rule")
             for rule_id, counts in sorted(self.rules.items()):
                 labels = {"rule": rule_id, "pool": self.rule_pool.get(rule_id, "")}
-                family.samples.append(Sample(family.name, labels, counts[counter]))
+                family.samples.append(Sample(family.name, labels, counts.get(counter, 0)))
             families.append(family)
         latency = Family("hookbridge_write_seconds", "histogram", "Batch write latency, per pool")
         for pool, histogram in sorted(self.write_latency.items()):

@@ -9,8 +9,10 @@ bounded; a full queue makes `submit` wait (policy `block`), which is how
 back-pressure reaches the broker. Behind each memory queue is the lane's on-disk
 spool (bridge/spool/), used while the pool is down or the queue is full.
 
-A pool is down from its first failed batch, or from the moment a batch has gone
-`request_timeout` without an answer (a stalled server looks like no error at all):
+A pool is down from its first failed batch, from the moment a batch has gone
+`request_timeout` without an answer (a stalled server looks like no error at all), or,
+while it has nothing to write, from a probe (`Backend.probe`, every half `request_timeout`)
+that failed or got no answer within half `request_timeout`:
 its lanes then spill to the spool, so the broker's acknowledgements, which wait for
 "committed or spooled", keep coming while the database is stalled.
 """
@@ -94,6 +96,7 @@ class Runner:
         self.commit_hooks: list[CommitHook] = []
         self.healthy = True
         self.last_error: str = ""
+        self._down_by_probe = False  # down since a probe failed (not a batch): a probe may say up
         metrics.write_latency[self.pool_id]
 
     # -- lifecycle -----------------------------------------------------------
@@ -107,6 +110,7 @@ class Runner:
         for lane in self._lanes:
             self._tasks.append(asyncio.create_task(lane.run(), name=f"runner:{self.pool_id}:{lane.index}"))
         self._tasks.append(asyncio.create_task(self._maintenance(), name=f"maintenance:{self.pool_id}"))
+        self._tasks.append(asyncio.create_task(self._probing(), name=f"probe:{self.pool_id}"))
 
     async def stop(self, drain_timeout: float = 10.0) -> None:
         """Write what is queued (up to `drain_timeout`), stop the lanes, spool what is left."""
@@ -245,7 +249,7 @@ class Runner:
             break
         if not self.healthy:
             log.info("pool %s: writing again after %d retries", self.pool_id, attempt)
-        self.healthy, self.last_error = True, ""
+        self.healthy, self.last_error, self._down_by_probe = True, "", False
         await self._finish(batch, outcomes)
 
     async def _execute(self, batch: Sequence[Job], on_stall: Callable[[], None]) -> list[BaseException | None]:
@@ -284,6 +288,34 @@ class Runner:
         if published:
             async with self._publishes_changed:
                 self._publishes_changed.notify_all()
+
+    async def _probing(self) -> None:
+        """While the pool is idle, ask the database every half `request_timeout` whether it answers:
+        a stall is seen within `request_timeout` (half to start the probe, half for its answer).
+        A probe left without an answer is not cancelled (a driver cancelled mid-request can leave
+        its connection unusable) and no second one starts before it ends."""
+        interval = self.request_timeout / 2
+        probe: asyncio.Future[None] | None = None
+        while True:
+            await asyncio.sleep(interval)
+            if probe is None or probe.done():
+                if not self.quiet:
+                    probe = None  # the batches tell the pool's state
+                    continue
+                probe = asyncio.ensure_future(self.backend.probe())
+            done, _ = await asyncio.wait({probe}, timeout=interval)
+            if not done:
+                self._probe_failed(TimeoutError(f"no answer to a probe within {interval:g} s"))
+            elif probe.cancelled() or probe.exception() is not None:
+                self._probe_failed(probe.exception() or TimeoutError("probe cancelled"))
+            elif not self.healthy and self._down_by_probe and self.quiet:
+                log.info("pool %s: answering again", self.pool_id)
+                self.healthy, self.last_error, self._down_by_probe = True, "", False
+
+    def _probe_failed(self, exc: BaseException) -> None:
+        if self.healthy:
+            self._down_by_probe = True
+        self._mark_down(exc, 0)
 
     async def _maintenance(self) -> None:
         while True:

@@ -63,7 +63,7 @@ async def make_bridge(tmp_path: Path, redis_port: int) -> AsyncIterator[BridgeFa
         else:
             (home / "rules" / "test.conf").write_text(rules)
         # Each bridge its own spool, unless a test restarts one on the same spool.
-        spool_line = f"spool.dir = {spool or home / 'spool'}\n"
+        spool_line = f"spool.dir = {spool or home / 'spool'}\ndeadletter.dir = {home / 'deadletter'}\n"
         (home / "bridge.conf").write_text(config_text(port or redis_port, spool_line + extra_config, pools))
         bridge = Bridge.load(Paths(home / "bridge.conf", home / "rules"))
         await bridge.start()

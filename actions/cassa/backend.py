@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from cassandra import DriverException, RequestExecutionException
@@ -27,7 +27,7 @@ from actions.cassa.functions import STATEMENTS, WRITERS, Write
 from actions.cassa.reads import QUERIES, CassaStore
 from actions.cassa.session import RECOVERABLE, AsyncSession, build_cluster, fatal_connect_error
 from bridge.backend import Backend, Job, PermanentError
-from bridge.batches import cut_at_reads, read
+from bridge.batches import cut_at_reads, planned, read
 from bridge.fetch import READERS
 from bridge.plugin import FunctionAction, SqlAction, TemplateAction, ordering_key
 from bridge.sql import cql_marker, render_sql
@@ -109,6 +109,11 @@ class CassaBackend(Backend):
             self.prepared = prepared
             self.store = CassaStore(self.cql, prepared)
 
+    async def probe(self) -> None:
+        await self._open()
+        assert self.cql is not None
+        await self.cql.execute("SELECT release_version FROM system.local")
+
     async def close(self) -> None:
         await asyncio.to_thread(self.cluster.shutdown)
 
@@ -165,7 +170,8 @@ class CassaBackend(Backend):
                     continue
                 chains[ordering_key(job.event)].append(_Unit([index], statements))
                 continue
-            for write in WRITERS[action.spec.impl_name](job):
+            job_writes = [w for _, ws in planned(self, batch, [index], outcomes, _writer(action)) for w in ws]
+            for write in job_writes:
                 if write.once is not None:
                     if write.once not in self._known:
                         once.setdefault(write.once, ([], write))[0].append(index)
@@ -249,3 +255,8 @@ class CassaBackend(Backend):
         for unit in chain:
             await self._run_unit(unit, outcomes)
         return True
+
+
+def _writer(action: FunctionAction) -> Callable[[Job], list[Write]]:
+    """The function's writes for one job, made at once (a failure is the job's own)."""
+    return lambda job: list(WRITERS[action.spec.impl_name](job))

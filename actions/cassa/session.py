@@ -24,6 +24,7 @@ from cassandra import (
 from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, Session
 from cassandra.policies import ConstantReconnectionPolicy, DCAwareRoundRobinPolicy, TokenAwarePolicy
+from cassandra.protocol import IsBootstrappingErrorMessage, OverloadedErrorMessage
 from cassandra.query import tuple_factory
 
 from bridge.plugin import PoolConfig, settings_context
@@ -35,6 +36,8 @@ RECOVERABLE: tuple[type[BaseException], ...] = (
     Unavailable,
     ReadTimeout,
     WriteTimeout,
+    OverloadedErrorMessage,  # the coordinator sheds load: the server's state, not the write's fault
+    IsBootstrappingErrorMessage,
     ConnectionError,
     TimeoutError,
 )

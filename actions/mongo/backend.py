@@ -28,14 +28,19 @@ from actions.mongo.functions import DUPLICATE_KEY, WRITERS, Write
 from actions.mongo.reads import MongoStore
 from actions.mongo.templates import render_writes
 from bridge.backend import Backend, Job, PermanentError
-from bridge.batches import cut_at_reads, read
+from bridge.batches import cut_at_reads, planned, read
 from bridge.fetch import READERS
 from bridge.plugin import FunctionAction, TemplateAction
 
 log = logging.getLogger(__name__)
 
 # Server codes meaning "try again later": shutting down, stepping down, not primary, too busy.
-_RETRY_CODES = frozenset({6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436, 46841})
+# Server-state codes: unreachable (6, 7, 89, 9001), shutting down (91, 11600), not (or no longer)
+# primary (189, 10058, 10107, 11602, 13435, 13436), time limit (262), out of disk (14031), a
+# majority not yet available (133, 134), and 46841.
+_RETRY_CODES = frozenset(
+    {6, 7, 89, 91, 133, 134, 189, 262, 9001, 10058, 10107, 11600, 11602, 13435, 13436, 14031, 46841}
+)
 # Codes meaning "this server has no TTL indexes" (FerretDB v1: 238).
 _NO_TTL_CODES = frozenset({115, 238})
 _KNOWN_TOPICS_MAX = 100_000
@@ -101,6 +106,9 @@ class MongoBackend(Backend):
             self.ttl = await self._has_ttl_index()
         self._schema_pending = False
 
+    async def probe(self) -> None:
+        await self.client.admin.command("ping")
+
     async def close(self) -> None:
         await self.client.close()
 
@@ -108,7 +116,9 @@ class MongoBackend(Backend):
         if isinstance(exc, ConnectionFailure | OSError | TimeoutError):  # includes AutoReconnect, NotPrimary
             return True
         if isinstance(exc, OperationFailure) and not isinstance(exc, BulkWriteError):
-            return exc.code in _RETRY_CODES or exc.has_error_label("RetryableWriteError")
+            if exc.code in _RETRY_CODES or exc.has_error_label("RetryableWriteError"):
+                return True
+            return "not primary" in str(exc).lower() or "not master" in str(exc).lower()  # codeless, older servers
         return False
 
     async def schema(self, apply: bool) -> str:
@@ -163,12 +173,7 @@ class MongoBackend(Backend):
     ) -> dict[str, list[Entry]]:
         groups: dict[str, list[Entry]] = {}
         topics: set[str] = set()
-        for index in run:
-            try:
-                writes = self._writes(batch[index])
-            except PermanentError as exc:
-                outcomes[index] = exc
-                continue
+        for index, writes in planned(self, batch, run, outcomes, self._writes):
             for write in writes:
                 if write.topic is not None:
                     if write.topic in self._known_topics or write.topic in topics:

@@ -28,8 +28,8 @@ from asyncmy import errors
 from actions.mysql import schema
 from actions.mysql.functions import GROUPED, SINGLE, Write
 from actions.mysql.reads import MysqlStore, query
-from bridge.backend import Backend, Job, PermanentError
-from bridge.batches import cut_at_reads, read
+from bridge.backend import Backend, Job
+from bridge.batches import cut_at_reads, planned, read
 from bridge.fetch import READERS
 from bridge.plugin import FunctionAction, SqlAction, TemplateAction, settings_context
 from bridge.sql import render_sql
@@ -38,7 +38,13 @@ log = logging.getLogger(__name__)
 
 # Server error codes worth retrying: too many connections, lock wait timeout, deadlock,
 # server shutting down / read-only failover, and the client's "server gone / lost / cannot connect".
-_RETRY_CODES = frozenset({1040, 1053, 1205, 1213, 1290, 1927, 2002, 2003, 2006, 2013, 2014, 2055})
+# Errors of the server's state, not the statement: too many connections (1040, 1203), shutdown
+# (1053, 1927), lock wait / deadlock (1205, 1213), read-only (1290, 1792, 1836), disk or table
+# full (1021, 1114), out of memory (1037, 1038, 1041), lost connection (2002-2055).
+_RETRY_CODES = frozenset(
+    {1021, 1037, 1038, 1040, 1041, 1053, 1114, 1203, 1205, 1213, 1290, 1792, 1836, 1927}
+    | {2002, 2003, 2006, 2013, 2014, 2055}
+)
 
 Unit = tuple[list[int], list[Write]]  # job indexes and the statements that write them
 
@@ -96,6 +102,10 @@ class MysqlBackend(Backend):
         else:
             async with self.conns.acquire() as conn:  # connect now, so bad credentials show at start
                 await query(conn, "SELECT 1")
+
+    async def probe(self) -> None:
+        async with self.conns.acquire() as conn:
+            await query(conn, "SELECT 1")
 
     async def close(self) -> None:
         self.conns.close()
@@ -163,12 +173,9 @@ class MysqlBackend(Backend):
                     members.append([])
                 members[merged[group]].append(index)
                 continue
-            try:
-                units.append(([index], self._writes(job)))
-            except PermanentError as exc:
-                outcomes[index] = exc
-                continue
-            members.append([index])
+            for _, writes in planned(self, batch, [index], outcomes, self._writes):
+                units.append(([index], writes))
+                members.append([index])
         for group, position in merged.items():
             jobs = members[position]
             units[position] = (jobs, group([batch[i] for i in jobs]))

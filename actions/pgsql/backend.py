@@ -23,8 +23,8 @@ from actions.pgsql.coerce import converters
 from actions.pgsql.functions import GROUPED, SINGLE, STAGE_COLUMNS, STAGE_TABLE, Write
 from actions.pgsql.reads import PgsqlStore
 from actions.values import Convert
-from bridge.backend import Backend, Job, PermanentError
-from bridge.batches import cut_at_reads, read
+from bridge.backend import Backend, Job
+from bridge.batches import cut_at_reads, planned, read
 from bridge.fetch import READERS
 from bridge.plugin import FunctionAction, SqlAction, TemplateAction, settings_context
 from bridge.sql import render_sql
@@ -42,6 +42,12 @@ _RECOVERABLE = (
     asyncpg.DeadlockDetectedError,
     TimeoutError,
 )
+
+# SQLSTATEs that describe the server's state, not the statement: the same write succeeds once
+# the server is writable again (read-only transaction, insufficient resources such as a full
+# disk or too many connections, operator intervention such as a shutdown, connection errors).
+_SERVER_STATE_CODES = frozenset({"25006"})
+_SERVER_STATE_CLASSES = ("53", "57P", "08")
 
 Unit = tuple[list[int], list[Write]]  # job indexes and the statements that write them
 
@@ -87,11 +93,17 @@ class PgsqlBackend(Backend):
         else:
             await self.conns.fetchval("SELECT 1")  # connect now, so bad credentials show at start
 
+    async def probe(self) -> None:
+        await self.conns.fetchval("SELECT 1")
+
     async def close(self) -> None:
         await self.conns.close()
 
     def is_recoverable(self, exc: BaseException) -> bool:
-        return isinstance(exc, _RECOVERABLE)
+        if isinstance(exc, _RECOVERABLE):
+            return True
+        state = getattr(exc, "sqlstate", None) if isinstance(exc, asyncpg.PostgresError) else None
+        return isinstance(state, str) and (state in _SERVER_STATE_CODES or state.startswith(_SERVER_STATE_CLASSES))
 
     async def schema(self, apply: bool) -> str:
         if apply:
@@ -136,12 +148,9 @@ class PgsqlBackend(Backend):
                     members.append([])
                 members[merged[group]].append(index)
                 continue
-            try:
-                units.append(([index], self._writes(job)))
-            except PermanentError as exc:
-                outcomes[index] = exc
-                continue
-            members.append([index])
+            for _, writes in planned(self, batch, [index], outcomes, self._writes):
+                units.append(([index], writes))
+                members.append([index])
         for group, position in merged.items():
             jobs = members[position]
             units[position] = (jobs, [group([batch[i] for i in jobs])])

@@ -17,8 +17,8 @@ from actions.redis.index import TopicIndex
 from actions.redis.packing import PackedConnection, PackedSSLConnection, pipeline
 from actions.redis.reads import RedisStore
 from actions.redis.schema import describe
-from bridge.backend import Backend, Job, PermanentError
-from bridge.batches import cut_at_reads, is_read, read
+from bridge.backend import Backend, Job
+from bridge.batches import cut_at_reads, is_read, planned, read
 from bridge.fetch import READERS
 from bridge.plugin import CommandsAction, FunctionAction, TemplateAction
 
@@ -31,7 +31,22 @@ _RECOVERABLE = (
     rexc.TryAgainError,
     rexc.ReadOnlyError,
     rexc.NoScriptError,
+    rexc.OutOfMemoryError,  # maxmemory with noeviction: writes resume once memory is freed
+    rexc.MasterDownError,
+    rexc.ClusterDownError,
     OSError,
+)
+# Replies that describe the server's state, not the command (redis-py keeps the prefix of those it
+# has no class for): the same command succeeds once the server is back to normal.
+_SERVER_STATE_REPLIES = (
+    "OOM ",
+    "READONLY ",
+    "MISCONF ",
+    "LOADING ",
+    "MASTERDOWN ",
+    "BUSY ",
+    "TRYAGAIN ",
+    "CLUSTERDOWN ",
 )
 
 
@@ -107,6 +122,9 @@ class RedisBackend(Backend):
         for name, source in scripts.ALL.items():
             self._shas[name] = await self.redis.script_load(source)
 
+    async def probe(self) -> None:
+        await self.redis.ping()
+
     async def close(self) -> None:
         if self._index_task is not None:
             self._index_task.cancel()
@@ -114,7 +132,9 @@ class RedisBackend(Backend):
         await self.redis.aclose()
 
     def is_recoverable(self, exc: BaseException) -> bool:
-        return isinstance(exc, _RECOVERABLE)
+        if isinstance(exc, _RECOVERABLE):
+            return True
+        return isinstance(exc, rexc.ResponseError) and str(exc).startswith(_SERVER_STATE_REPLIES)
 
     async def schema(self, apply: bool) -> str:
         return describe()
@@ -128,12 +148,7 @@ class RedisBackend(Backend):
         """The run's commands in one pipeline."""
         commands: list[tuple[Any, ...]] = []
         owners: list[int] = []
-        for index in run:
-            try:
-                plan = self._plan(batch[index])
-            except (PermanentError, ValueError) as exc:
-                outcomes[index] = exc
-                continue
+        for index, plan in planned(self, batch, run, outcomes, self._plan):
             for command in plan:
                 commands.append(self._command(command))
                 owners.append(index)

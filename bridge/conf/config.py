@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge import registry
+from bridge.conf import addresses as a
 from bridge.conf.errors import ConfError, ConfErrors, Position
 from bridge.conf.lexer import Entry, read_entries
 from bridge.conf.schema import GLOBAL, pool_settings
@@ -127,14 +128,27 @@ def parse_config(path: str, text: str) -> Config:
     for pool in pools.values():
         _default_address(pool)
     errors.extend(_pool_reference_errors(settings, pools, values_at))
+    errors.extend(_listener_collisions(path, settings, values_at))
     if not errors:  # TLS files are loaded only once every value parsed
         errors.extend(_tls_errors(path, settings, pools, values_at))
     for mode in registry.modes().values():  # files a mode reads (the embedded broker's ACL, listeners)
         if not errors:  # like the TLS files: `check` rejects what `run` would
             errors.extend(mode.config_problems(path, settings, values_at))
     if errors:
-        raise ConfErrors(errors)
+        raise ConfErrors(errors, partial=_partial(path, settings, pools))
     return Config(path=path, settings=settings, pools=pools, secrets=secrets, keys_at=seen, values_at=values_at)
+
+
+def _partial(path: str, settings: dict[str, Any], pools: dict[str, PoolConfig]) -> Config:
+    """The config as far as it parsed, defaults in place of the values in error: what the rules
+    are checked against when the config has errors (a rule's pool is known if its pool is)."""
+    good = {key: GLOBAL[key].default if value is None else value for key, value in settings.items()}
+    for pool in pools.values():
+        known = pool_settings(pool.db)
+        for key, value in pool.settings.items():
+            if value is None and key in known:
+                pool.settings[key] = known[key].default
+    return Config(path=path, settings=good, pools=pools)
 
 
 def _default_address(pool: PoolConfig) -> None:
@@ -157,6 +171,30 @@ def _pool_reference_errors(
             known = sorted(pools)
             hint = f"; configured pools: {', '.join(known)}" if known else "; no pool is configured"
             errors.append(ConfError(values_at[key], f"{key}: no pool {value}{_suggest(value, known) or hint}"))
+    return errors
+
+
+_ANY_HOST = frozenset({"", "0.0.0.0", "::", "*"})
+
+
+def _listener_collisions(path: str, settings: dict[str, Any], values_at: dict[str, Position]) -> list[ConfError]:
+    """Two listeners on one address (`run` could open only the first): the same port, and the same
+    host or one of them on every address. Port 0 (any free port) never collides."""
+    errors: list[ConfError] = []
+    taken: dict[int, list[tuple[str, str]]] = {}
+    for key, setting in GLOBAL.items():
+        value = settings.get(key)
+        if setting.parse not in (a.parse_listener, a.optional_listener) or not value or not value[1]:
+            continue
+        if key.startswith("broker.listener.") and settings["broker.mode"] != "embedded":
+            continue
+        host, port = value
+        for other_key, other_host in taken.get(port, []):
+            if host == other_host or host in _ANY_HOST or other_host in _ANY_HOST:
+                where = values_at.get(key) or values_at.get(other_key) or Position(path, 1, 1)
+                errors.append(ConfError(where, f"{key} = {host}:{port} is the address of {other_key}"))
+                break
+        taken.setdefault(port, []).append((key, host))
     return errors
 
 

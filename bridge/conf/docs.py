@@ -22,8 +22,10 @@ space outside a quoted string). Values are strings, integers, `on`/`off`, durati
 `${VAR}` is replaced by the environment variable `VAR`, `${VAR:-default}` by `default` when it
 is unset; an unset `${VAR}` without default is an error. Every key is validated: an unknown key,
 a bad value (out of the range the "takes" column gives, a string with a control character, a
-`spool.dir` that is not a writable directory) or a duplicate is reported as
-`path:line:col: message`, all of them at once, and `hookbridge run` does not start. Values of
+directory setting such as `spool.dir` that cannot be created or written, two listeners on one
+address) or a duplicate is reported as `path:line:col: message`, all of them at once, together
+with every error of the rules files (checked against the settings that could be read), and
+`hookbridge run` does not start. Values of
 secret keys (passwords, API secrets) never appear in logs, error messages, `/metrics` or `/healthz`.
 
 Addresses (`server`, `nodes`, `broker.server`, the listeners) are `host:port` only. A URL or a

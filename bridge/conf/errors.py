@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from bridge.errors import HookbridgeError
 
@@ -29,6 +30,9 @@ class ConfError:
 class ConfErrors(HookbridgeError):
     """Every problem found in the config, rules and templates, in file order."""
 
-    def __init__(self, errors: list[ConfError]) -> None:
+    def __init__(self, errors: list[ConfError], partial: Any = None) -> None:
         self.errors = sorted(errors, key=lambda e: (e.where.path, e.where.line, e.where.col))
+        # What could be read despite the errors (a bad config: its valid settings, defaults in
+        # place of the bad ones), so the rules are still checked against it: all errors at once.
+        self.partial = partial
         super().__init__("\n".join(str(e) for e in self.errors))

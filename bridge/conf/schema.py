@@ -178,6 +178,12 @@ GLOBAL: dict[str, Setting] = {
         256,
         "embedded mode: longest client id, in UTF-8 bytes; a longer one is refused at CONNECT",
     ),
+    "broker.max_user_properties": Setting(
+        v.int_in(0, 1_000_000),
+        1024,
+        "embedded mode: MQTT 5 user properties one packet (or its will) may carry; more closes the "
+        "connection (reason 0x95, counted as user_properties); 0: no limit but broker.max_packet_size",
+    ),
     "broker.max_output_bytes": Setting(
         v.size_in(1 << 10, 1 << 30),
         4 << 20,
@@ -295,6 +301,18 @@ GLOBAL: dict[str, Setting] = {
         "data/spool",
         "on-disk spool for actions a pool cannot write now (database down, queue full); relative to the "
         "working directory",
+    ),
+    "deadletter.dir": Setting(
+        v.writable_dir,
+        "data/deadletter",
+        "where actions that failed for good (after their message was acknowledged) are kept, one JSON "
+        "line each in `<pool>.jsonl` (docs/operations.md, Dead letters); relative to the working directory",
+    ),
+    "deadletter.max_bytes": Setting(
+        v.size_in(4 << 10, 16 << 40),
+        1 << 30,
+        "bound of the dead-letter files together; past it a failed action is logged and counted as dropped",
+        example="1GB",
     ),
     "spool.max_bytes": Setting(
         v.size_in(64 << 10, 16 << 40), 1 << 30, "bound of the spool, all pools together", example="1GB"

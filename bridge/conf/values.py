@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import tempfile
 import unicodedata
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -333,6 +334,9 @@ def writable_dir(text: str) -> str:
             raise ValueError(f"cannot create {value}: {existing} is not a directory")
         if not os.access(existing, os.W_OK | os.X_OK):
             raise ValueError(f"cannot write to {existing}")
+        # os.access says yes to root everywhere, /proc included: create (and remove) a directory
+        # there, as `run` will, so `check` refuses the same paths.
+        os.rmdir(tempfile.mkdtemp(prefix=".hookbridge-check-", dir=existing))
     except OSError as exc:
         raise ValueError(f"cannot use {value}: {exc.strerror}") from None
     return value

@@ -11,7 +11,14 @@ Where each part comes from, and why not a library: docs/brokers.md, "The broker 
 
 from bridge.mqtt.decoder import DEFAULT_MAX_PACKET_SIZE, Decoder
 from bridge.mqtt.encoder import encode, encode_puback, encode_publish
-from bridge.mqtt.errors import CodecError, MalformedPacket, PacketTooLarge, ProtocolError, UnsupportedProtocolVersion
+from bridge.mqtt.errors import (
+    CodecError,
+    MalformedPacket,
+    PacketTooLarge,
+    ProtocolError,
+    TooManyUserProperties,
+    UnsupportedProtocolVersion,
+)
 from bridge.mqtt.filters import split_shared
 from bridge.mqtt.kinds import PacketType
 from bridge.mqtt.packets import (
@@ -75,6 +82,7 @@ __all__ = [
     "Suback",
     "Subscribe",
     "Subscription",
+    "TooManyUserProperties",
     "Unsuback",
     "Unsubscribe",
     "UnsupportedProtocolVersion",

@@ -11,7 +11,9 @@ Framing rules enforced (OASIS 3.1.1 section 2 and 5.0 section 2):
   read, before any of the body is buffered;
 - the content must fill the declared length exactly: a field that runs past it, or bytes left
   after the last field, make the packet malformed;
-- reserved flag bits of the fixed header, per packet type; PUBLISH QoS 3 and DUP on QoS 0.
+- reserved flag bits of the fixed header, per packet type; PUBLISH QoS 3 and DUP on QoS 0;
+- `max_user_properties` per packet (a will's counted apart), checked once the packet is
+  decoded: decoding is linear in the packet's size, so `max_packet_size` bounds that work.
 
 The protocol level is learnt from CONNECT (server side: the first packet must be CONNECT and a
 second one is a protocol error), or given up front (client side, or a test).
@@ -23,8 +25,9 @@ from typing import Literal
 
 from bridge.mqtt.bodies import connect_level
 from bridge.mqtt.dispatch import handlers
-from bridge.mqtt.errors import CodecError, MalformedPacket, PacketTooLarge, ProtocolError
+from bridge.mqtt.errors import CodecError, MalformedPacket, PacketTooLarge, ProtocolError, TooManyUserProperties
 from bridge.mqtt.packets import Connect, Packet
+from bridge.mqtt.properties import EMPTY, Properties
 
 DEFAULT_MAX_PACKET_SIZE = 268_435_460
 """The largest packet MQTT can frame: 1 + 4 length bytes + 268,435,455."""
@@ -35,15 +38,26 @@ class Decoder:
     refuses packets only a server sends (CONNACK, SUBACK, ...) and a client's PUBLISH carrying a
     subscription identifier; a client refuses the reverse."""
 
-    __slots__ = ("_failed", "_handlers", "_level", "_partial", "_server", "_wanted", "max_packet_size")
+    __slots__ = (
+        "_failed",
+        "_handlers",
+        "_level",
+        "_partial",
+        "_server",
+        "_wanted",
+        "max_packet_size",
+        "max_user_properties",
+    )
 
     def __init__(
         self,
         max_packet_size: int = DEFAULT_MAX_PACKET_SIZE,
         level: int = 0,
         role: Literal["server", "client"] = "server",
+        max_user_properties: int = 0,
     ) -> None:
         self.max_packet_size = max_packet_size
+        self.max_user_properties = max_user_properties  # 0: no limit
         self._server = role == "server"
         self._partial = bytearray()
         self._wanted = 0
@@ -98,6 +112,8 @@ class Decoder:
                     break
                 wanted = 0
                 packet = self._handlers[buf[pos]](buf, body, end, self._level)
+                if self.max_user_properties:
+                    self._check_user_properties(packet)
                 packets.append(packet)
                 if type(packet) is Connect:
                     self.level = packet.protocol_level
@@ -112,6 +128,14 @@ class Decoder:
             self._partial = bytearray(memoryview(buf)[pos:])
             self._wanted = wanted
         return packets
+
+    def _check_user_properties(self, packet: Packet) -> None:
+        will = getattr(packet, "will", None)
+        for props in (getattr(packet, "properties", EMPTY), getattr(will, "properties", EMPTY)):
+            if isinstance(props, Properties) and len(props.user_property) > self.max_user_properties:
+                raise TooManyUserProperties(
+                    f"{len(props.user_property)} user properties, over the limit of {self.max_user_properties}"
+                )
 
     @staticmethod
     def _long_length(buf: bytes, pos: int, size: int) -> tuple[int, int]:

@@ -47,6 +47,12 @@ class PacketTooLarge(CodecError):
     reason = ReasonCode.PACKET_TOO_LARGE
 
 
+class TooManyUserProperties(PacketTooLarge):
+    """A packet (or its will) with more user properties than the receiver accepts: a bound on
+    the work and memory one packet costs, within `max_packet_size`. MQTT 5.0 has no reason code
+    of its own for it; "packet too large" names a limit the receiver sets on a packet."""
+
+
 class UnsupportedProtocolVersion(CodecError):
     """CONNECT with protocol name "MQTT" or "MQIsdp" but a level this codec does not speak."""
 

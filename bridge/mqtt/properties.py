@@ -219,6 +219,7 @@ def decode(buf: bytes, pos: int, end: int, packet: int) -> tuple[Properties, int
     if stop > end:
         raise MalformedPacket(f"properties declare {length} bytes but the packet holds {end - pos}")
     found: dict[str, Any] = {}
+    repeated: dict[str, list[Any]] = {}  # frozen once at the end: appending stays linear
     while pos < stop:
         ident, pos = wire.read_varint(buf, pos, stop)
         spec = SPECS.get(ident)
@@ -230,9 +231,17 @@ def decode(buf: bytes, pos: int, end: int, packet: int) -> tuple[Properties, int
         name = spec.field
         if spec.valid is not None and not spec.valid[0] <= value <= spec.valid[1]:
             raise ProtocolError(f"property {name} = {value} is out of range {spec.valid[0]}..{spec.valid[1]}")
-        if name in found and packet not in spec.repeats_in:
+        if name in _REPEATED:
+            values = repeated.setdefault(name, [])
+            if values and packet not in spec.repeats_in:
+                raise ProtocolError(f"property {name} appears twice in {context_name(packet)}")
+            values.append(value)
+            continue
+        if name in found:
             raise ProtocolError(f"property {name} appears twice in {context_name(packet)}")
-        found[name] = (*found.get(name, ()), value) if name in _REPEATED else value
+        found[name] = value
+    for name, values in repeated.items():
+        found[name] = tuple(values)
     return Properties(**found), stop
 
 

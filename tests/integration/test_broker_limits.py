@@ -9,7 +9,10 @@ import asyncio
 import collections
 import logging
 import re
+import subprocess
+import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +25,9 @@ from bridge.mqtt import (
     Decoder,
     Disconnect,
     Packet,
+    Pingreq,
+    Pingresp,
+    Properties,
     Puback,
     Publish,
     ReasonCode,
@@ -192,3 +198,70 @@ async def test_max_subscriptions_refuses_the_filter_over_it(
     await client.send(Subscribe(2, [Subscription("a", 0)]))  # the same filter again replaces it: no new one
     assert await client.recv() == Suback(2, [0])
     assert refused(bridge)["max_subscriptions"] == 1
+
+
+def user_properties(count: int) -> Properties:
+    return Properties(user_property=tuple((f"k{i}", "v") for i in range(count)))
+
+
+@pytest.mark.parametrize(
+    ("count", "settings", "code"),
+    [
+        (40_000, "", ReasonCode.PACKET_TOO_LARGE),
+        (
+            150_000,
+            "broker.max_user_properties = 0\nbroker.max_packet_size = 4MB\n",
+            ReasonCode.BAD_USER_NAME_OR_PASSWORD,
+        ),
+    ],
+)
+async def test_a_connect_with_many_user_properties_is_refused_while_others_are_served(
+    clients: Dialer, make_bridge: BridgeFactory, tmp_path: Path, count: int, settings: str, code: int
+) -> None:
+    """Issue 29 item 1: user properties decoded in quadratic time froze the whole broker (40,000:
+    seconds; 150,000: over a minute) before the wrong password was even checked. Over the
+    default limit the CONNECT is refused with 0x95 and counted; with no limit (0) it is decoded,
+    in linear time, and refused for its password. Meanwhile a client already connected gets its
+    PINGRESPs, one per piece of the big CONNECT sent, and one after it: TIMEOUT (10 s) per answer
+    is generous for a linear decode and far under the quadratic freeze of 150,000. The broker
+    runs in this test's event loop, so a freeze also holds the client's timeout: each round trip
+    is measured on the wall clock instead."""
+    passwords = tmp_path / "passwd"
+    await asyncio.to_thread(
+        subprocess.run, ["mosquitto_passwd", "-c", "-b", str(passwords), "alice", "right"], check=True
+    )
+    bridge = await make_bridge(
+        rules="", extra_config=f"broker.allow_anonymous = false\nbroker.auth.password_file = {passwords}\n{settings}"
+    )
+    port = mqtt_port(bridge)
+    login = Connect("up-other", protocol_level=MQTT_5, username="alice", password=b"right")
+    other, connack = await clients.open(port, login)
+    assert isinstance(connack, Connack) and connack.reason_code == 0
+    big = Connect(
+        "up-big", protocol_level=MQTT_5, username="alice", password=b"wrong", properties=user_properties(count)
+    )
+    data = encode(big, MQTT_5)
+    attacker = CodecClient(*await asyncio.open_connection("127.0.0.1", port), MQTT_5)
+    clients.made.append(attacker)
+    pings, piece = 0, 64 << 10
+
+    async def ping() -> None:
+        began = time.monotonic()
+        await other.send(Pingreq())
+        assert await other.recv() == Pingresp()
+        assert time.monotonic() - began < TIMEOUT, "the broker froze"
+
+    for start in range(0, len(data), piece):  # the CONNECT in pieces, a PINGREQ answered after each
+        attacker.writer.write(data[start : start + piece])
+        await ping()
+        pings += 1
+    await attacker.writer.drain()
+    await ping()
+    answer = await attacker.recv()
+    assert isinstance(answer, Connack) and answer.reason_code == code, answer
+    assert await attacker.recv() is None
+    await ping()
+    assert pings == -(-len(data) // piece)
+    too_many = code == ReasonCode.PACKET_TOO_LARGE
+    assert refused(bridge)["user_properties"] == (1 if too_many else 0)
+    assert refused(bridge)["login_bad_credentials"] == (0 if too_many else 1)

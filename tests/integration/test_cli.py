@@ -214,17 +214,18 @@ def test_check_and_run_refuse_item_4_values_with_the_same_lines(home: Path, redi
         "config/bridge.conf:7:34: backend.redis.pool1.batch_size: expected an integer from 1 to 100000, got '0'",
         "config/bridge.conf:8:33: backend.redis.pool1.pool_size: expected an integer from 1 to 1024, got '1e29'",
         "config/bridge.conf:9:13: node.name: contains the control character U+0000",
-        "7 problems found",
     ]
-    for command in ("check", "run"):
-        result = hookbridge(command, cwd=home)
-        assert (result.returncode, result.stderr.splitlines()) == (2, config_lines), command
-    (home / "config" / "bridge.conf").write_text(f"backend.redis.pool1.server = 127.0.0.1:{redis_port}\n")
     rule_lines = [
         "rules/r.conf:1:66: unknown Redis command 'FOOBAR'",
         "rules/r.conf:2:72: bad JSON: nested deeper than 32 levels",
         "2 problems found",
     ]
+    # Issue 24: the rules are checked too when the config has errors, all reported in one run.
+    both = [*config_lines, *rule_lines[:-1], "9 problems found"]
+    for command in ("check", "run"):
+        result = hookbridge(command, cwd=home)
+        assert (result.returncode, result.stderr.splitlines()) == (2, both), command
+    (home / "config" / "bridge.conf").write_text(f"backend.redis.pool1.server = 127.0.0.1:{redis_port}\n")
     for command in ("check", "run"):
         result = hookbridge(command, cwd=home)
         assert (result.returncode, result.stderr.splitlines()) == (2, rule_lines), command
@@ -276,3 +277,51 @@ def test_run_on_ipv6_with_no_offline_limit_and_a_deeply_nested_reload(home: Path
     assert "reload refused: rules/r.conf:1:66: unknown Redis command 'FOOBAR'" in log
     assert "Traceback" not in log and "never retrieved" not in log
     assert process.returncode == 0
+
+
+def test_check_and_run_refuse_colliding_listeners_and_unusable_directories(home: Path, redis_port: int) -> None:
+    """Issue 29 item 8: `check` said ok where `run` then failed (exit 1): a second listener on the
+    MQTT listener's address, and directories `run` cannot create (/proc as root passes os.access)."""
+    mqtt = free_port()
+    (home / "config" / "bridge.conf").write_text(
+        f"broker.listener.tcp = 127.0.0.1:{mqtt}\n"
+        f"metrics.listener = 127.0.0.1:{mqtt}\n"
+        f"broker.listener.ws = 0.0.0.0:{mqtt}\n"
+        f"backend.redis.pool1.server = 127.0.0.1:{redis_port}\n"
+        "spool.dir = /proc/x\n"
+        "deadletter.dir = /proc/y/z\n"
+        "broker.durable_dir = /proc/d\n"
+    )
+    lines = [
+        f"config/bridge.conf:2:20: metrics.listener = 127.0.0.1:{mqtt} is the address of broker.listener.tcp",
+        f"config/bridge.conf:3:22: broker.listener.ws = 0.0.0.0:{mqtt} is the address of broker.listener.tcp",
+        "config/bridge.conf:5:13: spool.dir: cannot use /proc/x: No such file or directory",
+        "config/bridge.conf:6:18: deadletter.dir: cannot use /proc/y/z: No such file or directory",
+        "config/bridge.conf:7:22: broker.durable_dir: cannot use /proc/d: No such file or directory",
+        "5 problems found",
+    ]
+    for command in ("check", "run"):
+        result = hookbridge(command, cwd=home)
+        assert (result.returncode, result.stderr.splitlines()) == (2, lines), command
+
+
+def test_a_bad_config_and_bad_rules_are_reported_together(home: Path, redis_port: int) -> None:
+    """Issue 24: every config error and every rule error in one run, the rules checked against
+    what the config could be read into (its pool is known, its bad value has the default)."""
+    (home / "config" / "bridge.conf").write_text(
+        f"backend.redis.pool1.server = 127.0.0.1:{redis_port}\nbackend.redis.pool1.batch_size = many\nnosuch.key = 1\n"
+    )
+    (home / "rules" / "r.conf").write_text(
+        'backend.redis.hook.message.publish.1 = {"pool": "pool1", "action": {"function": "on_message_publish"}}\n'
+        'backend.redis.hook.message.publish.2 = {"pool": "pool9", "action": {"function": "on_message_publish"}}\n'
+        'backend.redis.hook.client.nosuch.1 = {"action": {"function": "on_client_connected"}}\n'
+    )
+    for command in ("check", "run"):
+        result = hookbridge(command, cwd=home)
+        lines = result.stderr.splitlines()
+        assert result.returncode == 2, (command, lines)
+        assert lines[0].startswith("config/bridge.conf:2:34: backend.redis.pool1.batch_size:"), lines
+        assert lines[1].startswith("config/bridge.conf:3:1: unknown key nosuch.key"), lines
+        assert lines[2].startswith("rules/r.conf:2:") and "pool9" in lines[2], lines
+        assert lines[3].startswith("rules/r.conf:3:") and "client.nosuch" in lines[3], lines
+        assert lines[4:] == ["4 problems found"], lines

@@ -45,6 +45,7 @@ from bridge.mqtt import (
     Pubrel,
     ReasonCode,
     Subscribe,
+    TooManyUserProperties,
     Unsubscribe,
     UnsupportedProtocolVersion,
     Will,
@@ -132,7 +133,7 @@ class Connection(asyncio.Protocol):
         self.cert_cn: str | None = None  # TLS: the client certificate's common name
         limits = broker.limits
         self.transport: asyncio.Transport | None = None
-        self.decoder = Decoder(limits.max_packet_size)
+        self.decoder = Decoder(limits.max_packet_size, max_user_properties=limits.max_user_properties)
         self.level = 0
         self.state: SessionState | None = None
         self.will: Will | None = None
@@ -179,7 +180,7 @@ class Connection(asyncio.Protocol):
             if isinstance(error, UnsupportedProtocolVersion):
                 self.fail_connect(ConnectReturnCode.UNACCEPTABLE_PROTOCOL_VERSION)  # [MQTT-3.1.2-2]
                 return
-            self.broker.refused["packet_too_large" if isinstance(error, PacketTooLarge) else "malformed"] += 1
+            self.broker.refused[_refusal(error)] += 1
             log.info("client %s: %s; closing", self.who(), error)
             if error.level == MQTT_5 and not self.connacked:  # a refused 5.0 CONNECT: say why
                 self.level = MQTT_5
@@ -580,6 +581,13 @@ class Connection(asyncio.Protocol):
         transport = self.transport
         if transport is not None and not transport.is_closing() and not self.lingering:
             transport.close()
+
+
+def _refusal(error: CodecError) -> str:
+    """The /metrics name (limits.REFUSALS) a codec refusal is counted under."""
+    if isinstance(error, TooManyUserProperties):
+        return "user_properties"
+    return "packet_too_large" if isinstance(error, PacketTooLarge) else "malformed"
 
 
 def _mark_acked(state: SessionState, held: IncomingQos2, kept: Kept) -> None:

@@ -18,6 +18,7 @@ REFUSALS = (
     "connect_timeout",  # no CONNECT within connect_timeout
     "keepalive_timeout",  # no complete packet within 1.5x the keepalive
     "malformed",  # a packet that breaks the protocol (malformed or protocol error)
+    "user_properties",  # a packet with more than max_user_properties (closed, 5.0: 0x95)
     "clientid_too_long",  # a client id over max_clientid_len (CONNACK 2 / 0x85)
     "topic_levels",  # a topic or filter with more than max_topic_levels levels
     "max_subscriptions",  # a SUBSCRIBE filter over max_subscriptions (SUBACK 0x80 / 0x97)
@@ -61,6 +62,8 @@ class Limits:
     """Levels of a topic name or filter ("a/b/c" has 3)."""
     max_clientid_len: int = 256
     """Bytes of a client id (UTF-8)."""
+    max_user_properties: int = 1024
+    """MQTT 5 user properties in one packet (a will's counted apart); 0: no count limit."""
     max_output_bytes: int = 4 << 20
     """Bytes written to a connection and not yet taken by the client before delivery to it
     pauses (its messages wait in the session queue, bounded by the offline limits)."""
