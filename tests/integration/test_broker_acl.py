@@ -452,3 +452,25 @@ def test_check_and_run_report_every_acl_file_problem(tmp_path: Path, redis_port:
             assert (result.returncode, result.stderr.splitlines()) == (2, lines), command
         config = (tmp_path / "config" / "bridge.conf").read_text()
         (tmp_path / "config" / "bridge.conf").write_text(config.replace("maybe", "deny"))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_a_shared_group_gives_a_message_to_a_member_that_may_read_it(connect: Clients, version: Any) -> None:
+    """`$share/g/#` with one member the ACL denies `secret/#`: every message reaches the member
+    that may read it (the group used to pick in turn first and lose half of them)."""
+    reader = await connect("shared-r", "reader", version)  # may not read secret/#
+    alice = await connect("shared-a", "alice", version)  # may read everything
+    assert await reader.subscribe("$share/g/#", 1) == [1]
+    assert await alice.subscribe("$share/g/#", 1) == [1]
+    writer = await connect("shared-w", "writer")
+    for n in range(10):
+        assert await writer.publish(f"secret/{n}", str(n).encode(), 1) == 0
+    await marker(writer, "secret/end")  # only alice may read it: it comes after the ten
+    got = await alice.until("secret/end", b"marker")
+    assert [(m.topic, m.payload) for m in got] == [(f"secret/{n}", str(n).encode()) for n in range(10)]
+    # the group still takes turns among members that may read a topic
+    for n in range(10):
+        assert await writer.publish(f"open/{n}", b"x", 1) == 0
+    await marker(writer, "secret/end2")
+    shared_with_alice = await alice.until("secret/end2", b"marker")
+    assert 0 < len(shared_with_alice) < 10

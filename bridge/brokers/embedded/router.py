@@ -8,8 +8,12 @@
 - a subscription only gets messages whose id is >= its `live_from`, so a fetch that stops before
   `live_from` never overlaps with live routing;
 - `$` topics are not matched by a first-level wildcard (bridge.topics);
+- subscriptions and retained messages are kept in topic trees (topictree.py): a publish costs
+  in proportion to its topic's levels and the subscriptions it matches, a SUBSCRIBE in
+  proportion to the retained messages its filter matches, whatever the size of the fleet;
 - a shared subscription `$share/<group>/<filter>` gets each message once per group: the next
-  member in turn, connected members first (5.0 4.8.2);
+  member in turn among those that will queue it (read permission, QoS 0 only to connected
+  members), connected members first (5.0 4.8.2);
 - no local: a subscription with it never gets its own client's messages;
 - with durable sessions (durable/journal.py) a message a durable session gets is logged once,
   and at a restart the log is routed again (`replay`) to rebuild the sessions' queues.
@@ -22,8 +26,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from bridge.brokers.embedded.sessions import Outgoing, SessionState, Subscription
+from bridge.brokers.embedded.topictree import FilterTree, RetainedTree
 from bridge.mqtt import EMPTY, Properties, split_shared
-from bridge.topics import is_wildcard, matches
+from bridge.topics import is_wildcard
 
 # A message given to one session (not by matching its subscriptions), as the log keeps it:
 # the QoS, retain flag, filters and subscription identifiers it went out with.
@@ -128,26 +133,36 @@ class _Group:
         self.members: _Subscribers = {}
         self.turn = 0
 
-    def pick(self, msgid: str) -> tuple[SessionState, Subscription] | None:
-        candidates = [m for m in self.members.values() if msgid >= m[1].live_from]
-        if not candidates:
-            return None
-        connected = [m for m in candidates if m[0].connected] or candidates
+    def pick(self, message: Message) -> tuple[SessionState, Subscription] | None:
+        """The member that gets `message`: in turn among the members that will queue it, so a
+        member the ACL denies (or an offline one, for QoS 0) never takes a message from the
+        group (issue 29 item 6: such a pick lost the message for every member)."""
+        msgid, topic = message.msgid, message.topic
+        candidates = [
+            member
+            for member in self.members.values()
+            if msgid >= member[1].live_from
+            and member[0].permissions.may_read(topic)
+            and not (member[1].no_local and member[0].clientid == message.from_clientid)
+        ]
+        connected = [member for member in candidates if member[0].connected]
+        if not connected:
+            if message.qos == 0:
+                return None  # QoS 0 is not queued for offline sessions
+            connected = candidates
+            if not connected:
+                return None
         self.turn += 1
         return connected[self.turn % len(connected)]
 
 
 class Router:
     def __init__(self) -> None:
-        self._exact: dict[str, _Subscribers] = {}
-        self._wild: dict[str, _Subscribers] = {}
-        self._shared: dict[str, dict[str, _Group]] = {}  # filter -> group name -> members
-        self.retained: dict[str, Retained] = {}
+        self._subscribers: FilterTree[_Subscribers] = FilterTree()
+        self._shared: FilterTree[dict[str, _Group]] = FilterTree()  # filter -> group name -> members
+        self.retained: RetainedTree[Retained] = RetainedTree()
         self.sequencer = Sequencer()
         self.journal: MessageLog | None = None  # durable sessions on
-
-    def _table(self, topic_filter: str) -> dict[str, _Subscribers]:
-        return self._wild if is_wildcard(topic_filter) else self._exact
 
     def subscribe(self, state: SessionState, sub: Subscription) -> bool:
         """Add or replace a subscription; True when the session did not have this filter."""
@@ -160,7 +175,7 @@ class Router:
         state.subscriptions[sub.filter] = sub
         group, topic_filter = split_shared(sub.filter)
         if group is None:
-            self._table(topic_filter).setdefault(topic_filter, {})[state.clientid] = (state, sub)
+            self._subscribers.setdefault(topic_filter, {})[state.clientid] = (state, sub)
         else:
             groups = self._shared.setdefault(topic_filter, {})
             groups.setdefault(group, _Group()).members[state.clientid] = (state, sub)
@@ -171,21 +186,21 @@ class Router:
             return False
         group, topic_filter = split_shared(full_filter)
         if group is None:
-            table = self._table(topic_filter)
-            subscribers = table.get(topic_filter)
+            subscribers = self._subscribers.get(topic_filter)
             if subscribers is not None:
                 subscribers.pop(state.clientid, None)
                 if not subscribers:
-                    del table[topic_filter]
+                    self._subscribers.pop(topic_filter)
         else:
-            groups = self._shared.get(topic_filter, {})
-            members = groups.get(group)
-            if members is not None:
-                members.members.pop(state.clientid, None)
-                if not members.members:
-                    del groups[group]
-            if not groups:
-                self._shared.pop(topic_filter, None)
+            groups = self._shared.get(topic_filter)
+            if groups is not None:
+                members = groups.get(group)
+                if members is not None:
+                    members.members.pop(state.clientid, None)
+                    if not members.members:
+                        del groups[group]
+                if not groups:
+                    self._shared.pop(topic_filter)
         return True
 
     def unsubscribe_all(self, state: SessionState) -> None:
@@ -202,14 +217,7 @@ class Router:
         again: the log names it)."""
         msgid, topic = message.msgid, message.topic
         found: dict[str, tuple[SessionState, list[Subscription]]] = {}
-        exact = self._exact.get(topic)
-        if exact:
-            for clientid, (state, sub) in exact.items():
-                if msgid >= sub.live_from:
-                    found[clientid] = (state, [sub])
-        for topic_filter, subscribers in self._wild.items():
-            if not matches(topic_filter, topic):
-                continue
+        for subscribers in self._subscribers.matching(topic):
             for clientid, (state, sub) in subscribers.items():
                 if msgid < sub.live_from:
                     continue
@@ -232,22 +240,16 @@ class Router:
                 routed += 1
                 fanout = fanout or out.seq > 0
         targets: dict[str, Target] = {}
-        if self._shared:
-            for topic_filter, groups in self._shared.items():
-                if matches(topic_filter, topic):
-                    for group in groups.values():
-                        member = group.pick(msgid)
-                        if member is not None:
-                            out = self._queue(member[0], [member[1]], message, seq)
-                            if out is not None:
-                                routed += 1
-                                if out.seq:
-                                    targets[member[0].clientid] = (
-                                        out.qos,
-                                        out.retain,
-                                        out.filters,
-                                        out.subscription_ids,
-                                    )
+        if len(self._shared):
+            for groups in self._shared.matching(topic):
+                for group in groups.values():
+                    member = group.pick(message)
+                    if member is not None:
+                        out = self._queue(member[0], [member[1]], message, seq)
+                        if out is not None:
+                            routed += 1
+                            if out.seq:
+                                targets[member[0].clientid] = target_of(out)
         if journal is not None and (fanout or targets):
             journal.log(seq, message, fanout=fanout, targets=targets or None)
         return routed
@@ -318,9 +320,7 @@ class Router:
             found = self.retained.get(topic_filter)
             candidates = [found] if found is not None else []
         else:
-            candidates = sorted(
-                (r for topic, r in self.retained.items() if matches(topic_filter, topic)), key=lambda r: r.msgid
-            )
+            candidates = sorted(self.retained.matching(topic_filter), key=lambda r: r.msgid)
         alive = []
         for retained in candidates:
             if retained.expires and retained.expires <= now:
