@@ -7,9 +7,15 @@ with `$` first levels, empty levels and `a/#` against `a`, and compares the answ
 
 from __future__ import annotations
 
+from collections import Counter
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bridge.brokers.embedded.lane import EventLane
+from bridge.brokers.embedded.limits import Limits
+from bridge.brokers.embedded.router import Message, Router
+from bridge.brokers.embedded.sessions import SessionState, Subscription
 from bridge.brokers.embedded.topictree import FilterTree, RetainedTree
 from bridge.topics import matches
 
@@ -94,3 +100,92 @@ def test_a_walk_costs_what_matches_not_the_fleet():
         retained[f"r/{n}/b"] = n
     assert sorted(retained.matching("r/42/#")) == [42, 42]
     assert len(retained.matching("r/+/a")) == 15_000
+
+
+# -- the router on the trees: what route() and retained_for() answer, against a model -------------
+
+_sessions = st.sampled_from(["s1", "s2", "s3"])
+_groups = st.sampled_from(["", "g", "h"])  # "": not shared
+
+
+def _state(clientid: str) -> SessionState:
+    # Offline sessions: QoS 1 messages are queued in the outbox, where the test reads them.
+    lane = EventLane(_NoSink(), clientid)
+    return SessionState(clientid, expiry=3600, username=None, lane=lane, limits=Limits(), refused=Counter())
+
+
+class _NoSink:
+    async def __call__(self, event: object) -> None:
+        raise AssertionError("no event is posted by routing")
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.booleans(), _sessions, _groups, _filters()), max_size=25),
+    st.lists(_topics, min_size=1, max_size=8),
+)
+def test_the_router_gives_each_session_one_copy_per_matching_subscription_set_and_each_group_one(ops, topics):
+    """Subscribe and unsubscribe at random (overlapping filters of one session, shared groups,
+    resubscribing), then route: a session gets one copy per message naming every filter of its
+    own that matches; a group with a matching member gets the message exactly once."""
+    router = Router()
+    states = {clientid: _state(clientid) for clientid in ("s1", "s2", "s3")}
+    model: dict[str, set[str]] = {clientid: set() for clientid in states}  # full filters per session
+    for number, (add, clientid, group, topic_filter) in enumerate(ops):
+        full = f"$share/{group}/{topic_filter}" if group else topic_filter
+        if add:
+            router.subscribe(states[clientid], Subscription(full, 1, f"{number:04d}"))
+            model[clientid].add(full)
+        else:
+            assert router.unsubscribe(states[clientid], full) == (full in model[clientid])
+            model[clientid].discard(full)
+    for number, topic in enumerate(topics):
+        for state in states.values():
+            state.outbox.clear()
+        router.route(Message(f"9{number:03d}", topic, b"x", 1, False, "publisher"))
+        for clientid, state in states.items():
+            own = [f for f in model[clientid] if not f.startswith("$share/") and matches(f, topic)]
+            copies = [out for out in state.outbox if not any(f.startswith("$share/") for f in out.filters)]
+            assert len(copies) == (1 if own else 0), (clientid, topic)
+            if copies:
+                assert sorted(copies[0].filters) == sorted(own)
+        shared = {
+            (group, topic_filter)
+            for subscriptions in model.values()
+            for full in subscriptions
+            if full.startswith("$share/")
+            for group, topic_filter in [full.split("/", 2)[1:]]
+            if matches(topic_filter, topic)
+        }
+        for group, topic_filter in shared:
+            full = f"$share/{group}/{topic_filter}"
+            got = sum(full in out.filters for state in states.values() for out in state.outbox)
+            assert got == 1, (full, topic)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(_topics, st.sampled_from([b"", b"v"]), st.sampled_from([0.0, 5.0, 50.0])), max_size=25),
+    st.lists(_filters(), min_size=1, max_size=6),
+)
+def test_retained_set_clear_and_expiry_through_the_router(publishes, filters):
+    """Retain (a payload), clear (an empty one) and expiry (a deadline before `now`): a filter
+    gets, oldest first, the live retained messages of the topics it matches."""
+    router = Router()
+    model: dict[str, tuple[str, float]] = {}
+    for number, (topic, payload, expires) in enumerate(publishes):
+        msgid = f"{number:04d}"
+        router.store_retained(Message(msgid, topic, payload, 1, True, "p", expires=expires))
+        if payload:
+            model[topic] = (msgid, expires)
+        else:
+            model.pop(topic, None)
+    now = 10.0  # deadlines of 5.0 have passed, 50.0 not; 0.0 is never
+    for topic_filter in filters:
+        expected = sorted(
+            (msgid, topic)
+            for topic, (msgid, expires) in model.items()
+            if matches(topic_filter, topic) and not (expires and expires <= now)
+        )
+        got = [(r.msgid, r.topic) for r in router.retained_for(topic_filter, now)]
+        assert got == expected, topic_filter
