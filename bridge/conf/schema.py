@@ -195,7 +195,8 @@ GLOBAL: dict[str, Setting] = {
         v.size_in(1 << 10, 1 << 30),
         4 << 20,
         "embedded mode: bytes sent to a client and not yet read by it; above this, delivery to that "
-        "client pauses and its messages wait in its queue (the publishers are not slowed)",
+        "client pauses and its messages wait in its queue (the publishers are not slowed), and the broker "
+        "stops reading from that client until it reads (counted in hookbridge_broker_output_paused_total)",
         example="4MB",
     ),
     "broker.server_keep_alive": Setting(

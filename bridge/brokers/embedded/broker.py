@@ -85,6 +85,7 @@ class Broker(FlowsMixin):
         self.sink = sink
         self.limits = limits
         self.refused: Counter[str] = Counter()
+        self.output_pauses = 0  # connections' reading paused for unsent output (max_output_bytes)
         self.router = Router()
         self.states: dict[str, SessionState] = {}
         # Durable sessions on: what the store keeps is written through the journal.
@@ -131,7 +132,7 @@ class Broker(FlowsMixin):
                     self.refused["connect_timeout"] += 1
                     log.info("connection from %s sent no CONNECT within %.0f s: closed", conn.peername, timeout)
                     conn.close("connect_timeout")
-                elif conn.keepalive_limit and not conn.reading_paused and now - conn.last_packet > conn.keepalive_limit:
+                elif conn.keepalive_limit and not conn.not_reading and now - conn.last_packet > conn.keepalive_limit:
                     self.refused["keepalive_timeout"] += 1
                     idle = now - conn.last_packet
                     log.info("client %s: no packet for %.1f s, closing (keepalive)", conn.who(), idle)
