@@ -1,0 +1,117 @@
+"""A client that sends without reading cannot grow the broker's memory (issue 29.5): past
+`broker.max_output_bytes` written and not taken, the broker stops reading from it (PUBACKs,
+PINGRESPs, pongs no longer pile up), counts the pause, serves the other clients meanwhile, and
+answers everything once the client reads again.
+
+The kernel's socket buffers would absorb megabytes before the broker's own buffer grows, so the
+test shrinks them on both ends of the flooding connection: what is measured is the bytes the
+broker holds in its transport for that connection, not timing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+from typing import Any
+
+from bridge.app import Bridge
+from bridge.mqtt import MQTT_3_1_1, Connack, Connect, Pingreq, Pingresp, Puback, Publish, encode
+from support.bridges import BridgeFactory, mqtt_port
+from support.mqtt import wait_until
+from tests.integration.conftest import RawClient
+
+BOUND = 32 << 10  # broker.max_output_bytes
+CHUNK = 8 << 10  # bytes of PINGREQs per send
+PINGS = 50 * (CHUNK // 2)  # 204,800: 400 KB of PINGRESP owed, more than ten times the bound
+# What may pass the bound: the answers to what was read before the pause took effect (a read
+# from the shrunken socket buffer, and the window the connection had already advertised).
+SLACK = 96 << 10
+
+
+def paused(bridge: Bridge) -> float:
+    found = re.search(
+        r'^hookbridge_broker_output_paused_total\{pool="embedded"\} (\S+)$', bridge.metrics.render(), re.M
+    )
+    assert found, "hookbridge_broker_output_paused_total is missing"
+    return float(found[1])
+
+
+def server_side(bridge: Bridge, client: RawClient) -> Any:
+    """The broker's Connection for `client` (matched by the client's port)."""
+    broker = bridge.broker._broker  # the running core: its connections and their transports
+    port = client.local_port
+    return next(c for c in broker.connections if c.peername.endswith(f":{port}"))
+
+
+async def test_pingreq_flood_without_reading_stays_bounded(make_bridge: BridgeFactory) -> None:
+    bridge = await make_bridge(rules="", extra_config=f"broker.max_output_bytes = {BOUND // 1024}KB\n")
+    port = mqtt_port(bridge)
+    assert paused(bridge) == 0
+    raw = socket.socket()
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: the window it announces
+    raw.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(raw, ("127.0.0.1", port))
+    flood = RawClient(raw)
+    await flood.send(Connect("flood", MQTT_3_1_1, True, 0))
+    assert isinstance(await flood.recv(), Connack)
+    conn = server_side(bridge, flood)
+    sock = conn.transport.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 << 10)
+
+    peak = 0
+    stop = asyncio.Event()
+
+    async def watch() -> None:  # the most the broker held for the flooder
+        nonlocal peak
+        while not stop.is_set():
+            transport = conn.transport
+            if transport is not None and not transport.is_closing():
+                peak = max(peak, transport.get_write_buffer_size())
+            await asyncio.sleep(0)
+
+    loop = asyncio.get_running_loop()
+    pings = encode(Pingreq(), MQTT_3_1_1) * (CHUNK // 2)
+    sent = 0
+
+    async def send_all() -> None:
+        nonlocal sent
+        for _ in range(PINGS // (CHUNK // 2)):
+            await loop.sock_sendall(flood.sock, pings)
+            sent += CHUNK // 2
+
+    watcher = loop.create_task(watch())
+    sender = loop.create_task(send_all())
+    try:
+        # the broker stops reading once the bound is passed
+        await wait_until(lambda: paused(bridge) > 0, 30, "a pause counted")
+        assert not conn.transport.is_reading()  # what the flooder still sends waits in its socket
+        assert conn.reason is None  # not closed for it
+
+        # the other clients are served meanwhile
+        other, connack = await RawClient.connect(port, "other")
+        assert isinstance(connack, Connack) and connack.reason_code == 0
+        await other.send(Publish("t", b"x", qos=1, packet_id=1))
+        assert await other.recv() == Puback(1)
+        await other.send(Pingreq())
+        assert await other.recv() == Pingresp()
+        other.abort()
+
+        # the client reads at last: every PINGREQ it sent is answered, in full
+        received = 0
+        async with asyncio.timeout(60):
+            while not sender.done() or received < sent * 2:
+                data = await loop.sock_recv(flood.sock, 1 << 16)
+                assert data, "the broker closed the flooding connection"
+                assert set(data) <= {0xD0, 0x00}  # PINGRESPs only
+                received += len(data)
+        await sender
+        assert sent == PINGS and received == 2 * PINGS
+    finally:
+        stop.set()
+        await watcher
+        sender.cancel()
+        flood.abort()
+    assert peak <= BOUND + SLACK, peak
+    assert paused(bridge) >= 1
