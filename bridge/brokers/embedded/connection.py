@@ -221,6 +221,15 @@ class Connection(asyncio.Protocol):
         return False  # close the transport: MQTT has no half-closed connections
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None and self.reason is None:
+            # A reset or a failed write (ECONNRESET, EPIPE, ETIMEDOUT): asyncio logs these only
+            # in debug mode, so without this line a client cut off mid-flood left no trace.
+            log.info(
+                "client %s: connection lost: %s%s",
+                self.who(),
+                exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc),
+                " (while its unread output held reading paused)" if self.writing_paused else "",
+            )
         self.close("closed")
 
     def pause_writing(self) -> None:
