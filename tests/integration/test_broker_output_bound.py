@@ -20,10 +20,15 @@ from typing import Any
 import pytest
 
 from bridge.app import Bridge
+from bridge.brokers.embedded import EmbeddedBroker
+from bridge.brokers.embedded.limits import Limits
+from bridge.brokers.embedded.listeners import Listener
 from bridge.mqtt import MQTT_3_1_1, Connack, Connect, Pingreq, Pingresp, Puback, Publish, encode
+from bridge.msgid import MsgIdGenerator
 from support.bridges import BridgeFactory, mqtt_port
 from support.mqtt import wait_until
-from tests.integration.conftest import RawClient
+from tests.integration.conftest import RawClient, RecordingSink
+from tests.integration.test_embedded_websocket_input import UPGRADE, frame, still_serves
 
 BOUND = 32 << 10  # broker.max_output_bytes
 CHUNK = 8 << 10  # bytes of PINGREQs per send
@@ -146,3 +151,59 @@ async def test_a_reset_mid_flood_is_logged(make_bridge: BridgeFactory, caplog: p
         "client 'reset-me': connection lost: Connection reset by peer (while its unread output held reading paused)"
         in lines
     ), lines
+
+
+async def test_websocket_ping_flood_without_reading_stays_bounded() -> None:
+    """The WebSocket layer answers pings with pongs on its own: past the bound those stop too,
+    since the connection is no longer read."""
+    node = "test@127.0.0.1"
+    broker = EmbeddedBroker(
+        "127.0.0.1:0",
+        node=node,
+        msgids=MsgIdGenerator(node),
+        limits=Limits(max_output_bytes=BOUND),
+        listeners=[Listener("ws", "127.0.0.1", 0)],
+    )
+    await broker.start(RecordingSink())
+    loop = asyncio.get_running_loop()
+    raw = socket.socket()
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    raw.setblocking(False)
+    sender: asyncio.Task[None] | None = None
+    try:
+        await loop.sock_connect(raw, ("127.0.0.1", broker.port_of("ws")))
+        await loop.sock_sendall(raw, UPGRADE.format(path="/mqtt").encode())
+        response = b""
+        while b"\r\n\r\n" not in response:
+            response += await loop.sock_recv(raw, 1)  # byte by byte: nothing after the head is taken
+        assert response.startswith(b"HTTP/1.1 101")
+        conn = next(iter(broker._broker.connections))  # the running core's only connection
+        sock = conn.transport.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 << 10)
+        pings = frame(0x9, b"p" * 125) * 4000  # 500 KB of pongs owed
+        peak = 0
+
+        def sample() -> None:
+            nonlocal peak
+            peak = max(peak, conn.transport.get_write_buffer_size())
+
+        sender = loop.create_task(loop.sock_sendall(raw, pings))
+        await wait_until(lambda: (sample(), broker.output_pauses > 0)[1], 30, "a pause counted")
+        assert not conn.transport.is_reading() and conn.reason is None
+        await still_serves(broker, "wsflood")
+        # reading at last: every ping gets its pong
+        received = 0
+        async with asyncio.timeout(60):
+            while not sender.done() or received < 4000 * 127:
+                sample()
+                data = await loop.sock_recv(raw, 1 << 16)
+                assert data
+                received += len(data)
+        assert received == 4000 * 127  # a pong of 125 bytes is 127 bytes on the wire
+    finally:
+        if sender is not None:
+            sender.cancel()
+        raw.close()
+        await broker.stop()
+    assert peak <= BOUND + SLACK, peak
