@@ -273,6 +273,14 @@ class Bridge:
                 lambda: {self.broker.mode: float(self.broker.durable.get("messages", 0))},
             )
         self._refusals()
+        if self.config["broker.mode"] == "embedded":
+            self.metrics.counter(
+                "hookbridge_broker_output_paused_total",
+                "Times the embedded broker stopped reading from a client that had not taken "
+                "broker.max_output_bytes of its output (PUBACKs, PINGRESPs, messages)",
+                lambda: {self.broker.mode: float(self.broker.output_pauses)},
+                label="pool",
+            )
         self.metrics.gauge(
             "hookbridge_spool_bytes",
             "Bytes of spooled actions on disk, per pool",

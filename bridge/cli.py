@@ -16,6 +16,7 @@ from typing import Any
 
 from bridge import logs, registry
 from bridge.app import Bridge, Paths, load_all
+from bridge.brokers.embedded.openfiles import open_file_problems, raise_soft_limit
 from bridge.conf.config import Config, load_config
 from bridge.conf.errors import ConfErrors
 from bridge.redact import Redactor
@@ -43,7 +44,7 @@ def _print_errors(exc: ConfErrors) -> int:
 def _load(args: argparse.Namespace) -> tuple[Config, list[Rule]]:
     """Config and rules, and what `--workers N` asks of them: every problem at once (ConfErrors)."""
     config, rules = load_all(_paths(args))
-    problems = worker_problems(config, args.workers)
+    problems = worker_problems(config, args.workers) + open_file_problems(config)
     if problems:
         raise ConfErrors(problems)
     return config, rules
@@ -93,6 +94,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     bridge = Bridge(config, rules, _paths(args))
     process = f"worker-{worker}" if worker is not None else ""
     logs.setup(bridge.config["log.level"], bridge.config["log.format"], redactor=bridge.redactor, process=process)
+    if config["broker.mode"] == "embedded":  # one descriptor per client: as many as the hard limit allows
+        before, after = raise_soft_limit()
+        if after != before:
+            log.info("open-file limit raised from %d to %d (the hard limit)", before, after)
     if worker is None:
         _warn_leftovers(config, 1)
     else:

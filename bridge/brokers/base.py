@@ -121,6 +121,11 @@ class BrokerSource(abc.ABC):
         return 0
 
     @property
+    def output_pauses(self) -> int:
+        """Times a client connection stopped being read because it did not take its output."""
+        return 0
+
+    @property
     def durable(self) -> Mapping[str, int]:
         """Durable sessions on: what the store holds ({"sessions": n, "messages": n}); else empty."""
         return {}

@@ -167,6 +167,13 @@ GLOBAL: dict[str, Setting] = {
         "embedded mode: topic filters one session may hold; a SUBSCRIBE beyond it is refused for that "
         "filter; 0: no limit",
     ),
+    "broker.max_subscribe_filters": Setting(
+        v.int_in(0, 1_000_000),
+        1000,
+        "embedded mode: distinct topic filters one SUBSCRIBE packet may carry (a filter repeated in the "
+        "packet counts once and is subscribed once, with its last options); the filters past it are refused "
+        "(SUBACK 0x80, or 0x97 quota exceeded for MQTT 5), the others granted; 0: no limit",
+    ),
     "broker.max_topic_levels": Setting(
         v.int_in(1, 65535),
         64,
@@ -188,7 +195,8 @@ GLOBAL: dict[str, Setting] = {
         v.size_in(1 << 10, 1 << 30),
         4 << 20,
         "embedded mode: bytes sent to a client and not yet read by it; above this, delivery to that "
-        "client pauses and its messages wait in its queue (the publishers are not slowed)",
+        "client pauses and its messages wait in its queue (the publishers are not slowed), and the broker "
+        "stops reading from that client until it reads (counted in hookbridge_broker_output_paused_total)",
         example="4MB",
     ),
     "broker.server_keep_alive": Setting(

@@ -24,7 +24,7 @@ from pymongo import AsyncMongoClient
 
 from actions.redis import keys
 from bridge.app import Bridge
-from bridge.mqtt import MQTT_3_1_1, MQTT_5, Connack, Connect
+from bridge.mqtt import MQTT_3_1_1, MQTT_5, Connack, Connect, Will
 from support.bridges import BridgeFactory, mqtt_port
 from support.services import ROOT, postgres_dsn, start_ferretdb, start_postgres
 from tests.integration.conftest import RawClient
@@ -474,3 +474,41 @@ async def test_a_shared_group_gives_a_message_to_a_member_that_may_read_it(conne
     await marker(writer, "secret/end2")
     shared_with_alice = await alice.until("secret/end2", b"marker")
     assert 0 < len(shared_with_alice) < 10
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_will_on_a_denied_topic_refuses_the_connect(
+    connect: Clients, redis_db: redis_sync.Redis, bridge: Bridge, version: Any
+) -> None:
+    """Issue 29.4: a will is checked with the publish permission at CONNECT (as Mosquitto 2):
+    CONNACK 5 (3.1.1) / 0x87 (5.0), then closed; never delivered, retained nor stored. A will on
+    a topic the client may publish to is accepted and sent when the connection drops."""
+    reader = await connect("r-will", "reader")
+    assert await reader.subscribe("#", 1) == [1]
+    level = MQTT_5 if version == V5 else MQTT_3_1_1
+    port = mqtt_port(bridge)
+    for topic in ("cmd/dev1/reboot", "nosub/will"):  # `limited` may publish to neither
+        raw = await RawClient.open(port, level)
+        will = Will(topic, b"forged will", 1, retain=True)
+        await raw.send(Connect(f"lim-will-{level}", level, True, 60, will=will, username="limited"))
+        connack = await raw.recv()
+        assert isinstance(connack, Connack)
+        assert connack.reason_code == (0x87 if version == V5 else 5)
+        assert await raw.recv() is None  # closed after the refusal
+        raw.abort()  # had the CONNECT been taken, this would send the will
+    assert bridge.broker.refused["acl_publish_denied"] == 2
+    # a will the client may publish: accepted, and published when the connection drops
+    raw = await RawClient.open(port, level)
+    will = Will("dev/will", b"gone", 1, retain=True)
+    await raw.send(Connect(f"lim-ok-{level}", level, True, 60, will=will, username="limited"))
+    connack = await raw.recv()
+    assert isinstance(connack, Connack) and connack.reason_code == 0
+    raw.abort()
+    writer = await connect("w-will", "writer")
+    await marker(writer, "end/will")
+    got = await reader.until("end/will", b"marker")
+    assert [(m.topic, m.payload) for m in got] == [("dev/will", b"gone")]
+    for topic in ("cmd/dev1/reboot", "nosub/will"):
+        assert not redis_db.exists(keys.topic_list(topic)), topic
+        assert not redis_db.exists(keys.retain(topic)), topic
+    assert redis_db.exists(keys.retain("dev/will"))

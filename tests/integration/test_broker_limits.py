@@ -265,3 +265,63 @@ async def test_a_connect_with_many_user_properties_is_refused_while_others_are_s
     too_many = code == ReasonCode.PACKET_TOO_LARGE
     assert refused(bridge)["user_properties"] == (1 if too_many else 0)
     assert refused(bridge)["login_bad_credentials"] == (0 if too_many else 1)
+
+
+# -- the work of one SUBSCRIBE (issue 29.9) ----------------------------------------------------
+
+RETAINED = 10_000
+COPIES = 10_000
+
+
+async def test_repeated_filter_walks_the_retained_messages_once(clients: Dialer, make_bridge: BridgeFactory) -> None:
+    """Issue 29.9: one SUBSCRIBE repeating `#` 10,000 times beside 10,000 retained messages."""
+    bridge = await make_bridge(rules="")
+    port = mqtt_port(bridge)
+    publisher = await clients.accepted(port, "sb-pub", MQTT_3_1_1)
+    retained = b"".join(
+        encode(Publish(f"sb/{i}", str(i).encode(), qos=0, retain=True), MQTT_3_1_1) for i in range(RETAINED)
+    )
+    publisher.writer.write(retained)
+    # deliveries of one publisher keep order: once this is acknowledged, every retained one is in
+    await publisher.send(Publish("sb-done", b"", qos=1, packet_id=1))
+    assert await publisher.recv() == Puback(1)
+
+    subscriber = await clients.accepted(port, "sb-sub", MQTT_3_1_1)
+    # the later entry's options win: QoS 0 in every copy but the last, which asks for QoS 1
+    filters = [Subscription("#", 0)] * (COPIES - 1) + [Subscription("#", 1)]
+    await subscriber.send(Subscribe(7, filters))
+    assert await subscriber.recv() == Suback(7, [1] * COPIES)  # one code per entry, the last one's
+    topics = []
+    for _ in range(RETAINED):
+        got = await subscriber.recv()
+        assert isinstance(got, Publish) and got.retain, got
+        topics.append(got.topic)
+    assert sorted(topics) == sorted(f"sb/{i}" for i in range(RETAINED))  # each once
+    # and nothing more: the next message the subscriber gets is a live one published now
+    await publisher.send(Publish("sb/live", b"live", qos=1, packet_id=2))
+    assert await publisher.recv() == Puback(2)
+    got = await subscriber.recv()
+    assert isinstance(got, Publish) and (got.topic, got.payload, got.retain, got.qos) == ("sb/live", b"live", False, 1)
+
+
+@pytest.mark.parametrize(("level", "code"), [(MQTT_3_1_1, 0x80), (MQTT_5, ReasonCode.QUOTA_EXCEEDED)])
+async def test_max_subscribe_filters_refuses_the_filters_past_it(
+    clients: Dialer, make_bridge: BridgeFactory, level: int, code: int
+) -> None:
+    bridge = await make_bridge(rules="", extra_config="broker.max_subscribe_filters = 2\n")
+    client = await clients.accepted(mqtt_port(bridge), "sf", level)
+    # a repeated filter counts once: a and b are the two, c and d are past the limit
+    filters = [Subscription(f, 1) for f in ("a", "b", "a", "c", "b", "d")]
+    await client.send(Subscribe(1, filters))
+    assert await client.recv() == Suback(1, [1, 1, 1, code, 1, code])
+    assert refused(bridge)["subscribe_filters"] == 2
+    await client.send(Subscribe(2, [Subscription("c", 0)]))  # the connection is still served
+    assert await client.recv() == Suback(2, [0])
+    await client.send(Publish("a", b"one", qos=1, packet_id=3))  # subscribed once to a
+    got = [await client.recv(), await client.recv()]
+    assert Puback(3) in got
+    assert [(p.topic, p.payload) for p in got if isinstance(p, Publish)] == [("a", b"one")]
+    await client.send(Publish("c", b"two", qos=1, packet_id=4))
+    got = [await client.recv(), await client.recv()]
+    assert Puback(4) in got
+    assert [(p.topic, p.payload) for p in got if isinstance(p, Publish)] == [("c", b"two")]

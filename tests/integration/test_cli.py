@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import resource
 import signal
 import socket
 import subprocess
@@ -14,6 +15,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -325,3 +327,75 @@ def test_a_bad_config_and_bad_rules_are_reported_together(home: Path, redis_port
         assert lines[2].startswith("rules/r.conf:2:") and "pool9" in lines[2], lines
         assert lines[3].startswith("rules/r.conf:3:") and "client.nosuch" in lines[3], lines
         assert lines[4:] == ["4 problems found"], lines
+
+
+def _nofile(soft: int, hard: int) -> Callable[[], None]:
+    """A preexec_fn: the child starts with this open-file limit (as after `ulimit -n`)."""
+    return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_open_file_limit_refused_by_check_and_run_raised_by_run(home: Path, redis_port: int) -> None:
+    """Issue 29.7: with `ulimit -n 1024` the bridge started and failed at about 1,000 clients.
+    A hard limit that cannot hold broker.max_connections (plus the reserve) is refused by both
+    `check` and `run` at that setting; `run` raises the soft limit to the hard one."""
+    mqtt, _ = ports(home)
+    conf = home / "config" / "bridge.conf"
+    base = conf.read_text()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    conf.write_text(base + "broker.max_connections = 1000000\n")
+    for command in ("check", "run"):
+        result = subprocess.run(
+            [sys.executable, "-m", "bridge", command],
+            cwd=home,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            preexec_fn=_nofile(1024, 20_000),
+        )
+        assert result.returncode == 2, (command, result.stderr)
+        first, count = result.stderr.splitlines()
+        assert first.startswith("config/bridge.conf:4:26: broker.max_connections = 1000000 needs 1000136 open files")
+        assert "hard limit (ulimit -Hn) is 20000: set broker.max_connections to at most 19864" in first
+        assert count == "1 problem found"
+    # not set: the default is judged, the error points at the file's start
+    conf.write_text(base)
+    result = subprocess.run(
+        [sys.executable, "-m", "bridge", "check"],
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        preexec_fn=_nofile(1024, 4096),
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith(
+        "config/bridge.conf:1:1: broker.max_connections = 10000 (not set: 10000 is the default) needs 10136"
+    )
+    # within the hard limit: run starts and raises its soft limit from 1024 to 4096
+    conf.write_text(base + "broker.max_connections = 2000\n")
+    (home / "rules" / "r.conf").write_text(GOOD_RULES)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bridge", "run"],
+        cwd=home,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=_nofile(1024, 4096),
+    )
+    assert process.stderr is not None
+    (lines, reader), seen = read_lines(process.stderr), []
+    try:
+        wait_for_line(lines, "running: 1 rules", seen)
+        wait_for_port(mqtt)
+        limits = Path(f"/proc/{process.pid}/limits").read_text()
+        row = next(line for line in limits.splitlines() if line.startswith("Max open files"))
+        assert row.split()[3:5] == ["4096", "4096"], row
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+    reader.join(timeout=10)
+    log = "".join(seen) + "".join(lines.get() for _ in range(lines.qsize()))
+    assert "open-file limit raised from 1024 to 4096 (the hard limit)" in log
+    assert process.returncode == 0

@@ -126,6 +126,10 @@ VALUE_CASES = [
         "broker.max_subscriptions = -1",
         "1:28: broker.max_subscriptions: expected an integer from 0 to 1000000, got '-1'",
     ),
+    (
+        "broker.max_subscribe_filters = 1000001",
+        "1:32: broker.max_subscribe_filters: expected an integer from 0 to 1000000, got '1000001'",
+    ),
     ("broker.max_topic_levels = 0", "1:27: broker.max_topic_levels: expected an integer from 1 to 65535, got '0'"),
     (
         "broker.max_clientid_len = 22",
@@ -297,7 +301,7 @@ def test_limits_come_from_the_settings_at_their_edges() -> None:
         P,
         "broker.max_packet_size = 268435460\nbroker.max_connections = 1\nbroker.connect_timeout = 100ms\n"
         "broker.max_inflight = 65535\nbroker.max_offline_messages = 0\nbroker.max_offline_bytes = 1KB\n"
-        "broker.max_subscriptions = 0\nbroker.max_topic_levels = 1\nbroker.max_clientid_len = 23\n"
+        "broker.max_subscriptions = 0\nbroker.max_subscribe_filters = 0\nbroker.max_topic_levels = 1\nbroker.max_clientid_len = 23\n"
         "broker.max_output_bytes = 1GB\nbroker.server_keep_alive = 65535\n",
     )
     assert Limits.from_config(config) == Limits(
@@ -308,6 +312,7 @@ def test_limits_come_from_the_settings_at_their_edges() -> None:
         max_offline_messages=0,
         max_offline_bytes=1024,
         max_subscriptions=0,
+        max_subscribe_filters=0,
         max_topic_levels=1,
         max_clientid_len=23,
         max_output_bytes=1 << 30,

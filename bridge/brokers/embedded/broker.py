@@ -85,6 +85,7 @@ class Broker(FlowsMixin):
         self.sink = sink
         self.limits = limits
         self.refused: Counter[str] = Counter()
+        self.output_pauses = 0  # connections' reading paused for unsent output (max_output_bytes)
         self.router = Router()
         self.states: dict[str, SessionState] = {}
         # Durable sessions on: what the store keeps is written through the journal.
@@ -131,7 +132,7 @@ class Broker(FlowsMixin):
                     self.refused["connect_timeout"] += 1
                     log.info("connection from %s sent no CONNECT within %.0f s: closed", conn.peername, timeout)
                     conn.close("connect_timeout")
-                elif conn.keepalive_limit and not conn.reading_paused and now - conn.last_packet > conn.keepalive_limit:
+                elif conn.keepalive_limit and not conn.not_reading and now - conn.last_packet > conn.keepalive_limit:
                     self.refused["keepalive_timeout"] += 1
                     idle = now - conn.last_packet
                     log.info("client %s: no packet for %.1f s, closing (keepalive)", conn.who(), idle)
@@ -158,6 +159,16 @@ class Broker(FlowsMixin):
             return
         verdict = await self._login(conn, packet, clientid)
         if verdict is None:
+            return
+        will = packet.will
+        if will is not None and not verdict.permissions.may_publish(will.topic):
+            # The will is a PUBLISH the client asks for in advance: the same permission holds,
+            # checked now, as Mosquitto 2 does (CONNACK 5 / 0x87), not when the will is due.
+            self.refused["acl_publish_denied"] += 1
+            log.info(
+                "client %r from %s may not publish its will to %r: CONNECT refused", clientid, conn.peername, will.topic
+            )
+            conn.fail_connect(R.NOT_AUTHORIZED if level == MQTT_5 else ConnectReturnCode.NOT_AUTHORIZED)
             return
         if level == MQTT_5:
             expiry = packet.properties.session_expiry_interval or 0
@@ -335,29 +346,47 @@ class Broker(FlowsMixin):
         v5, limits = conn.level == MQTT_5, self.limits
         ids = packet.properties.subscription_identifier
         identifier = ids[0] if ids else 0
-        codes: list[int] = []
+        # One filter repeated in a packet is subscribed once, with its last entry's options
+        # (a later entry replaces an earlier one, as a second SUBSCRIBE would), and gets that
+        # entry's code at each of its places: the SUBACK keeps one code per entry [MQTT-3.9.3-1]
+        # while the work (ACL, routing, the retained walk) is done once per distinct filter.
+        last = {option.topic_filter: option for option in packet.subscriptions}
+        decided: dict[str, int] = {}
         pending: list[asyncio.Future[Kept]] = []
-        for option in packet.subscriptions:
-            full = option.topic_filter
+        cap = limits.max_subscribe_filters
+        for full, option in last.items():
+            if cap and len(decided) >= cap:
+                self.refused["subscribe_filters"] += 1
+                decided[full] = R.QUOTA_EXCEEDED if v5 else 0x80
+                continue
             _, topic_filter = split_shared(full)
             if not state.permissions.may_subscribe(topic_filter):
                 self.refused["acl_subscribe_denied"] += 1
-                codes.append(R.NOT_AUTHORIZED if v5 else 0x80)
+                decided[full] = R.NOT_AUTHORIZED if v5 else 0x80
                 continue
             if topic_filter.count("/") >= limits.max_topic_levels:
                 self.refused["topic_levels"] += 1
-                codes.append(R.TOPIC_FILTER_INVALID if v5 else 0x80)
+                decided[full] = R.TOPIC_FILTER_INVALID if v5 else 0x80
                 continue
             count = len(state.subscriptions)
             if limits.max_subscriptions and full not in state.subscriptions and count >= limits.max_subscriptions:
                 self.refused["max_subscriptions"] += 1
-                codes.append(R.QUOTA_EXCEEDED if v5 else 0x80)
+                decided[full] = R.QUOTA_EXCEEDED if v5 else 0x80
                 continue
             sub = Subscription(full, option.qos, "", option.no_local, option.retain_as_published, identifier)
             future = self._add_subscription(state, sub, retain_handling=option.retain_handling)
-            codes.append(0x80 if future is None else option.qos)
+            decided[full] = 0x80 if future is None else option.qos
             if future is not None:
                 pending.append(future)
+        if len(decided) > (cap or len(decided)):
+            log.info(
+                "client %r: a SUBSCRIBE with %d distinct filters, over broker.max_subscribe_filters (%d): "
+                "the filters past it refused",
+                state.clientid,
+                len(decided),
+                cap,
+            )
+        codes = [decided[option.topic_filter] for option in packet.subscriptions]
         conn.write(encode(Suback(packet.packet_id, codes), conn.level))
         for future in pending:
             await future

@@ -8,8 +8,10 @@ task) hands to the broker in arrival order. Acknowledgements and pings are answe
 Bounded per connection (bridge/brokers/embedded/limits.py): the decoder refuses a packet over
 `max_packet_size` as soon as its fixed header is read; a full inbox stops reading from the
 socket; acknowledgements waiting for their messages to be kept are bounded; bytes written and
-not yet taken by the client are bounded by `max_output_bytes` (delivery pauses, the session's
-queue bounds apply); outgoing QoS 1/2 messages are bounded by the in-flight window.
+not yet taken by the client are bounded by `max_output_bytes`: past it delivery pauses (the
+session's queue bounds apply) and so does reading from the socket, since every packet read may
+be answered (PUBACK, PINGRESP, PUBREL, PUBCOMP, a WebSocket pong), until the client has taken
+all but a quarter of it; outgoing QoS 1/2 messages are bounded by the in-flight window.
 
 Acknowledgement means kept (SPEC 6.3): a PUBACK / PUBREC goes out once every rule's action for
 the message is committed or spooled, in the order the messages came in [MQTT-4.6.0-2].
@@ -70,6 +72,7 @@ class Core(Protocol):
     node: str
     limits: Limits
     refused: Counter[str]
+    output_pauses: int  # times a connection's reading paused for its unsent output
 
     def accept(self, conn: Connection) -> None: ...
 
@@ -151,7 +154,8 @@ class Connection(asyncio.Protocol):
         self.send_window = limits.max_inflight
         self.client_max_packet = 0
         self.incoming_unacked = 0  # QoS 1/2 messages from the client not yet fully acknowledged
-        self.reading_paused = self.writing_paused = False
+        self.reading_paused = self.writing_paused = False  # the inbox is full / the output buffer is
+        self.output_logged = False
         self._pump_soon = self._flush_soon = False
         self.connacked = False
         self.lingering = False  # half-closed after a DISCONNECT, aborted after _LINGER
@@ -217,14 +221,56 @@ class Connection(asyncio.Protocol):
         return False  # close the transport: MQTT has no half-closed connections
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None and self.reason is None:
+            # A reset or a failed write (ECONNRESET, EPIPE, ETIMEDOUT): asyncio logs these only
+            # in debug mode, so without this line a client cut off mid-flood left no trace.
+            log.info(
+                "client %s: connection lost: %s%s",
+                self.who(),
+                exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc),
+                " (while its unread output held reading paused)" if self.writing_paused else "",
+            )
         self.close("closed")
 
     def pause_writing(self) -> None:
+        """The client has not taken `max_output_bytes`: stop delivering to it and stop reading
+        from it (what it sends would be answered into the same buffer: PUBACKs, PINGRESPs) until
+        the transport has written all but a quarter of it (resume_writing)."""
+        if self.writing_paused:
+            return
         self.writing_paused = True
+        self.broker.output_pauses += 1
+        if not self.output_logged:  # once per connection: a slow reader pauses often
+            self.output_logged = True
+            log.info(
+                "client %s: %d bytes written and not read by the client (broker.max_output_bytes): "
+                "reading from it paused until it reads",
+                self.who(),
+                self.transport.get_write_buffer_size() if self.transport is not None else 0,
+            )
+        self._reading()
 
     def resume_writing(self) -> None:
         self.writing_paused = False
+        self.last_packet = time.monotonic()  # time not spent reading does not count
+        self._reading()
         self.pump()
+
+    @property
+    def not_reading(self) -> bool:
+        """Reading from the socket is paused (full inbox, or output the client has not taken):
+        time that does not count against the keepalive."""
+        return self.reading_paused or self.writing_paused
+
+    def _reading(self) -> None:
+        """Read from the socket unless the inbox is full or the client does not take its output."""
+        transport = self.transport
+        if transport is None or self.reason is not None:
+            return
+        if self.not_reading:
+            transport.pause_reading()
+        else:
+            transport.resume_reading()
 
     # -- reading -----------------------------------------------------------------
 
@@ -347,7 +393,7 @@ class Connection(asyncio.Protocol):
         self.inbox.append(item)
         if len(self.inbox) >= INBOX_SIZE and not self.reading_paused and self.transport is not None:
             self.reading_paused = True
-            self.transport.pause_reading()
+            self._reading()
         if self.serving is None:
             self.serving = asyncio.get_running_loop().create_task(self._serve())
 
@@ -360,8 +406,7 @@ class Connection(asyncio.Protocol):
                 if self.reading_paused and len(self.inbox) < INBOX_SIZE // 2 and self.reason is None:
                     self.reading_paused = False
                     self.last_packet = time.monotonic()  # time not spent reading does not count
-                    assert self.transport is not None
-                    self.transport.resume_reading()
+                    self._reading()
                 kind = type(item)
                 if kind is Inbound:
                     await broker.publish_inbound(self, item)
@@ -563,7 +608,7 @@ class Connection(asyncio.Protocol):
                 transport.abort()
                 return
         self.lingering = True
-        if self.reading_paused:
+        if self.not_reading:
             transport.resume_reading()
         asyncio.get_running_loop().call_later(_LINGER, transport.abort)
 

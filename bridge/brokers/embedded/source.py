@@ -90,6 +90,10 @@ class EmbeddedBroker(BrokerSource):
         return broker.dropped_by_ended_sessions + sum(state.dropped for state in broker.states.values())
 
     @property
+    def output_pauses(self) -> int:
+        return self._broker.output_pauses if self._broker is not None else 0
+
+    @property
     def durable(self) -> Mapping[str, int]:
         broker = self._broker
         if broker is None or broker.journal is None:
