@@ -115,9 +115,10 @@ GLOBAL: dict[str, Setting] = {
         example="1MB",
     ),
     "broker.max_connections": Setting(
-        v.int_in(1, 1_000_000),
-        10_000,
-        "embedded mode: clients connected at once; one more is closed as soon as it connects",
+        v.int_in(0, 1_000_000),
+        0,
+        "embedded mode: clients connected at once; one more is closed as soon as it connects. 0: as many "
+        "as the open-file hard limit (ulimit -Hn) holds beside the descriptors the bridge needs otherwise",
     ),
     "broker.connect_timeout": Setting(
         v.duration_in(0.1, 3600),

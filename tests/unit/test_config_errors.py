@@ -112,7 +112,7 @@ VALUE_CASES = [
         "broker.max_packet_size = 1GB",
         "1:26: broker.max_packet_size: expected a size from 128B to 268435460B, got '1GB'",
     ),
-    ("broker.max_connections = 0", "1:26: broker.max_connections: expected an integer from 1 to 1000000, got '0'"),
+    ("broker.max_connections = -1", "1:26: broker.max_connections: expected an integer from 0 to 1000000, got '-1'"),
     ("broker.connect_timeout = 0s", "1:26: broker.connect_timeout: expected a duration from 100ms to 1h, got '0s'"),
     ("broker.connect_timeout = 2h", "1:26: broker.connect_timeout: expected a duration from 100ms to 1h, got '2h'"),
     ("broker.max_inflight = 0", "1:23: broker.max_inflight: expected an integer from 1 to 65535, got '0'"),

@@ -108,7 +108,7 @@ class Broker(FlowsMixin):
     # -- connections -------------------------------------------------------------
 
     def accept(self, conn: Connection) -> None:
-        if len(self.connections) >= self.limits.max_connections:
+        if self.limits.max_connections and len(self.connections) >= self.limits.max_connections:
             self.refused["max_connections"] += 1
             log.warning("connection from %s refused: %d connections open", conn.peername, len(self.connections))
             assert conn.transport is not None

@@ -45,7 +45,10 @@ class Settings(Protocol):
 class Limits:
     max_packet_size: int = 1 << 20
     """Bytes of one packet, header included, in both directions (5.0 tells clients in CONNACK)."""
-    max_connections: int = 10_000
+    max_connections: int = 0
+    """Clients connected at once; 0: no limit of its own. The setting's 0 (its default) is
+    resolved when the broker is made: as many as the open-file hard limit holds
+    (openfiles.connections_for)."""
     connect_timeout: float = 10.0
     """Seconds a new connection has to complete its CONNECT."""
     max_inflight: int = 32

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from bridge.brokers.base import BrokerSource, Capability
@@ -50,6 +51,7 @@ def make_source(config: Config, rules: list[Rule], msgids: MsgIdGenerator) -> Br
     from bridge.brokers.embedded.auth import make_gate, takeover_of
     from bridge.brokers.embedded.limits import Limits
     from bridge.brokers.embedded.listeners import configured
+    from bridge.brokers.embedded.openfiles import connections_for
     from bridge.brokers.embedded.source import EmbeddedBroker
 
     host, port = config["broker.listener.tcp"]
@@ -57,7 +59,7 @@ def make_source(config: Config, rules: list[Rule], msgids: MsgIdGenerator) -> Br
         f"{host}:{port}",
         node=config["node.name"],
         msgids=msgids,
-        limits=Limits.from_config(config),
+        limits=replace(Limits.from_config(config), max_connections=connections_for(config)),
         gate=make_gate(config),
         takeover=takeover_of(config),
         listeners=[listener for listener in configured(config.settings) if listener.name != "tcp"],

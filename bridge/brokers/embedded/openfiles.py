@@ -3,10 +3,12 @@ connection, plus a reserve for everything else the process holds open.
 
 `run` raises the soft RLIMIT_NOFILE to the hard limit at start (a process may, without
 privileges), so the usual `ulimit -n 1024` soft limit does not cap the broker at about 1,000
-clients. If even the hard limit cannot hold `broker.max_connections` plus the reserve, `check`
-and `run` both refuse the config with a `path:line:col` error at that setting: before this, the
-bridge started and then, at about 1,000 connections, clients got no CONNACK and the spool
-failed with EMFILE.
+clients. `broker.max_connections = 0`, the default, means as many connections as the hard limit
+holds beside the reserve (a fleet of 15,000 devices needs no setting where the hard limit allows
+it, as Mosquitto's default has no connection limit). A value the hard limit cannot hold is
+refused by `check` and `run` with a `path:line:col` error at that setting: before this, the
+bridge started and then, at about 1,000 connections, clients got no CONNACK and the spool failed
+with EMFILE.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from bridge.conf.errors import ConfError, Position
 # /healthz now and then, and the TLS trust store; the database pools' connections are counted
 # apart (their pool_size each).
 RESERVE_BASE = 128
+# broker.max_connections = 0 where the hard limit is unlimited (as the setting's largest value).
+UNLIMITED_CONNECTIONS = 1_000_000
 
 
 def reserve(config: Config) -> int:
@@ -35,6 +39,18 @@ def hard_limit() -> int | None:
     return None if hard == resource.RLIM_INFINITY else hard
 
 
+def connections_for(config: Config) -> int:
+    """broker.max_connections as the broker applies it: the setting, or with 0 as many as the
+    open-file hard limit holds beside the reserve."""
+    connections = int(config["broker.max_connections"])
+    if connections:
+        return connections
+    hard = hard_limit()
+    if hard is None:
+        return UNLIMITED_CONNECTIONS
+    return min(max(hard - reserve(config), 1), UNLIMITED_CONNECTIONS)
+
+
 def open_file_problems(config: Config, hard: int | None = None) -> list[ConfError]:
     """Why the hard open-file limit cannot hold broker.max_connections (embedded mode only)."""
     if config["broker.mode"] != "embedded":
@@ -43,16 +59,24 @@ def open_file_problems(config: Config, hard: int | None = None) -> list[ConfErro
     if hard is None:
         return []
     connections, spare = config["broker.max_connections"], reserve(config)
+    where = config.values_at.get("broker.max_connections") or Position(config.path, 1, 1)
+    if not connections:  # as many as fit: only a limit that holds nothing but the reserve is wrong
+        if hard - spare >= 1:
+            return []
+        return [
+            ConfError(
+                where,
+                f"the open-file hard limit (ulimit -Hn) is {hard}: the bridge needs {spare} open files besides "
+                "its client connections (listeners, logs, spool, durable store, database connections), so no "
+                "client could connect; raise the hard limit (systemd LimitNOFILE=, docker run --ulimit nofile=)",
+            )
+        ]
     if connections + spare <= hard:
         return []
-    where = config.values_at.get("broker.max_connections")
-    unset = ""
-    if where is None:
-        where, unset = Position(config.path, 1, 1), f" (not set: {connections} is the default)"
     return [
         ConfError(
             where,
-            f"broker.max_connections = {connections}{unset} needs {connections + spare} open files "
+            f"broker.max_connections = {connections} needs {connections + spare} open files "
             f"({spare} besides the connections: listeners, logs, spool, durable store, {spare - RESERVE_BASE} "
             f"database connections) but the open-file hard limit (ulimit -Hn) is {hard}: set "
             f"broker.max_connections to at most {max(hard - spare, 0)} or raise the hard limit "
