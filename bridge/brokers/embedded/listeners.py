@@ -192,6 +192,8 @@ def peer_common_name(transport: Any) -> str | None:
 class CertConnection(Connection):
     """A connection whose client certificate's CN is offered to the gate as the user name."""
 
+    __slots__ = ()
+
     def connection_made(self, transport: Any) -> None:
         self.cert_cn = peer_common_name(transport)
         super().connection_made(transport)
