@@ -23,9 +23,15 @@ def one_bridge() -> Metrics:
         metrics.write_latency["redis.pool1"].observe(seconds)
     metrics.write_latency["pgsql.pool1"].observe(0.05)
     metrics.spool_problems["redis.pool1"] = 1
-    metrics.gauge("hookbridge_queue_depth", "Actions waiting, per pool", lambda: {"redis.pool1": 3.0, "pgsql.pool1": 0.0})
-    metrics.gauge("hookbridge_pool_up", "1 when the pool's last write worked", lambda: {"redis.pool1": 1.0}, merge="each")
-    metrics.gauge("hookbridge_spool_bytes", "Bytes of spooled actions on disk, per pool", lambda: {"redis.pool1": 4096.0})
+    metrics.gauge(
+        "hookbridge_queue_depth", "Actions waiting, per pool", lambda: {"redis.pool1": 3.0, "pgsql.pool1": 0.0}
+    )
+    metrics.gauge(
+        "hookbridge_pool_up", "1 when the pool's last write worked", lambda: {"redis.pool1": 1.0}, merge="each"
+    )
+    metrics.gauge(
+        "hookbridge_spool_bytes", "Bytes of spooled actions on disk, per pool", lambda: {"redis.pool1": 4096.0}
+    )
     metrics.counter(
         "hookbridge_broker_refused_total",
         'Refused, by reason (a "quoted" help)',
