@@ -129,6 +129,7 @@ def parse_config(path: str, text: str) -> Config:
         _default_address(pool)
     errors.extend(_pool_reference_errors(settings, pools, values_at))
     errors.extend(_listener_collisions(path, settings, values_at))
+    errors.extend(_api_errors(path, settings, values_at))
     if not errors:  # TLS files are loaded only once every value parsed
         errors.extend(_tls_errors(path, settings, pools, values_at))
     for mode in registry.modes().values():  # files a mode reads (the embedded broker's ACL, listeners)
@@ -175,6 +176,35 @@ def _pool_reference_errors(
 
 
 _ANY_HOST = frozenset({"", "0.0.0.0", "::", "*"})
+
+
+def _api_errors(path: str, settings: dict[str, Any], values_at: dict[str, Position]) -> list[ConfError]:
+    """The management API (api.*) as `run` would serve it: refused when it would be reachable from
+    the network with no key (as the broker refuses an anonymous listener off loopback)."""
+    from bridge.api.keys import is_loopback
+
+    if not settings.get("api.enabled"):
+        return []
+    at = values_at.get("api.enabled") or Position(path, 1, 1)
+    listener = settings.get("metrics.listener")
+    if listener is None:
+        return [ConfError(at, "api.enabled = on needs metrics.listener: the API is served on that listener")]
+    if settings.get("api.keys"):
+        return []
+    if is_loopback(listener[0]):
+        if settings.get("api.allow_anonymous_loopback"):
+            return []
+        why = "and api.allow_anonymous_loopback is off"
+    else:
+        why = f"and metrics.listener = {listener[0]}:{listener[1]} can be reached from the network"
+    return [
+        ConfError(
+            at,
+            f"api.enabled = on with no api.keys {why}: every API request would be refused or open to "
+            "anyone; set api.keys = <name>:sha256:<hex> (docs/operations.md)"
+            + (", or api.allow_anonymous_loopback = on" if is_loopback(listener[0]) else ""),
+        )
+    ]
 
 
 def _listener_collisions(path: str, settings: dict[str, Any], values_at: dict[str, Position]) -> list[ConfError]:

@@ -91,6 +91,8 @@ class Supervisor:
         listener = self.config["metrics.listener"]
         if listener is not None:
             redactor = Redactor(self.config.secrets)
+            if self.config["api.enabled"]:
+                log.warning("api.enabled: the management API is served by one bridge process, not with --workers")
             self.status = StatusServer(listener[0], listener[1], self.metrics_text, self.health, redactor)
             await self.status.start()
         for worker in self.workers:
