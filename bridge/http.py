@@ -73,6 +73,7 @@ class StatusServer:
         self._routes = routes
         self._ssl = ssl_context
         self._max_body = max_body
+        self.app = web.Application()  # made again at start()
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
         self._guards: dict[asyncio.Transport, _Guard] = {}
@@ -83,7 +84,7 @@ class StatusServer:
         return len(self._guards)
 
     async def start(self) -> None:
-        app = web.Application(client_max_size=self._max_body, middlewares=[self._one_request])
+        app = self.app = web.Application(client_max_size=self._max_body, middlewares=[self._one_request])
         app.router.add_get("/metrics", self._metrics, allow_head=False)
         app.router.add_get("/healthz", self._healthz, allow_head=False)
         if self._routes is not None:

@@ -38,7 +38,6 @@ log = logging.getLogger(__name__)
 
 PREFIX = "/api/v1"
 _ID_MAX = 65535  # an MQTT string's longest
-_WHO = "api.key_name"  # the request's key name, set by the guard
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -117,7 +116,6 @@ class Api:
             refused = _error(401, "a valid API key is needed: Authorization: Bearer <key>")
             refused.headers["WWW-Authenticate"] = "Bearer"
             return refused
-        request[_WHO] = who
         try:
             response = await handler(request)
         except ApiError as refused:
@@ -126,6 +124,9 @@ class Api:
             return _error(413, f"the body is larger than api.max_body ({self.max_body} bytes)")
         except web.HTTPException as refused:
             return _error(refused.status, refused.reason)
+        except Exception:
+            log.exception("api: %s %s failed", request.method, request.path)
+            return _error(500, "the request failed: see the bridge's log")
         return response
 
     def _who(self, request: web.Request) -> str | None:
@@ -138,7 +139,7 @@ class Api:
         return None
 
     def _changed(self, request: web.Request, what: str, *args: Any) -> None:
-        log.info("api: key %s: " + what, request[_WHO], *args)
+        log.info("api: key %s: " + what, self._who(request), *args)
 
     # -- helpers --------------------------------------------------------------
 

@@ -314,10 +314,10 @@ GLOBAL: dict[str, Setting] = {
         api_keys,
         {},
         "API keys allowed, `<name>:sha256:<hex of the key's SHA-256>`, comma-separated; a request sends "
-        "`Authorization: Bearer <key>`. Needed unless `api.allow_anonymous_loopback` and the listener is on "
-        "loopback",
+        "`Authorization: Bearer <key>`, e.g. `ops:sha256:<sha256sum of the key>`. Needed unless "
+        "`api.allow_anonymous_loopback` is on and the listener is on loopback",
         secret=True,
-        example="ops:sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+        example="",  # none: shown as (empty)
     ),
     "api.allow_anonymous_loopback": Setting(
         v.parse_bool,
