@@ -112,7 +112,7 @@ class Api:
             return await handler(request)
         who = self._who(request)
         if who is None:
-            log.warning("api: %s %s refused: no valid API key (from %s)", request.method, request.path, request.remote)
+            log.warning("api: %s %r refused: no valid API key (from %s)", request.method, request.path, request.remote)
             refused = _error(401, "a valid API key is needed: Authorization: Bearer <key>")
             refused.headers["WWW-Authenticate"] = "Bearer"
             return refused
@@ -125,7 +125,7 @@ class Api:
         except web.HTTPException as refused:
             return _error(refused.status, refused.reason)
         except Exception:
-            log.exception("api: %s %s failed", request.method, request.path)
+            log.exception("api: %s %r failed", request.method, request.path)
             return _error(500, "the request failed: see the bridge's log")
         return response
 
