@@ -13,7 +13,6 @@ import re
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 from urllib.parse import quote
 
@@ -27,7 +26,8 @@ from bridge.brokers.embedded.broker import Broker
 from bridge.cli import main
 from support.bridges import mqtt_port
 from support.conf import config_text
-from support.services import ROOT
+from support.services import ROOT, start_mosquitto
+from tests.integration.mqtt_support import MOSQUITTO_PORT, external_config
 
 KEY = "k3y-for-the-tests-0123456789"
 WRONG = "not-the-key-0123456789"
@@ -59,11 +59,14 @@ async def make_api_bridge(tmp_path: Path, redis_port: int, redis_db: redis_sync.
     """Like conftest's make_bridge (the shipped rules/redis.conf), with the HTTP listener on a free port."""
     started: list[Bridge] = []
 
-    async def factory(extra: str) -> Bridge:
+    async def factory(extra: str, rules: str | None = None) -> Bridge:
         home = tmp_path / f"bridge{len(started)}"
         (home / "rules").mkdir(parents=True)
         shutil.copytree(ROOT / "templates", home / "templates")
-        shutil.copy(ROOT / "rules" / "redis.conf", home / "rules" / "redis.conf")
+        if rules is None:
+            shutil.copy(ROOT / "rules" / "redis.conf", home / "rules" / "redis.conf")
+        else:
+            (home / "rules" / "test.conf").write_text(rules)
         text = config_text(redis_port, f"spool.dir = {home / 'spool'}\ndeadletter.dir = {home / 'dl'}\n" + extra)
         (home / "bridge.conf").write_text(text.replace("metrics.listener = off\n", "metrics.listener = 127.0.0.1:0\n"))
         bridge = Bridge.load(Paths(home / "bridge.conf", home / "rules"))
@@ -360,17 +363,31 @@ async def test_hostile_input(bridge: Bridge, api: Api, clients: list[Client]) ->
     assert bridge.broker.is_connected()  # and the broker serves on
 
 
-def test_other_modes_say_why_not() -> None:
-    """mqtt and emqx modes: the broker's state is not the bridge's to show (409 with the reason);
-    rules, pools and reload do not read the broker and answer in every mode."""
-    from bridge.api.routes import Api as Routes
-    from bridge.api.routes import ApiError
-
-    routes = Routes.__new__(Routes)
-    routes.bridge = SimpleNamespace(broker=SimpleNamespace(mode="mqtt", core=None))  # type: ignore[assignment]
-    with pytest.raises(ApiError) as refused:
-        routes._embedded()
-    assert refused.value.status == 409 and "broker.mode = mqtt" in refused.value.message
+async def test_mqtt_mode_answers_what_applies_and_says_why_not(make_api_bridge: Any, tmp_path: Path) -> None:
+    """broker.mode = mqtt against the test Mosquitto: status, rules, pools and reload answer; the
+    broker's own state (clients, sessions, subscriptions, retained, publish) is 409 with the reason."""
+    start_mosquitto(MOSQUITTO_PORT)
+    rules = 'backend.redis.hook.message.publish.1 = {"action": {"function": "on_message_publish"}}\n'
+    bridge = await make_api_bridge(external_config(tmp_path, state=False) + f"api.enabled = on\n{KEY_LINE}", rules)
+    async with aiohttp.ClientSession() as session:
+        api = Api(bridge, session)
+        assert (await api.get("/status"))["broker"]["mode"] == "mqtt"
+        assert "redis.message.publish.1" in {r["id"] for r in (await api.get("/rules"))["data"]}
+        assert [p["id"] for p in (await api.get("/pools"))["data"]] == ["redis.pool1"]
+        assert (await api.call("POST", "/reload"))[0] == 200
+        for method, path in (
+            ("GET", "/clients"),
+            ("GET", "/clients/x"),
+            ("DELETE", "/clients/x"),
+            ("GET", "/sessions"),
+            ("GET", "/subscriptions"),
+            ("GET", "/retained"),
+            ("DELETE", "/retained/a/b"),
+        ):
+            status, body = await api.call(method, path)
+            assert status == 409 and "broker.mode = mqtt" in body["error"], (method, path, status, body)
+        status, body = await api.call("POST", "/publish", json={"topic": "t"})
+        assert status == 409 and "broker.mode = mqtt" in body["error"]
 
 
 @pytest.mark.parametrize(
@@ -422,3 +439,30 @@ async def test_off_by_default(make_api_bridge: Any) -> None:
         status, _ = await Api(bridge, session).call("GET", "/clients")
         assert status == 404
     await asyncio.sleep(0)
+
+
+def test_run_refuses_an_api_reachable_without_a_key(tmp_path: Path) -> None:
+    """What check refuses, run refuses before it opens anything (the same config loading)."""
+    from bridge.conf.errors import ConfErrors
+
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "r.conf").write_text("")
+    conf = tmp_path / "bridge.conf"
+    conf.write_text("backend.redis.pool1.server = 127.0.0.1:6391\nmetrics.listener = 0.0.0.0:0\napi.enabled = on\n")
+    with pytest.raises(ConfErrors, match=r"bridge.conf:3:15: api.enabled = on with no api.keys"):
+        Bridge.load(Paths(conf, tmp_path / "rules"))
+
+
+def test_keys_match_by_hash_only() -> None:
+    from bridge.api.keys import key_name, parse_api_keys
+
+    digest = hashlib.sha256(KEY.encode()).hexdigest()
+    keys = parse_api_keys(f"ops:sha256:{digest.upper()}, ci:sha256:{hashlib.sha256(b'other').hexdigest()}")
+    assert key_name(keys, KEY) == "ops" and key_name(keys, "other") == "ci"
+    assert key_name(keys, digest) is None  # the hash itself is not a key
+    assert key_name(keys, "") is None and key_name(keys, "\udcff") is None
+    with pytest.raises(ValueError, match="given twice"):
+        parse_api_keys(f"a:sha256:{digest}, a:sha256:{digest}")
+    with pytest.raises(ValueError, match="never the key") as pasted:
+        parse_api_keys(f"ops:{KEY}")
+    assert KEY not in str(pasted.value)
