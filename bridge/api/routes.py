@@ -17,6 +17,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import heapq
 import json
 import logging
 import time
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PREFIX = "/api/v1"
+BODY_TIMEOUT = 5.0  # seconds to receive a request body
 _ID_MAX = 65535  # an MQTT string's longest
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -77,6 +79,7 @@ class Api:
         self.anonymous_loopback = bool(config["api.allow_anonymous_loopback"])
         self.max_page = int(config["api.max_page"])
         self.max_body = int(config["api.max_body"])
+        self._reloading = asyncio.Lock()  # one API reload at a time
 
     # -- wiring ---------------------------------------------------------------
 
@@ -159,7 +162,8 @@ class Api:
             raise ApiError(400, f"limit must be an integer from 1 to {self.max_page}")
         limit = int(limit_text)
         cursor = _clean(request.query.get("cursor", ""), "cursor")
-        chosen = sorted((pair for pair in items if pair[0] > cursor), key=lambda pair: pair[0])
+        # the first limit + 1 after the cursor, without sorting a whole fleet for one page
+        chosen = heapq.nsmallest(limit + 1, (pair for pair in items if pair[0] > cursor), key=lambda pair: pair[0])
         page = chosen[:limit]
         more = len(chosen) > limit
         return _json({"data": [item for _, item in page], "next": page[-1][0] if more else None})
@@ -168,7 +172,7 @@ class Api:
         if request.content_length is not None and request.content_length > self.max_body:
             raise ApiError(413, f"the body is larger than api.max_body ({self.max_body} bytes)")
         try:
-            async with asyncio.timeout(5.0):
+            async with asyncio.timeout(BODY_TIMEOUT):
                 raw = await request.read()
         except TimeoutError:
             raise ApiError(408, "the body took too long") from None
@@ -449,7 +453,9 @@ class Api:
 
     async def reload(self, request: web.Request) -> web.Response:
         self._changed(request, "reload")
-        if await self.bridge.reload():
+        async with self._reloading:
+            reloaded = await self.bridge.reload()
+        if reloaded:
             return _json({"reloaded": True, "rules": len(self.bridge.engine.rules)})
         return _error(422, "the reload was refused: the rules and pools loaded before stay (see the log)")
 

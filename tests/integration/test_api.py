@@ -303,7 +303,9 @@ async def test_mutations_are_logged_with_the_key_name_and_never_the_key(
     assert KEY not in str(body) and "sha256" not in str(body)
 
 
-async def test_hostile_input(bridge: Bridge, api: Api, clients: list[Client]) -> None:
+async def test_hostile_input(bridge: Bridge, api: Api, clients: list[Client], monkeypatch: pytest.MonkeyPatch) -> None:
+    from bridge.api import routes
+
     await connected(bridge, clients, "a/b", version=V5)
     # ids with `/` and `..`: percent-encoded, they name the client exactly; never a path walk
     assert (await api.get("/clients/" + quote("a/b", safe="")))["clientid"] == "a/b"
@@ -359,6 +361,18 @@ async def test_hostile_input(bridge: Bridge, api: Api, clients: list[Client]) ->
         assert (await api.call("POST", "/publish", json=body_json))[0] == 400, body_json
     assert (await api.call("GET", "/retained", params={"filter": "a\x00"}))[0] == 400
     assert (await api.call("GET", "/nothing"))[0] == 404
+    # a body that never comes: 408 after the body time (shortened here), the connection closed
+    monkeypatch.setattr(routes, "BODY_TIMEOUT", 0.3)
+    assert bridge.status is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", bridge.status.port)
+    writer.write(
+        b"POST /api/v1/publish HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        + KEY.encode()
+        + b"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+    )
+    answer = await asyncio.wait_for(reader.read(), 10)
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:100]
+    writer.close()
     assert (await api.call("PUT", "/clients"))[0] == 405
     assert bridge.broker.is_connected()  # and the broker serves on
 
