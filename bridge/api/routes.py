@@ -111,7 +111,9 @@ class Api:
 
     @web.middleware
     async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if not request.path.startswith(PREFIX + "/") and request.path != PREFIX:
+        resource = request.match_info.route.resource
+        routed_here = resource is not None and resource.canonical.startswith(PREFIX + "/")
+        if not (routed_here or request.path.startswith(PREFIX + "/") or request.path == PREFIX):
             return await handler(request)
         who = self._who(request)
         if who is None:

@@ -361,6 +361,13 @@ async def test_hostile_input(bridge: Bridge, api: Api, clients: list[Client], mo
         assert (await api.call("POST", "/publish", json=body_json))[0] == 400, body_json
     assert (await api.call("GET", "/retained", params={"filter": "a\x00"}))[0] == 400
     assert (await api.call("GET", "/nothing"))[0] == 404
+    # dot segments and encoded slashes never reach an API route without a key
+    for target in (b"/x/../api/v1/clients", b"/api/v1/./clients", b"/api%2Fv1/clients", b"//api/v1/clients"):
+        reader, writer = await asyncio.open_connection("127.0.0.1", bridge.status.port)  # type: ignore[union-attr]
+        writer.write(b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        assert answer[9:12] in (b"401", b"404"), (target, answer[:200])
     # a body that never comes: 408 after the body time (shortened here), the connection closed
     monkeypatch.setattr(routes, "BODY_TIMEOUT", 0.3)
     assert bridge.status is not None
