@@ -22,6 +22,7 @@ from bridge.brokers.base import BrokerSource
 from bridge.conf.config import Config, load_config
 from bridge.conf.errors import ConfError, ConfErrors
 from bridge.conf.schema import GLOBAL
+from bridge.conf.tls import http_listener_context
 from bridge.deadletter import DeadLetters
 from bridge.delivery import DeliveryLog
 from bridge.dispatcher import Dispatcher
@@ -128,6 +129,7 @@ class Bridge:
                 self.redactor,
                 routes=api.install if api is not None else None,
                 max_body=self.config["api.max_body"],
+                ssl_context=http_listener_context(self.config.settings),
             )
             await self.status.start()
         await self.broker.start(self.dispatcher)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from bridge.conf.errors import ConfError, ConfErrors, Position
 from bridge.conf.lexer import Entry, read_entries
 from bridge.conf.schema import GLOBAL, pool_settings
 from bridge.conf.setting import Setting
-from bridge.conf.tls import tls_problems
+from bridge.conf.tls import load_problem, server_files_context, tls_problems
 from bridge.conf.values import substitute_env
 
 _POOL_KEY = re.compile(r"^backend\.([a-z]+)\.([A-Za-z0-9_\-]+)\.(.+)$")
@@ -236,6 +237,19 @@ def _tls_errors(
     if settings["broker.mode"] != "embedded":
         scopes.append((settings, "", "broker."))
     errors: list[ConfError] = []
+    certfile, keyfile = settings["metrics.listener.certfile"], settings["metrics.listener.keyfile"]
+    if certfile or keyfile:
+        where = values_at.get("metrics.listener.certfile") or values_at.get("metrics.listener.keyfile")
+        if not certfile:
+            errors.append(
+                ConfError(where or Position(path, 1, 1), "metrics.listener.keyfile needs metrics.listener.certfile")
+            )
+        else:
+            try:
+                server_files_context(certfile, keyfile)
+            except (OSError, ssl.SSLError, ValueError) as exc:
+                key, message = load_problem(exc, "metrics.listener.", certfile, keyfile)
+                errors.append(ConfError(values_at.get(key) or where or Position(path, 1, 1), message))
     for scope, key_prefix, prefix in scopes:
         if not scope[f"{prefix}ssl"]:
             continue

@@ -305,6 +305,15 @@ GLOBAL: dict[str, Setting] = {
     "metrics.listener": Setting(
         a.optional_listener, ("127.0.0.1", 9100), "GET /metrics and /healthz; `off` disables", example="127.0.0.1:9100"
     ),
+    "metrics.listener.certfile": Setting(
+        v.parse_str,
+        "",
+        "HTTPS on `metrics.listener` (/metrics, /healthz, the API): the server's certificate (PEM); empty: plain HTTP",
+        example="etc/server.crt",
+    ),
+    "metrics.listener.keyfile": Setting(
+        v.parse_str, "", "its private key (PEM, no passphrase)", example="etc/server.key"
+    ),
     "api.enabled": Setting(
         v.parse_bool,
         False,

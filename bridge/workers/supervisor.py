@@ -35,6 +35,7 @@ from typing import Any
 
 from bridge.app import Paths
 from bridge.conf.config import Config
+from bridge.conf.tls import http_listener_context
 from bridge.http import StatusServer
 from bridge.metrics import Family, Sample, render_families
 from bridge.redact import Redactor
@@ -93,7 +94,14 @@ class Supervisor:
             redactor = Redactor(self.config.secrets)
             if self.config["api.enabled"]:
                 log.warning("api.enabled: the management API is served by one bridge process, not with --workers")
-            self.status = StatusServer(listener[0], listener[1], self.metrics_text, self.health, redactor)
+            self.status = StatusServer(
+                listener[0],
+                listener[1],
+                self.metrics_text,
+                self.health,
+                redactor,
+                ssl_context=http_listener_context(self.config.settings),
+            )
             await self.status.start()
         for worker in self.workers:
             self._start_keeper(worker)

@@ -487,3 +487,40 @@ def test_keys_match_by_hash_only() -> None:
     with pytest.raises(ValueError, match="never the key") as pasted:
         parse_api_keys(f"ops:{KEY}")
     assert KEY not in str(pasted.value)
+
+
+async def test_https_when_the_listener_has_a_certificate(make_api_bridge: Any, tmp_path: Path) -> None:
+    import ssl
+
+    from support.tls import make_certificates
+
+    (tmp_path / "tls").mkdir()
+    certs = make_certificates(tmp_path / "tls")
+    tls = f"metrics.listener.certfile = {certs.cert}\nmetrics.listener.keyfile = {certs.key}\n"
+    bridge = await make_api_bridge(f"api.enabled = on\n{KEY_LINE}{tls}")
+    assert bridge.status is not None
+    trusted = ssl.create_default_context(cafile=str(certs.ca))
+    trusted.check_hostname = False
+    async with aiohttp.ClientSession() as session:
+        base = f"https://127.0.0.1:{bridge.status.port}"
+        async with session.get(
+            base + "/api/v1/rules", ssl=trusted, headers={"Authorization": f"Bearer {KEY}"}
+        ) as answer:
+            assert answer.status == 200
+        async with session.get(base + "/healthz", ssl=trusted) as answer:
+            assert answer.status == 200
+        with pytest.raises(aiohttp.ClientError):  # plain HTTP to the TLS listener
+            async with session.get(f"http://127.0.0.1:{bridge.status.port}/healthz") as answer:
+                await answer.read()
+
+
+def test_check_refuses_a_certificate_it_cannot_load(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "r.conf").write_text("")
+    (tmp_path / "not.pem").write_text("not a certificate\n")
+    conf = tmp_path / "bridge.conf"
+    conf.write_text(
+        f"backend.redis.pool1.server = 127.0.0.1:6391\nmetrics.listener.certfile = {tmp_path / 'not.pem'}\n"
+    )
+    assert main(["check", "-c", str(conf), "-r", str(tmp_path / "rules")]) == 2
+    assert f"{conf}:2:29: cannot load {tmp_path / 'not.pem'}" in capsys.readouterr().err
