@@ -132,3 +132,26 @@ async def test_routes_and_the_healthz_error_never_shows_a_password(server: Statu
     metrics = await exchange(server.port, OK_METRICS)
     assert b"Content-Type: text/plain; version=0.0.4" in metrics and metrics.endswith(b"hookbridge_up 1\n")
     assert MAX_HEAD < 64 * 1024
+
+
+def test_the_same_bounds_under_uvloop() -> None:
+    """`hookbridge run` uses uvloop, whose transports are not asyncio.Transport subclasses."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def scenario() -> list[int]:
+        status = StatusServer("127.0.0.1", 0, lambda: "hookbridge_up 1\n", health, Redactor())
+        await status.start()
+        try:
+            big = b"GET /metrics HTTP/1.1\r\nX-Big: " + b"a" * (MAX_HEAD + 10) + b"\r\n\r\n"
+            answers = [
+                await exchange(status.port, OK_METRICS),
+                await exchange(status.port, b"GARBAGE\r\n\r\n"),
+                await exchange(status.port, big, half_close=False),
+                await exchange(status.port, b""),
+                await exchange(status.port, OK_HEALTHZ),
+            ]
+            return [status_of(answer) for answer in answers]
+        finally:
+            await status.stop()
+
+    assert uvloop.run(scenario()) == [200, 400, 431, 400, 200]
