@@ -168,6 +168,34 @@ async def test_an_offline_session_with_its_queue(bridge: Bridge, api: Api, clien
     assert (await api.call("DELETE", "/clients/sleeper"))[0] == 409  # not connected: nothing to kick
 
 
+async def test_a_durable_session_is_listed_after_a_restart(make_api_bridge: Any, tmp_path: Path) -> None:
+    """broker.durable_sessions: a session restored from the store (no connection since the restart)
+    is listed with its subscriptions and queued messages."""
+    extra = f"api.enabled = on\n{KEY_LINE}broker.durable_sessions = on\nbroker.durable_dir = {tmp_path / 'store'}\n"
+    first = await make_api_bridge(extra)
+    made: list[Client] = []
+    try:
+        keeper = await connected(first, made, "keeper", version=V311, clean=False)
+        assert await keeper.subscribe("d/#", 1) == [1]
+        await keeper.disconnect()
+        sender = await connected(first, made, "d-sender", version=V5)
+        for n in range(2):
+            assert await sender.publish("d/x", b"kept %d" % n, 1) == 0
+    finally:
+        for client in made:
+            await client.close()
+    await first.stop(drain_timeout=5)
+    second = await make_api_bridge(extra)
+    async with aiohttp.ClientSession() as session:
+        api = Api(second, session)
+        kept = await api.get("/sessions/keeper")
+        assert kept["durable"] is True and kept["connected"] is False
+        assert [s["filter"] for s in kept["subscriptions"]] == ["d/#"]
+        assert kept["queue"]["messages"] == 2 and kept["queue"]["bytes"] > 0
+        listed = await api.get("/sessions", params={"connected": "false"})
+        assert [s["clientid"] for s in listed["data"]] == ["keeper"]
+
+
 async def test_subscriptions_added_and_removed_on_a_clients_behalf(
     bridge: Bridge, api: Api, clients: list[Client]
 ) -> None:
