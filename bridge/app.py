@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from bridge import registry
+from bridge.api.routes import Api
 from bridge.backend import FunctionContext, backend_class
 from bridge.brokers.base import BrokerSource
 from bridge.conf.config import Config, load_config
 from bridge.conf.errors import ConfError, ConfErrors
 from bridge.conf.schema import GLOBAL
+from bridge.conf.tls import http_listener_context
 from bridge.deadletter import DeadLetters
 from bridge.delivery import DeliveryLog
 from bridge.dispatcher import Dispatcher
@@ -118,7 +120,17 @@ class Bridge:
         self.dispatcher.track_commits = self.broker.acks_after_commit
         listener = self.config["metrics.listener"]
         if listener is not None:
-            self.status = StatusServer(listener[0], listener[1], self.metrics.render, self.health, self.redactor)
+            api = Api(self) if self.config["api.enabled"] else None
+            self.status = StatusServer(
+                listener[0],
+                listener[1],
+                self.metrics.render,
+                self.health,
+                self.redactor,
+                routes=api.install if api is not None else None,
+                max_body=self.config["api.max_body"],
+                ssl_context=http_listener_context(self.config.settings),
+            )
             await self.status.start()
         await self.broker.start(self.dispatcher)
         log.info(

@@ -1,30 +1,28 @@
-"""Counters, gauges and histograms, rendered as Prometheus text.
+"""Counters, gauges and histograms, exposed as Prometheus text through prometheus_client.
 
 `Metrics.families()` gives every number as plain data (JSON-safe) before it becomes text, so
 that `hookbridge run --workers N` can add up its workers' numbers (bridge/workers/merge.py) and
-print them with the same `render_families`.
+print them with the same `render_families`: a prometheus_client Collector that yields the
+families given (the merged ones under `--workers N`), rendered by `generate_latest`.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
+
+from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 RULE_COUNTERS = ("matched", "succeeded", "failed", "retried", "spooled", "dropped")
 # Exported from 0 like the others, but held in a rule's counts only once it happened (most rules
 # never fail for good): actions kept in the dead-letter store (bridge/deadletter.py).
 RARE_RULE_COUNTERS = ("deadlettered",)
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-
-
-def _labels(**labels: str) -> str:
-    def escape(value: str) -> str:
-        return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-    return "{" + ",".join(f'{k}="{escape(v)}"' for k, v in labels.items()) + "}"
 
 
 class Histogram:
@@ -49,9 +47,6 @@ class Histogram:
         samples.append(Sample(f"{name}_count", labels, self.n))
         return samples
 
-    def render(self, name: str, **labels: str) -> list[str]:
-        return [sample.line() for sample in self.samples(name, **labels)]
-
 
 # How several workers' values of one family combine (bridge/workers/merge.py): "sum" adds the
 # samples with the same name and labels (counters, histograms, and gauges whose total means
@@ -66,9 +61,6 @@ class Sample:
     labels: dict[str, str]
     value: float
 
-    def line(self) -> str:
-        return f"{self.name}{_labels(**self.labels) if self.labels else ''} {self.value}"
-
 
 @dataclass(slots=True)
 class Family:
@@ -81,13 +73,25 @@ class Family:
     samples: list[Sample] = field(default_factory=list)
 
 
+class FamiliesCollector(Collector):
+    """A prometheus_client Collector of `families`, in the order given (read once, at construction)."""
+
+    def __init__(self, families: list[Family]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.families:
+            # Every counter's name ends in `_total`, which prometheus_client adds back when it prints
+            name = family.name.removesuffix("_total") if family.kind == "counter" else family.name
+            metric = Metric(name, family.help_text, family.kind)
+            for sample in family.samples:
+                metric.add_sample(sample.name, dict(sample.labels), sample.value)
+            yield metric
+
+
 def render_families(families: list[Family]) -> str:
-    """Prometheus text exposition of `families`, in the order given."""
-    lines: list[str] = []
-    for family in families:
-        lines += [f"# HELP {family.name} {family.help_text}", f"# TYPE {family.name} {family.kind}"]
-        lines += [sample.line() for sample in family.samples]
-    return "\n".join(lines) + "\n"
+    """Prometheus text exposition (version 0.0.4) of `families`, in the order given."""
+    return generate_latest(FamiliesCollector(families)).decode()
 
 
 @dataclass(frozen=True, slots=True)

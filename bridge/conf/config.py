@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from bridge.conf.errors import ConfError, ConfErrors, Position
 from bridge.conf.lexer import Entry, read_entries
 from bridge.conf.schema import GLOBAL, pool_settings
 from bridge.conf.setting import Setting
-from bridge.conf.tls import tls_problems
+from bridge.conf.tls import load_problem, server_files_context, tls_problems
 from bridge.conf.values import substitute_env
 
 _POOL_KEY = re.compile(r"^backend\.([a-z]+)\.([A-Za-z0-9_\-]+)\.(.+)$")
@@ -129,6 +130,7 @@ def parse_config(path: str, text: str) -> Config:
         _default_address(pool)
     errors.extend(_pool_reference_errors(settings, pools, values_at))
     errors.extend(_listener_collisions(path, settings, values_at))
+    errors.extend(_api_errors(path, settings, values_at))
     if not errors:  # TLS files are loaded only once every value parsed
         errors.extend(_tls_errors(path, settings, pools, values_at))
     for mode in registry.modes().values():  # files a mode reads (the embedded broker's ACL, listeners)
@@ -177,6 +179,35 @@ def _pool_reference_errors(
 _ANY_HOST = frozenset({"", "0.0.0.0", "::", "*"})
 
 
+def _api_errors(path: str, settings: dict[str, Any], values_at: dict[str, Position]) -> list[ConfError]:
+    """The management API (api.*) as `run` would serve it: refused when it would be reachable from
+    the network with no key (as the broker refuses an anonymous listener off loopback)."""
+    from bridge.api.keys import is_loopback
+
+    if not settings.get("api.enabled"):
+        return []
+    at = values_at.get("api.enabled") or Position(path, 1, 1)
+    listener = settings.get("metrics.listener")
+    if listener is None:
+        return [ConfError(at, "api.enabled = on needs metrics.listener: the API is served on that listener")]
+    if settings.get("api.keys"):
+        return []
+    if is_loopback(listener[0]):
+        if settings.get("api.allow_anonymous_loopback"):
+            return []
+        why = "and api.allow_anonymous_loopback is off"
+    else:
+        why = f"and metrics.listener = {listener[0]}:{listener[1]} can be reached from the network"
+    return [
+        ConfError(
+            at,
+            f"api.enabled = on with no api.keys {why}: every API request would be refused or open to "
+            "anyone; set api.keys = <name>:sha256:<hex> (docs/operations.md)"
+            + (", or api.allow_anonymous_loopback = on" if is_loopback(listener[0]) else ""),
+        )
+    ]
+
+
 def _listener_collisions(path: str, settings: dict[str, Any], values_at: dict[str, Position]) -> list[ConfError]:
     """Two listeners on one address (`run` could open only the first): the same port, and the same
     host or one of them on every address. Port 0 (any free port) never collides."""
@@ -206,6 +237,19 @@ def _tls_errors(
     if settings["broker.mode"] != "embedded":
         scopes.append((settings, "", "broker."))
     errors: list[ConfError] = []
+    certfile, keyfile = settings["metrics.listener.certfile"], settings["metrics.listener.keyfile"]
+    if certfile or keyfile:
+        where = values_at.get("metrics.listener.certfile") or values_at.get("metrics.listener.keyfile")
+        if not certfile:
+            errors.append(
+                ConfError(where or Position(path, 1, 1), "metrics.listener.keyfile needs metrics.listener.certfile")
+            )
+        else:
+            try:
+                server_files_context(certfile, keyfile)
+            except (OSError, ssl.SSLError, ValueError) as exc:
+                key, message = load_problem(exc, "metrics.listener.", certfile, keyfile)
+                errors.append(ConfError(values_at.get(key) or where or Position(path, 1, 1), message))
     for scope, key_prefix, prefix in scopes:
         if not scope[f"{prefix}ssl"]:
             continue

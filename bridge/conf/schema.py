@@ -14,6 +14,15 @@ from bridge.mqtt.decoder import DEFAULT_MAX_PACKET_SIZE as MQTT_MAX_PACKET  # th
 from bridge.topics import filter_error
 
 
+def api_keys(text: str) -> dict[str, str]:
+    from bridge.api.keys import parse_api_keys
+
+    return parse_api_keys(v.parse_str(text))
+
+
+api_keys.__doc__ = "`<name>:sha256:<hex>`, comma-separated"
+
+
 def topic_filter(text: str) -> str:
     value = v.string(required=True)(text)
     problem = filter_error(value)
@@ -305,6 +314,36 @@ GLOBAL: dict[str, Setting] = {
     "metrics.listener": Setting(
         a.optional_listener, ("127.0.0.1", 9100), "GET /metrics and /healthz; `off` disables", example="127.0.0.1:9100"
     ),
+    "metrics.listener.certfile": Setting(
+        v.parse_str,
+        "",
+        "HTTPS on `metrics.listener` (/metrics, /healthz, the API): the server's certificate (PEM); empty: plain HTTP",
+        example="etc/server.crt",
+    ),
+    "metrics.listener.keyfile": Setting(
+        v.parse_str, "", "its private key (PEM, no passphrase)", example="etc/server.key"
+    ),
+    "api.enabled": Setting(
+        v.parse_bool,
+        False,
+        "the management API under /api/v1/ on `metrics.listener` (docs/operations.md); off by default",
+    ),
+    "api.keys": Setting(
+        api_keys,
+        {},
+        "API keys allowed, `<name>:sha256:<hex of the key's SHA-256>`, comma-separated; a request sends "
+        "`Authorization: Bearer <key>`, e.g. `ops:sha256:<sha256sum of the key>`. Needed unless "
+        "`api.allow_anonymous_loopback` is on and the listener is on loopback",
+        secret=True,
+        example="",  # none: shown as (empty)
+    ),
+    "api.allow_anonymous_loopback": Setting(
+        v.parse_bool,
+        False,
+        "API requests from loopback (127.0.0.1, ::1) without a key; off: every request needs a key",
+    ),
+    "api.max_body": Setting(v.size_in(1024, 16 * 1024 * 1024), 64 * 1024, "largest API request body (413 above)"),
+    "api.max_page": Setting(v.int_in(1, 10000), 1000, "largest `limit` of an API list (400 above)"),
     "spool.dir": Setting(
         v.writable_dir,
         "data/spool",

@@ -39,6 +39,19 @@ def client_context(cafile: str, certfile: str = "", keyfile: str = "", verify: b
     return context
 
 
+def server_files_context(certfile: str, keyfile: str = "") -> ssl.SSLContext:
+    """A server's TLS context from its certificate and key (no client certificates asked for)."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(certfile, keyfile or None, password=_no_passphrase)
+    return context
+
+
+def http_listener_context(settings: Mapping[str, Any]) -> ssl.SSLContext | None:
+    """`metrics.listener`'s TLS (`metrics.listener.certfile`, `.keyfile`); None when not set."""
+    certfile = settings["metrics.listener.certfile"]
+    return server_files_context(certfile, settings["metrics.listener.keyfile"]) if certfile else None
+
+
 def settings_context(settings: Mapping[str, Any], prefix: str = "") -> ssl.SSLContext | None:
     """The context of a pool's (or, with prefix "broker.", the broker's) `ssl*` keys; None when off."""
     if not settings[f"{prefix}ssl"]:

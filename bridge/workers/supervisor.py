@@ -35,6 +35,7 @@ from typing import Any
 
 from bridge.app import Paths
 from bridge.conf.config import Config
+from bridge.conf.tls import http_listener_context
 from bridge.http import StatusServer
 from bridge.metrics import Family, Sample, render_families
 from bridge.redact import Redactor
@@ -91,7 +92,16 @@ class Supervisor:
         listener = self.config["metrics.listener"]
         if listener is not None:
             redactor = Redactor(self.config.secrets)
-            self.status = StatusServer(listener[0], listener[1], self.metrics_text, self.health, redactor)
+            if self.config["api.enabled"]:
+                log.warning("api.enabled: the management API is served by one bridge process, not with --workers")
+            self.status = StatusServer(
+                listener[0],
+                listener[1],
+                self.metrics_text,
+                self.health,
+                redactor,
+                ssl_context=http_listener_context(self.config.settings),
+            )
             await self.status.start()
         for worker in self.workers:
             self._start_keeper(worker)

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from bridge.app import Bridge
 from bridge.mqtt import (
@@ -71,9 +72,11 @@ class CodecClient:
 
 def refused(bridge: Bridge) -> dict[str, int]:
     """hookbridge_broker_refused_total as /metrics shows it, {reason: count}."""
-    text = bridge.metrics.render()
     return {
-        m[1]: int(m[2]) for m in re.finditer(r'^hookbridge_broker_refused_total\{reason="(\w+)"\} (\d+)$', text, re.M)
+        sample.labels["reason"]: int(sample.value)
+        for family in text_string_to_metric_families(bridge.metrics.render())
+        for sample in family.samples
+        if sample.name == "hookbridge_broker_refused_total"
     }
 
 

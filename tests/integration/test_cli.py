@@ -153,13 +153,13 @@ def test_run_serves_metrics_health_reloads_and_stops(home: Path, redis_db: redis
             assert time.monotonic() < deadline, "connected event not stored"
             time.sleep(0.05)
         # the write is visible in Redis a moment before the runner counts it: wait for the count
-        succeeded = 'hookbridge_rule_succeeded_total{rule="redis.client.connected.1",pool="redis.pool1"} 1'
+        succeeded = 'hookbridge_rule_succeeded_total{pool="redis.pool1",rule="redis.client.connected.1"} 1.0'
         while succeeded not in (text := http_get(metrics, "/metrics")[1]):
             assert time.monotonic() < deadline, f"{succeeded} not in /metrics"
             time.sleep(0.05)
-        assert 'hookbridge_events_total{hookpoint="client.connected"} 1' in text
+        assert 'hookbridge_events_total{hookpoint="client.connected"} 1.0' in text
         assert 'hookbridge_broker_dropped_messages{pool="embedded"} 0.0' in text
-        assert 'hookbridge_broker_refused_total{reason="max_connections"} 0' in text
+        assert 'hookbridge_broker_refused_total{reason="max_connections"} 0.0' in text
 
         # a broken reload keeps the old rules; a good one replaces them
         (home / "rules" / "r.conf").write_text(BAD_RULES)

@@ -138,7 +138,7 @@ async def test_a_permanent_failure_lands_in_the_dead_letter_file_with_its_reason
         return counts.get("deadlettered", 0), counts["succeeded"]
 
     await eventually(done, lambda found: found == (1, 1))
-    assert 'hookbridge_rule_deadlettered_total{rule="redis.message.publish.1",pool="redis.pool1"} 1' in (
+    assert 'hookbridge_rule_deadlettered_total{pool="redis.pool1",rule="redis.message.publish.1"} 1.0' in (
         bridge.metrics.render()
     )
     path = bridge.dead_letters.directory / "redis.pool1.jsonl"

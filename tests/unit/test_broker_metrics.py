@@ -50,7 +50,7 @@ class LimitedSource(BrokerSource):
 async def scrape(bridge: Bridge) -> str:
     assert bridge.status is not None
     reader, writer = await asyncio.open_connection("127.0.0.1", bridge.status.port)
-    writer.write(b"GET /metrics HTTP/1.1\r\n\r\n")
+    writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
     writer.write_eof()
     answer = await asyncio.wait_for(reader.read(), 10)
     writer.close()
@@ -90,7 +90,7 @@ async def test_every_refusal_reason_is_a_counter_from_the_start(
     bridge = await start_bridge(source)
     assert family(await scrape(bridge), "hookbridge_broker_refused_total") == (
         "counter",
-        dict.fromkeys(EVERY_REASON, "0"),
+        dict.fromkeys(EVERY_REASON, "0.0"),
     )
 
     source.counts["packet_too_large"] += 2
@@ -101,11 +101,11 @@ async def test_every_refusal_reason_is_a_counter_from_the_start(
     text = await scrape(bridge)
     _, refused = family(text, "hookbridge_broker_refused_total")
     assert refused == {
-        **dict.fromkeys(EVERY_REASON, "0"),
-        "packet_too_large": "2",
-        "offline_bytes": "1",
-        "login_bad_credentials": "1",
-        "a_reason_not_declared": "1",
+        **dict.fromkeys(EVERY_REASON, "0.0"),
+        "packet_too_large": "2.0",
+        "offline_bytes": "1.0",
+        "login_bad_credentials": "1.0",
+        "a_reason_not_declared": "1.0",
     }
     assert family(text, "hookbridge_broker_dropped_messages") == ("gauge", {"embedded": "1.0"})
 

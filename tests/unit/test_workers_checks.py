@@ -170,12 +170,12 @@ def test_merge_sums_counters_and_keeps_per_worker_gauges() -> None:
     assert text.splitlines() == [
         "# HELP m_total help",
         "# TYPE m_total counter",
-        'm_total{rule="a"} 112',
-        'm_total{rule="b"} 2',
+        'm_total{rule="a"} 112.0',
+        'm_total{rule="b"} 2.0',
         "# HELP up help",
         "# TYPE up gauge",
-        'up{pool="p",worker="0"} 1',
-        'up{pool="p",worker="1"} 0',
+        'up{pool="p",worker="0"} 1.0',
+        'up{pool="p",worker="1"} 0.0',
     ]
     assert [f.name for f in counts_only(worker(1, 1))] == ["m_total"]  # what a restart carries over
 
@@ -190,8 +190,8 @@ def test_metrics_travel_as_data_and_render_the_same() -> None:
     assert render_families(families_from_json(sent)) == metrics.render()
     one = merge_families({0: families_from_json(sent), 1: families_from_json(sent)})
     text = render_families(one)
-    assert 'hookbridge_rule_matched_total{rule="redis.message.publish.1",pool="redis.pool1"} 6' in text
-    assert 'hookbridge_write_seconds_bucket{pool="redis.pool1",le="0.0025"} 2' in text
+    assert 'hookbridge_rule_matched_total{pool="redis.pool1",rule="redis.message.publish.1"} 6.0' in text
+    assert 'hookbridge_write_seconds_bucket{le="0.0025",pool="redis.pool1"} 2.0' in text
     assert 'hookbridge_pool_up{pool="redis.pool1",worker="1"} 1.0' in text
 
 

@@ -216,6 +216,11 @@ class EmbeddedBroker(BrokerSource):
         return self._broker is not None and bool(self._broker.busy_lanes)
 
     @property
+    def core(self) -> Broker | None:
+        """The running broker (its sessions, router): what the management API reads; None when stopped."""
+        return self._broker
+
+    @property
     def _running(self) -> Broker:
         if self._broker is None:
             raise RuntimeError("the embedded broker is not started")

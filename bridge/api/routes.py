@@ -1,0 +1,489 @@
+"""The management API, /api/v1/ on the bridge's HTTP listener (bridge/http.py): JSON in and out.
+
+Embedded mode: clients, sessions, subscriptions, retained messages and publish read the broker's
+state and call its existing operations (bridge/brokers/embedded/: proxy subscription, a
+connection's close, the retained store, routing). Every mode: rules (their counters), pools,
+reload. What the mode cannot do is answered 409 with the reason.
+
+Lists are sorted by their key and paged: `limit` (at most `api.max_page`) and `cursor` (the
+`next` of the page before). Every request needs an API key (`Authorization: Bearer <key>`,
+bridge/api/keys.py) unless it comes from loopback and `api.allow_anonymous_loopback` is on;
+every change is logged with the key's name; keys are never shown or logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import heapq
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from bridge.api.keys import is_loopback, key_name
+from bridge.api.openapi import describe
+from bridge.topics import filter_error, topic_name_error
+
+if TYPE_CHECKING:
+    from bridge.app import Bridge
+    from bridge.brokers.embedded.broker import Broker
+    from bridge.brokers.embedded.sessions import SessionState
+
+log = logging.getLogger(__name__)
+
+PREFIX = "/api/v1"
+BODY_TIMEOUT = 5.0  # seconds to receive a request body
+_ID_MAX = 65535  # an MQTT string's longest
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(
+        text=json.dumps(data, ensure_ascii=False) + "\n", status=status, content_type="application/json"
+    )
+
+
+def _error(status: int, message: str, **extra: Any) -> web.Response:
+    return _json({"error": message, **extra}, status)
+
+
+def _clean(text: str, what: str) -> str:
+    """A query or path value without control characters, of an MQTT string's size at most."""
+    if len(text.encode("utf-8", "surrogatepass")) > _ID_MAX:
+        raise ApiError(400, f"{what} is longer than {_ID_MAX} bytes")
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in text):
+        raise ApiError(400, f"{what} must not contain control characters")
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in text):
+        raise ApiError(400, f"{what} is not valid UTF-8")
+    return text
+
+
+class Api:
+    def __init__(self, bridge: Bridge) -> None:
+        self.bridge = bridge
+        config = bridge.config
+        self.keys: dict[str, str] = config["api.keys"] or {}
+        self.anonymous_loopback = bool(config["api.allow_anonymous_loopback"])
+        self.max_page = int(config["api.max_page"])
+        self.max_body = int(config["api.max_body"])
+        self._reloading = asyncio.Lock()  # one API reload at a time
+
+    # -- wiring ---------------------------------------------------------------
+
+    def routes(self) -> list[web.RouteDef]:
+        p = PREFIX
+        return [
+            web.get(f"{p}/openapi.json", self.openapi, allow_head=False),
+            web.get(f"{p}/status", self.status, allow_head=False),
+            web.get(f"{p}/clients", self.clients, allow_head=False),
+            web.get(f"{p}/clients/{{clientid}}", self.client, allow_head=False),
+            web.delete(f"{p}/clients/{{clientid}}", self.kick),
+            web.get(f"{p}/sessions", self.sessions, allow_head=False),
+            web.get(f"{p}/sessions/{{clientid}}", self.session, allow_head=False),
+            web.get(f"{p}/subscriptions", self.subscriptions, allow_head=False),
+            web.post(f"{p}/clients/{{clientid}}/subscriptions", self.subscribe),
+            web.delete(f"{p}/clients/{{clientid}}/subscriptions", self.unsubscribe),
+            web.get(f"{p}/retained", self.retained_list, allow_head=False),
+            web.get(f"{p}/retained/{{topic:.+}}", self.retained_get, allow_head=False),
+            web.delete(f"{p}/retained/{{topic:.+}}", self.retained_delete),
+            web.post(f"{p}/publish", self.publish),
+            web.get(f"{p}/rules", self.rules, allow_head=False),
+            web.get(f"{p}/pools", self.pools, allow_head=False),
+            web.post(f"{p}/reload", self.reload),
+        ]
+
+    def install(self, app: web.Application) -> None:
+        app.middlewares.append(self._guard)
+        app.router.add_routes(self.routes())
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        resource = request.match_info.route.resource
+        routed_here = resource is not None and resource.canonical.startswith(PREFIX + "/")
+        if not (routed_here or request.path.startswith(PREFIX + "/") or request.path == PREFIX):
+            return await handler(request)
+        who = self._who(request)
+        if who is None:
+            log.warning("api: %s %r refused: no valid API key (from %s)", request.method, request.path, request.remote)
+            refused = _error(401, "a valid API key is needed: Authorization: Bearer <key>")
+            refused.headers["WWW-Authenticate"] = "Bearer"
+            return refused
+        try:
+            response = await handler(request)
+        except ApiError as refused:
+            return _error(refused.status, refused.message)
+        except web.HTTPRequestEntityTooLarge:
+            return _error(413, f"the body is larger than api.max_body ({self.max_body} bytes)")
+        except web.HTTPException as refused:
+            return _error(refused.status, refused.reason)
+        except Exception:
+            log.exception("api: %s %r failed", request.method, request.path)
+            return _error(500, "the request failed: see the bridge's log")
+        return response
+
+    def _who(self, request: web.Request) -> str | None:
+        header = request.headers.get("Authorization", "")
+        scheme, _, presented = header.partition(" ")
+        if scheme.lower() == "bearer" and presented.strip() and self.keys:
+            return key_name(self.keys, presented.strip())
+        if not header and self.anonymous_loopback and request.remote and is_loopback(request.remote):
+            return "anonymous-loopback"
+        return None
+
+    def _changed(self, request: web.Request, what: str, *args: Any) -> None:
+        log.info("api: key %s: " + what, self._who(request), *args)
+
+    # -- helpers --------------------------------------------------------------
+
+    def _embedded(self) -> Broker:
+        source = self.bridge.broker
+        core = getattr(source, "core", None)
+        if source.mode != "embedded":
+            raise ApiError(409, f"broker.mode = {source.mode}: this is the embedded broker's state; ask the broker")
+        if core is None:
+            raise ApiError(503, "the embedded broker is not running")
+        return core  # type: ignore[no-any-return]
+
+    def _page(self, request: web.Request, items: Iterable[tuple[str, Any]]) -> web.Response:
+        """A page of (key, item) pairs sorted by key, after `cursor`, at most `limit` long."""
+        limit_text = request.query.get("limit", "100")
+        if not limit_text.isdigit() or not 1 <= int(limit_text) <= self.max_page:
+            raise ApiError(400, f"limit must be an integer from 1 to {self.max_page}")
+        limit = int(limit_text)
+        cursor = _clean(request.query.get("cursor", ""), "cursor")
+        # the first limit + 1 after the cursor, without sorting a whole fleet for one page
+        chosen = heapq.nsmallest(limit + 1, (pair for pair in items if pair[0] > cursor), key=lambda pair: pair[0])
+        page = chosen[:limit]
+        more = len(chosen) > limit
+        return _json({"data": [item for _, item in page], "next": page[-1][0] if more else None})
+
+    async def _body(self, request: web.Request) -> dict[str, Any]:
+        if request.content_length is not None and request.content_length > self.max_body:
+            raise ApiError(413, f"the body is larger than api.max_body ({self.max_body} bytes)")
+        try:
+            async with asyncio.timeout(BODY_TIMEOUT):
+                raw = await request.read()
+        except TimeoutError:
+            raise ApiError(408, "the body took too long") from None
+        try:
+            body = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise ApiError(400, "the body is not JSON") from None
+        if not isinstance(body, dict):
+            raise ApiError(400, "the body must be a JSON object")
+        return body
+
+    def _state(self, request: web.Request) -> tuple[Broker, SessionState]:
+        broker = self._embedded()
+        clientid = _clean(request.match_info["clientid"], "client id")
+        state = broker.states.get(clientid)
+        if state is None:
+            raise ApiError(404, "no such client")
+        return broker, state
+
+    @staticmethod
+    def _client(broker: Broker, state: SessionState) -> dict[str, Any]:
+        conn = broker.active.get(state.clientid)
+        return {
+            "clientid": state.clientid,
+            "username": state.username,
+            "connected": state.connected,
+            "peername": conn.peername if conn is not None and state.connected else None,
+            "proto_ver": state.level,
+            "clean": state.clean,
+            "expiry": state.expiry,
+            "durable": state.durable,
+            "subscriptions": len(state.subscriptions),
+        }
+
+    @classmethod
+    def _session(cls, broker: Broker, state: SessionState) -> dict[str, Any]:
+        return {
+            **cls._client(broker, state),
+            "subscriptions": [
+                {"filter": sub.filter, "qos": sub.qos, "no_local": sub.no_local, "identifier": sub.identifier}
+                for _, sub in sorted(state.subscriptions.items())
+            ],
+            "queue": {"messages": len(state.outbox), "bytes": state.outbox_bytes},
+            "inflight": len(state.inflight),
+            "dropped": state.dropped,
+            "expires_at": state.expires_at if not state.connected and state.expires_at else None,
+        }
+
+    def _matching_states(self, request: web.Request, broker: Broker) -> Iterator[SessionState]:
+        prefix = _clean(request.query.get("prefix", ""), "prefix")
+        user = request.query.get("user")
+        if user is not None:
+            user = _clean(user, "user")
+        connected = request.query.get("connected")
+        if connected not in (None, "true", "false"):
+            raise ApiError(400, "connected must be true or false")
+        for clientid, state in broker.states.items():
+            if not clientid.startswith(prefix):
+                continue
+            if user is not None and state.username != user:
+                continue
+            if connected is not None and state.connected != (connected == "true"):
+                continue
+            yield state
+
+    # -- handlers ---------------------------------------------------------------
+
+    async def openapi(self, _request: web.Request) -> web.Response:
+        return _json(describe())
+
+    async def status(self, _request: web.Request) -> web.Response:
+        _ready, detail = self.bridge.health()
+        return _json({"version": _version(), "uptime": time.time() - self.bridge.started_at, **detail})
+
+    async def clients(self, request: web.Request) -> web.Response:
+        broker = self._embedded()
+        return self._page(
+            request, ((s.clientid, self._client(broker, s)) for s in self._matching_states(request, broker))
+        )
+
+    async def client(self, request: web.Request) -> web.Response:
+        broker, state = self._state(request)
+        return _json(self._client(broker, state))
+
+    async def kick(self, request: web.Request) -> web.Response:
+        from bridge.mqtt.reasons import R
+
+        broker, state = self._state(request)
+        conn = broker.active.get(state.clientid)
+        if conn is None or not state.connected:
+            raise ApiError(409, "the client is not connected")
+        self._changed(request, "kicked client %r", state.clientid)
+        conn.close("kicked", R.ADMINISTRATIVE_ACTION)
+        with contextlib.suppress(TimeoutError):  # its teardown (will, client.disconnected) is under way
+            await asyncio.wait_for(conn.done.wait(), 5.0)
+        return _json({"kicked": state.clientid})
+
+    async def sessions(self, request: web.Request) -> web.Response:
+        broker = self._embedded()
+        return self._page(
+            request, ((s.clientid, self._session(broker, s)) for s in self._matching_states(request, broker))
+        )
+
+    async def session(self, request: web.Request) -> web.Response:
+        broker, state = self._state(request)
+        return _json(self._session(broker, state))
+
+    async def subscriptions(self, request: web.Request) -> web.Response:
+        broker = self._embedded()
+        clientid = request.query.get("clientid")
+        if clientid is not None:
+            clientid = _clean(clientid, "clientid")
+        wanted = request.query.get("filter")
+        if wanted is not None:
+            wanted = _clean(wanted, "filter")
+        items = []
+        for state in broker.states.values():
+            if clientid is not None and state.clientid != clientid:
+                continue
+            for sub in state.subscriptions.values():
+                if wanted is None or sub.filter == wanted:
+                    entry = {"clientid": state.clientid, "filter": sub.filter, "qos": sub.qos}
+                    items.append((json.dumps([state.clientid, sub.filter]), entry))
+        return self._page(request, items)
+
+    async def subscribe(self, request: web.Request) -> web.Response:
+        broker, state = self._state(request)
+        body = await self._body(request)
+        topic_filter, qos = body.get("filter"), body.get("qos", 0)
+        if not isinstance(topic_filter, str) or not topic_filter:
+            raise ApiError(400, "filter must be a non-empty string")
+        _clean(topic_filter, "filter")
+        problem = filter_error(topic_filter)
+        if problem:
+            raise ApiError(400, f"bad topic filter: {problem}")
+        if qos not in (0, 1, 2) or isinstance(qos, bool):
+            raise ApiError(400, "qos must be 0, 1 or 2")
+        plain = topic_filter.split("/", 2)[2] if topic_filter.startswith("$share/") else topic_filter
+        if not state.permissions.may_subscribe(plain):
+            raise ApiError(403, "the client's ACL does not allow this subscription")
+        self._changed(request, "subscribed %r to %r qos %d", state.clientid, topic_filter, qos)
+        broker.proxy_subscribe(state.clientid, topic_filter, qos)
+        return _json({"clientid": state.clientid, "filter": topic_filter, "qos": qos}, 201)
+
+    async def unsubscribe(self, request: web.Request) -> web.Response:
+        broker, state = self._state(request)
+        topic_filter = _clean(request.query.get("filter", ""), "filter")
+        if topic_filter not in state.subscriptions:
+            raise ApiError(404, "the client has no such subscription")
+        self._changed(request, "unsubscribed %r from %r", state.clientid, topic_filter)
+        _existed, posted = broker._remove_subscription(state, topic_filter)
+        del posted  # session.unsubscribed goes out in the client's event order, not awaited here
+        return _json({"clientid": state.clientid, "filter": topic_filter, "removed": True})
+
+    @staticmethod
+    def _retained(retained: Any) -> dict[str, Any]:
+        payload: bytes = retained.payload
+        try:
+            text: str | None = payload.decode()
+        except UnicodeDecodeError:
+            text = None
+        return {
+            "topic": retained.topic,
+            "qos": retained.qos,
+            "from_clientid": retained.from_clientid,
+            "msgid": retained.msgid,
+            "payload": text,
+            "payload_base64": base64.b64encode(payload).decode(),
+            "bytes": len(payload),
+        }
+
+    async def retained_list(self, request: web.Request) -> web.Response:
+        broker = self._embedded()
+        topic_filter = _clean(request.query.get("filter", "#"), "filter")
+        problem = filter_error(topic_filter)
+        if problem:
+            raise ApiError(400, f"bad topic filter: {problem}")
+        found = broker.router.retained_for(topic_filter, time.monotonic())
+        return self._page(request, ((r.topic, self._retained(r)) for r in found))
+
+    def _retained_topic(self, request: web.Request) -> tuple[Broker, Any]:
+        broker = self._embedded()
+        topic = _clean(request.match_info["topic"], "topic")
+        problem = topic_name_error(topic)
+        if problem:
+            raise ApiError(400, problem)
+        found = broker.router.retained_for(topic, time.monotonic())
+        if not found:
+            raise ApiError(404, "no retained message on this topic")
+        return broker, found[0]
+
+    async def retained_get(self, request: web.Request) -> web.Response:
+        _broker, retained = self._retained_topic(request)
+        return _json(self._retained(retained))
+
+    async def retained_delete(self, request: web.Request) -> web.Response:
+        from bridge.brokers.embedded.router import Message
+
+        broker, retained = self._retained_topic(request)
+        self._changed(request, "deleted the retained message on %r", retained.topic)
+        broker.router.store_retained(Message(broker.msgids.next(), retained.topic, b"", 0, True, ""))
+        return _json({"deleted": retained.topic})
+
+    async def publish(self, request: web.Request) -> web.Response:
+        from bridge.brokers.embedded.router import Message
+
+        broker = self._embedded()
+        body = await self._body(request)
+        topic, qos, retain = body.get("topic"), body.get("qos", 0), body.get("retain", False)
+        if not isinstance(topic, str):
+            raise ApiError(400, "topic must be a string")
+        _clean(topic, "topic")
+        problem = topic_name_error(topic)
+        if problem:
+            raise ApiError(400, problem)
+        if qos not in (0, 1, 2) or isinstance(qos, bool):
+            raise ApiError(400, "qos must be 0, 1 or 2")
+        if not isinstance(retain, bool):
+            raise ApiError(400, "retain must be true or false")
+        payload = _payload(body)
+        clientid = body.get("clientid")
+        state = None
+        if clientid is not None:
+            if not isinstance(clientid, str):
+                raise ApiError(400, "clientid must be a string")
+            state = broker.states.get(_clean(clientid, "clientid"))
+            if state is None:
+                raise ApiError(404, "no such client")
+            if not state.permissions.may_publish(topic):
+                raise ApiError(403, "the client's ACL does not allow publishing to this topic")
+        elif topic == "$SYS" or topic.startswith("$SYS/"):
+            raise ApiError(403, "$SYS topics are the broker's own")
+        self._changed(request, "published to %r (%d bytes, qos %d, retain %s)", topic, len(payload), qos, retain)
+        message = Message(broker.msgids.next(), topic, payload, qos, retain, clientid or "")
+        if state is not None:  # as the client: its message.publish event, then routing
+            await broker._publish(state, "api", message)
+            return _json({"published": topic, "msgid": message.msgid, "as": state.clientid})
+        if retain:
+            broker.router.store_retained(message)
+        sequencer = broker.router.sequencer
+        ticket = sequencer.enter()
+        try:
+            if not sequencer.ready(ticket):
+                await sequencer.wait(ticket)
+            delivered = broker.router.route(message)
+        finally:
+            sequencer.leave(ticket)
+        return _json({"published": topic, "msgid": message.msgid, "routed": delivered})
+
+    async def rules(self, request: web.Request) -> web.Response:
+        metrics = self.bridge.metrics
+        active = {rule.id for rule in self.bridge.engine.rules}
+        prefix = _clean(request.query.get("prefix", ""), "prefix")
+        items = (
+            (
+                rule_id,
+                {"id": rule_id, "pool": metrics.rule_pool.get(rule_id, ""), "active": rule_id in active, **counts},
+            )
+            for rule_id, counts in list(metrics.rules.items())
+            if rule_id.startswith(prefix)
+        )
+        extra = (
+            (rule_id, {"id": rule_id, "pool": metrics.rule_pool.get(rule_id, ""), "active": True})
+            for rule_id in active
+            if rule_id not in metrics.rules and rule_id.startswith(prefix)
+        )
+        return self._page(request, [*items, *extra])
+
+    async def pools(self, request: web.Request) -> web.Response:
+        _ready, detail = self.bridge.health()
+        items = []
+        for pool_id, state in detail["pools"].items():
+            runner = self.bridge.runners[pool_id]
+            spool_bytes = runner.spool.bytes if runner.spool else 0
+            items.append((pool_id, {"id": pool_id, **state, "spool_bytes": spool_bytes}))
+        page = self._page(request, items)
+        return page
+
+    async def reload(self, request: web.Request) -> web.Response:
+        self._changed(request, "reload")
+        async with self._reloading:
+            reloaded = await self.bridge.reload()
+        if reloaded:
+            return _json({"reloaded": True, "rules": len(self.bridge.engine.rules)})
+        return _error(422, "the reload was refused: the rules and pools loaded before stay (see the log)")
+
+
+def _payload(body: dict[str, Any]) -> bytes:
+    if "payload_base64" in body:
+        encoded = body["payload_base64"]
+        if not isinstance(encoded, str):
+            raise ApiError(400, "payload_base64 must be a string")
+        try:
+            return base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            raise ApiError(400, "payload_base64 is not base64") from None
+    payload = body.get("payload", "")
+    if not isinstance(payload, str):
+        raise ApiError(400, "payload must be a string (or give payload_base64)")
+    try:
+        return payload.encode()
+    except UnicodeEncodeError:
+        raise ApiError(400, "payload is not valid UTF-8") from None
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hookbridge")
+    except PackageNotFoundError:
+        return "unknown"
