@@ -31,6 +31,8 @@ log = logging.getLogger("bridge.brokers.embedded")
 
 
 class EventLane:
+    __slots__ = ("__weakref__", "_busy", "_clientid", "_pump", "_queue", "_sink")
+
     def __init__(self, sink: EventSink, clientid: str, busy: set[EventLane] | None = None) -> None:
         self._sink = sink
         self._clientid = clientid
