@@ -208,27 +208,27 @@ class QueuedBytes:
         """Drop the oldest message of the largest queue until the total is within the bound."""
         if self._heap is None:
             self._build()
-        while self.total > self.bound and self._heap:
-            heap = self._heap  # (a push may compact it into a new list)
+        heap = self._heap
+        assert heap is not None
+        while self.total > self.bound and heap:
             minus, mark, state = heap[0]
             if mark != state.heap_mark:
                 heapq.heappop(heap)  # superseded by a later entry of the session
                 continue
+            if state.outbox_bytes >= -minus:  # its entry is true: the largest queue
+                state.drop_oldest("queued_bytes")
+                self.dropped += 1
+            # its entry over-states it now (it shrank since, or just dropped): its true size goes
+            # in its place (one sift, not a pop and a push), or it leaves the heap if it is empty
             size = state.outbox_bytes
-            if size < -minus:  # shrank since it was pushed: its true size goes in, then look again
+            if size:
+                self._tick += 1
+                state.heap_mark = self._tick
+                heapq.heapreplace(heap, (-size, self._tick, state))
+            else:
                 heapq.heappop(heap)
                 state.heap_mark = 0
                 self._live -= 1
-                if size:
-                    self._push(state)
-                continue
-            state.drop_oldest("queued_bytes")
-            self.dropped += 1
-            heapq.heappop(heap)
-            state.heap_mark = 0
-            self._live -= 1
-            if state.outbox_bytes:
-                self._push(state)
 
     def log_drop(self, state: SessionState) -> None:
         """At most one warning per _DROP_LOG_INTERVAL for the whole broker (thousands of sessions
