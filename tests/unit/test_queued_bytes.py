@@ -135,7 +135,7 @@ def test_the_heap_is_compacted_and_let_go_under_half_the_bound() -> None:
     for i in range(20_000):
         states[i % 20].enqueue(fleet.message(200))
         heap = fleet.queued._heap
-        assert heap is None or len(heap) <= 2 * fleet.queued._live + 1024
+        assert heap is None or len(heap) <= 2 * fleet.queued._current + 1024
     assert fleet.queued.live
     fleet.check()
     while fleet.queued.total >= fleet.queued.bound // 2:
