@@ -167,8 +167,9 @@ GLOBAL: dict[str, Setting] = {
         "embedded mode: bytes of messages queued in all sessions together, counted as "
         "broker.max_offline_bytes counts them; when over it the oldest messages of the largest queues "
         "are dropped and counted (queued_bytes) until it holds again. Messages in flight (sent, not yet "
-        "acknowledged) are not counted and never dropped. Allow about 1.3 times it in memory (see "
-        "docs/operations.md); no value means unlimited, 1TB is the largest",
+        "acknowledged) are not counted and never dropped. Plan for up to twice it in memory with small "
+        "messages (docs/operations.md, memory of the embedded broker); no value means unlimited, 1TB is the "
+        "largest",
         example="4GB",
     ),
     "broker.max_subscriptions": Setting(
