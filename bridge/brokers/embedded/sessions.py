@@ -183,15 +183,14 @@ class QueuedBytes:
         self._heap, self._current = kept, len(kept)
 
     def _build(self) -> None:
-        self._heap, self._current = [], 0
-        for state in self.states.values():
-            state.heap_mark = 0
         entries = []
         for state in self.states.values():
             if state.outbox_bytes:
                 self._tick += 1
                 state.heap_mark = self._tick
                 entries.append((-state.outbox_bytes, self._tick, state))
+            else:
+                state.heap_mark = 0
         heapq.heapify(entries)
         self._heap, self._current = entries, len(entries)
 
@@ -222,8 +221,8 @@ class QueuedBytes:
                 heapq.heappop(heap)  # superseded by a later entry of the session
                 continue
             if state.outbox_bytes >= -minus:  # its entry is true: the largest queue
-                state.drop_oldest("queued_bytes")
                 self.dropped += 1
+                state.drop_oldest("queued_bytes")
             # its entry over-states it now (it shrank since, or just dropped): its true size goes
             # in its place (one sift, not a pop and a push), or it leaves the heap if it is empty
             size = state.outbox_bytes
@@ -240,13 +239,13 @@ class QueuedBytes:
         """At most one warning per _DROP_LOG_INTERVAL for the whole broker (thousands of sessions
         may lose messages to this bound in one second)."""
         now = time.monotonic()
-        if self.dropped == 0 or now - self._last_log >= _DROP_LOG_INTERVAL:
+        if self.dropped == 1 or now - self._last_log >= _DROP_LOG_INTERVAL:
             self._last_log = now
             log.warning(
                 "queued messages of all sessions over broker.max_queued_bytes (%d bytes): dropped the oldest of"
                 " the largest queues, %d dropped so far (last from client %r, %d bytes left in its queue)",
                 self.bound,
-                self.dropped + 1,
+                self.dropped,
                 state.clientid,
                 state.outbox_bytes,
             )
