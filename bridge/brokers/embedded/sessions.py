@@ -134,10 +134,12 @@ class QueuedBytes:
     takes at least bound/2 bytes queued again. A scan that runs rarely (drop down to a low mark
     below the bound, then scan again) was the other choice: it is cheaper per message but drops
     more than the bound needs each time, and its choice is only as fresh as its last scan.
-    Measured (bench/queued_bound.py, 15,000 sessions, a busy 2-core machine): an enqueue under the
-    bound 3.8 us as before (one addition, two comparisons), at the bound 12.6 us against 5.7 us
-    for an enqueue that drops by the session's own bound (the heap's push, re-key and stale pops),
-    a rebuild 14 ms: with the default 4 GiB bound, at most 14 ms per 2 GiB queued.
+    Measured (bench/queued_bound.py, 15,000 sessions, on a 2-core machine busy with other work, so
+    the figures spread): an enqueue under the bound 3.7-6 us, as without the bound (one addition,
+    two comparisons); at the bound 12-28 us against about 6 us for an enqueue that drops by the
+    session's own bound (the heap's push, re-key and stale pops, and a victim in another session's
+    memory), paid only while messages are being dropped; a rebuild 11-14 ms, with the default
+    4 GiB bound at most once per 2 GiB queued.
     """
 
     __slots__ = ("_current", "_heap", "_last_log", "_tick", "bound", "dropped", "states", "total")
