@@ -171,6 +171,17 @@ GLOBAL: dict[str, Setting] = {
         "bookkeeping each); when full the oldest message is dropped and counted",
         example="64MB",
     ),
+    "broker.max_queued_bytes": Setting(
+        v.size_in(1 << 20, 1 << 40),
+        4 << 30,
+        "embedded mode: bytes of messages queued in all sessions together, counted as "
+        "broker.max_offline_bytes counts them; when over it the oldest messages of the largest queues "
+        "are dropped and counted (queued_bytes) until it holds again. Messages in flight (sent, not yet "
+        "acknowledged) are not counted and never dropped. Plan for up to twice it in memory with small "
+        "messages (docs/operations.md, memory of the embedded broker); no value means unlimited, 1TB is the "
+        "largest",
+        example="4GB",
+    ),
     "broker.max_subscriptions": Setting(
         v.int_in(0, 1_000_000),
         1000,

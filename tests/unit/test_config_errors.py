@@ -136,6 +136,9 @@ VALUE_CASES = [
         "1:27: broker.max_clientid_len: expected an integer from 23 to 65535, got '22'",
     ),
     ("broker.max_output_bytes = 2GB", "1:27: broker.max_output_bytes: expected a size from 1KB to 1GB, got '2GB'"),
+    # no value means "unlimited" (docs/brokers.md, Limits): 0 is refused like any size under 1MB
+    ("broker.max_queued_bytes = 0", "1:27: broker.max_queued_bytes: expected a size from 1MB to 1TB, got '0'"),
+    ("broker.max_queued_bytes = 2TB", "1:27: broker.max_queued_bytes: expected a size from 1MB to 1TB, got '2TB'"),
     (
         "broker.server_keep_alive = 65536",
         "1:28: broker.server_keep_alive: expected an integer from 0 to 65535, got '65536'",
@@ -301,7 +304,9 @@ def test_limits_come_from_the_settings_at_their_edges() -> None:
         P,
         "broker.max_packet_size = 268435460\nbroker.max_connections = 1\nbroker.connect_timeout = 100ms\n"
         "broker.max_inflight = 65535\nbroker.max_offline_messages = 0\nbroker.max_offline_bytes = 1KB\n"
-        "broker.max_subscriptions = 0\nbroker.max_subscribe_filters = 0\nbroker.max_topic_levels = 1\nbroker.max_clientid_len = 23\n"
+        "broker.max_queued_bytes = 1MB\n"
+        "broker.max_subscriptions = 0\nbroker.max_subscribe_filters = 0\nbroker.max_topic_levels = 1\n"
+        "broker.max_clientid_len = 23\n"
         "broker.max_output_bytes = 1GB\nbroker.server_keep_alive = 65535\n",
     )
     assert Limits.from_config(config) == Limits(
@@ -311,6 +316,7 @@ def test_limits_come_from_the_settings_at_their_edges() -> None:
         max_inflight=65535,
         max_offline_messages=0,
         max_offline_bytes=1024,
+        max_queued_bytes=1 << 20,
         max_subscriptions=0,
         max_subscribe_filters=0,
         max_topic_levels=1,

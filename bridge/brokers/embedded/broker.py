@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
@@ -27,7 +27,7 @@ from bridge.brokers.embedded.flows import FlowsMixin
 from bridge.brokers.embedded.lane import EventLane, Kept
 from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.router import Message, Router
-from bridge.brokers.embedded.sessions import NEVER, PendingWill, SessionState, Subscription
+from bridge.brokers.embedded.sessions import NEVER, PendingWill, QueuedBytes, SessionState, Subscription
 from bridge.events import ClientConnected, ClientDisconnected, Hookpoint
 from bridge.mqtt import (
     EMPTY,
@@ -88,6 +88,7 @@ class Broker(FlowsMixin):
         self.output_pauses = 0  # connections' reading paused for unsent output (max_output_bytes)
         self.router = Router()
         self.states: dict[str, SessionState] = {}
+        self.queued = QueuedBytes(limits.max_queued_bytes, self.states)  # broker-wide bound (sessions.py)
         # Durable sessions on: what the store keeps is written through the journal.
         journal = Journal(store, self.states, interval=commit_interval) if store is not None else None
         self.journal = self.router.journal = journal
@@ -252,8 +253,7 @@ class Broker(FlowsMixin):
             old.expiry, old.username, old.level = expiry, verdict.username, packet.protocol_level
             if old.permissions is not verdict.permissions and old.outbox:
                 # queued before this login (restored from the durable store): the ACL holds
-                old.outbox = deque(m for m in old.outbox if verdict.permissions.may_read(m.topic))
-                old.outbox_bytes = sum(m.size for m in old.outbox)
+                old.keep_readable(verdict.permissions)
             old.permissions = verdict.permissions
             return old, True
         lane = old.lane if old is not None else EventLane(self.sink, clientid, self.busy_lanes)
@@ -267,6 +267,7 @@ class Broker(FlowsMixin):
             limits=self.limits,
             refused=self.refused,
             level=packet.protocol_level,
+            queued=self.queued,
         )
         state.permissions = verdict.permissions
         state.journal = self.journal
@@ -279,7 +280,14 @@ class Broker(FlowsMixin):
         """A durable session read back from the store at start (durable/journal.py)."""
         lane = EventLane(self.sink, clientid, self.busy_lanes)
         state = SessionState(
-            clientid, expiry=expiry, username=username, lane=lane, limits=self.limits, refused=self.refused, level=level
+            clientid,
+            expiry=expiry,
+            username=username,
+            lane=lane,
+            limits=self.limits,
+            refused=self.refused,
+            level=level,
+            queued=self.queued,
         )
         state.owner, state.journal = owner, self.journal
         self.states[clientid] = state

@@ -26,6 +26,7 @@ REFUSALS = (
     "receive_maximum",  # a 5.0 client over the broker's receive maximum (DISCONNECT 0x93)
     "offline_messages",  # a queued message dropped: the session held max_offline_messages
     "offline_bytes",  # a queued message dropped: the session held max_offline_bytes
+    "queued_bytes",  # a queued message dropped: all sessions together held max_queued_bytes
     # who may connect, publish and subscribe (access.py, SPEC 6.2)
     "login_bad_credentials",
     "login_not_authorized",
@@ -60,6 +61,10 @@ class Limits:
     max_offline_bytes: int = 64 << 20
     """Bytes queued per session: topic + payload + about 200 bytes of bookkeeping per message
     (sessions.MESSAGE_OVERHEAD); the newest message is always kept."""
+    max_queued_bytes: int = 4 << 30
+    """Bytes queued in all sessions together, counted as max_offline_bytes counts them; past it
+    the oldest messages of the largest queues are dropped (sessions.QueuedBytes), down to empty
+    queues if need be. In-flight messages are not counted (at most max_inflight per session)."""
     max_subscriptions: int = 1000
     """Topic filters per session; 0: no limit."""
     max_subscribe_filters: int = 1000
