@@ -73,6 +73,9 @@ for port in "$PORT" "$REPLICA" "${SENTINELS[@]}"; do
   fi
 done
 mkdir -p "$DIR"
+# No persistence, and a fresh set starts empty: a replica's full sync leaves an RDB file behind,
+# which a server started on it would load.
+rm -f "$DIR"/*.rdb
 say "starting a Redis Sentinel set: primary 127.0.0.1:$PORT, replica :$REPLICA, Sentinels :${SENTINELS[*]} (${DIR#$ROOT/})"
 common=(--bind 127.0.0.1 --daemonize yes --dir "$DIR" --save "" --appendonly no)
 redis-server --port "$PORT" --pidfile "$DIR/primary.pid" --logfile "$DIR/primary.log" \
