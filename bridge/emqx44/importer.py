@@ -352,8 +352,7 @@ def _global(file: _File, entry: Entry, problems: list[Problem]) -> bool:
             problems.append(
                 Problem(
                     entry.value_at,
-                    "infinity is not honoured: hookbridge's default offline_opts.max_returned_count "
-                    "(500) applies",
+                    "infinity is not honoured: hookbridge's default offline_opts.max_returned_count (500) applies",
                     warning=True,
                 )
             )
