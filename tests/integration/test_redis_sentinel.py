@@ -116,7 +116,11 @@ async def test_primary_killed_under_load_nothing_acknowledged_is_lost(
     await wait_until(lambda: acked() == count, timeout=120, what="every PUBACK")
 
     primary = redis_sync.Redis(port=PORT + 1)
-    await wait_until(lambda: primary.zcard("mqtt:msg:load/t") >= count, timeout=60, what="every message stored")
+    try:
+        await wait_until(lambda: primary.zcard("mqtt:msg:load/t") >= count, timeout=60, what="every message stored")
+    except AssertionError as exc:  # say how far it got and what the pool was doing
+        stored = primary.zcard("mqtt:msg:load/t")
+        raise AssertionError(f"{exc}: {stored} of {count}; health {bridge.health()}") from None
     assert primary.zcard("mqtt:msg:load/t") == count
     ids = primary.zrange("mqtt:msg:load/t", 0, -1)
     payloads = [primary.hget(b"mqtt:msg:" + msgid, "payload") for msgid in ids]
