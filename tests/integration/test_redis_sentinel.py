@@ -106,6 +106,7 @@ async def test_primary_killed_under_load_nothing_acknowledged_is_lost(
 
     publisher = asyncio.create_task(publish())
     await wait_until(lambda: acked() >= 500, timeout=30, what="500 PUBACKs before the kill")
+    killed_after = acked()
     os.kill(int((DIR / "primary.pid").read_text()), signal.SIGKILL)
     await wait_until(lambda: _primary_port() == PORT + 1, timeout=30, what="the Sentinels to promote the replica")
     _revive_old_primary_as_replica(PORT + 1)
@@ -120,7 +121,14 @@ async def test_primary_killed_under_load_nothing_acknowledged_is_lost(
         await wait_until(lambda: primary.zcard("mqtt:msg:load/t") >= count, timeout=60, what="every message stored")
     except AssertionError as exc:  # say how far it got and what the pool was doing
         stored = primary.zcard("mqtt:msg:load/t")
-        raise AssertionError(f"{exc}: {stored} of {count}; health {bridge.health()}") from None
+        have = {primary.hget(b"mqtt:msg:" + i, "payload") for i in primary.zrange("mqtt:msg:load/t", 0, -1)}
+        missing = [i for i in range(count) if f"m{i}".encode() not in have]
+        ranges = f"{missing[:3]}..{missing[-3:]}" if missing else "none"
+        other = redis_sync.Redis(port=PORT)
+        detail = f"old node: {other.zcard('mqtt:msg:load/t')} stored, role {other.role()[0]!r}"
+        raise AssertionError(
+            f"{exc}: {stored} of {count} (killed after {killed_after}; missing {len(missing)}: {ranges}; {detail}); health {bridge.health()}"
+        ) from None
     assert primary.zcard("mqtt:msg:load/t") == count
     ids = primary.zrange("mqtt:msg:load/t", 0, -1)
     payloads = [primary.hget(b"mqtt:msg:" + msgid, "payload") for msgid in ids]
