@@ -4,8 +4,9 @@
 # redis-sentinel package adds).
 #   scripts/redis_sentinel.sh [PORT] [start|stop]        default port 26400, action start
 # On 127.0.0.1: the primary on PORT, one replica on PORT+1, three Sentinels on PORT+2..PORT+4
-# watching the primary as master `hookbridge` (quorum 2, down after 1 s), so killing the primary
-# promotes the replica within a few seconds. Data, logs, pid files and the Sentinels' config
+# watching the primary as master `hookbridge` (quorum 2, down after 3 s: with 1 s they also failed
+# over a primary that was only busy, on a loaded machine), so killing the primary promotes the
+# replica within a few seconds. Data, logs, pid files and the Sentinels' config
 # files in .run/redis-sentinel-PORT/. No persistence.
 # start: reuse the set when all five answer and the Sentinels agree on a master; otherwise stop
 #        what is left of ours (a failover leaves the replica as the primary, the old primary
@@ -92,8 +93,8 @@ pidfile $DIR/sentinel-$port.pid
 logfile $DIR/sentinel-$port.log
 dir $DIR
 sentinel monitor $MASTER 127.0.0.1 $PORT 2
-sentinel down-after-milliseconds $MASTER 1000
-sentinel failover-timeout $MASTER 5000
+sentinel down-after-milliseconds $MASTER 3000
+sentinel failover-timeout $MASTER 10000
 sentinel parallel-syncs $MASTER 1
 EOF
   redis-server "$DIR/sentinel-$port.conf" --sentinel
