@@ -55,6 +55,9 @@ class BackendPlugin:
     # (`broker.auth.backend`, `broker.acl.backend`), each made from a pool's settings
     users: str | None = None
     acl: str | None = None
+    # "module:function" checking a pool's settings together (a value that is fine alone but not
+    # with another): (settings) -> [(key, message)], each reported at that key's value
+    check_pool: str | None = None
     _loaded: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def backend_class(self) -> type[Any]:
@@ -73,6 +76,12 @@ class BackendPlugin:
             return None
         check: Callable[[str], str | None] = self._load("check", self.check_statement)
         return check(text)
+
+    def pool_problems(self, settings: Mapping[str, Any]) -> list[tuple[str, str]]:
+        if self.check_pool is None:
+            return []
+        check: Callable[[Mapping[str, Any]], list[tuple[str, str]]] = self._load("check_pool", self.check_pool)
+        return check(settings)
 
     def users_store(self) -> Any:
         assert self.users is not None

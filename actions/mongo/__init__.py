@@ -23,7 +23,11 @@ PLUGIN = BackendPlugin(
         "server": Setting(
             a.parse_hostports, None, "server address, or several, comma-separated", example="127.0.0.1:27017"
         ),
-        "type": Setting(v.enum_of("single", "rs"), "single", "single server or replica set"),
+        "type": Setting(
+            v.enum_of("single", "rs", "sharded", "unknown"),
+            "single",
+            "single server, replica set (rs), mongos routers (sharded) or let the driver discover (unknown)",
+        ),
         "database": Setting(MONGO_NAME, "mqtt", "database name"),
         "login": Setting(v.parse_str, "", "login name (EMQX's name for `username`; either works)"),
         "auth_source": Setting(MONGO_NAME, "admin", "authentication database"),

@@ -1,19 +1,65 @@
-"""Redis backend (SPEC 5.1): backend.py runs batches; functions.py writes; reads.py reads then acts.
-
+"""Redis backend (SPEC 5.1): backend.py runs batches; functions.py writes; reads.py reads then acts;
+connection.py opens a pool's connections (one server, or the primary that Sentinels name).
 PLUGIN is its declaration (the `hookbridge.backends` entry point in pyproject.toml); importing this
 package does not import the driver.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from bridge.plugin import BackendPlugin, Setting
+from bridge.plugin import addresses as a
 from bridge.plugin import values as v
+
+
+def parse_servers(text: str) -> Any:
+    """One `host:port`, or several comma-separated (the Sentinels of a `type = sentinel` pool)."""
+    found = a.parse_hostports(text)
+    return found[0] if len(found) == 1 else found
+
+
+parse_servers.__doc__ = "`host:port`; with `type = sentinel`, the Sentinels' `host:port`, comma-separated"
+
+
+def pool_problems(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Settings that are fine alone but not together."""
+    problems: list[tuple[str, str]] = []
+    several = isinstance(settings["server"], list)
+    if settings["type"] == "single" and several:
+        problems.append(("server", "a single Redis takes one host:port (several are Sentinels: type = sentinel)"))
+    if settings["type"] == "sentinel" and not settings["sentinel"]:
+        problems.append(("type", "a sentinel pool needs `sentinel`, the master name its Sentinels monitor"))
+    if settings["type"] == "single" and settings["sentinel"]:
+        problems.append(("sentinel", "`sentinel` applies to type = sentinel only"))
+    return problems
+
 
 PLUGIN = BackendPlugin(
     name="redis",
     title="Redis",
     settings={
-        "type": Setting(v.enum_of("single"), "single", "deployment type (single node)"),
+        "server": Setting(
+            parse_servers,
+            None,
+            "Redis address; with `type = sentinel`, the Sentinels' addresses (EMQX 4.4's meaning)",
+            example="127.0.0.1:6379",
+        ),
+        "type": Setting(
+            v.enum_of("single", "sentinel"),
+            "single",
+            "one server (`single`), or the primary the Sentinels in `server` name (`sentinel`): "
+            "docs/backends/redis.md#sentinel",
+        ),
+        "sentinel": Setting(v.parse_str, "", "type = sentinel: the master name the Sentinels monitor"),
+        "wait_replicas": Setting(
+            v.int_in(0, 16),
+            0,
+            "replicas that must hold each batch before it counts as written (Redis WAIT, within half of "
+            "request_timeout; fewer: the batch is retried or spooled). 1 with Sentinel: what was "
+            "acknowledged survives a failover",
+        ),
         "database": Setting(v.int_in(0, 2**31 - 1), 0, "Redis logical database number"),
     },
     default_port=6379,
@@ -22,4 +68,5 @@ PLUGIN = BackendPlugin(
     check_statement="actions.redis.commands:statement_problem",
     users="actions.redis.auth:RedisUsers",
     acl="actions.redis.auth:RedisAcl",
+    check_pool="actions.redis:pool_problems",
 )

@@ -9,26 +9,13 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from actions.redis.backend import tls_options
+from actions.redis.connection import connection_pool
 from bridge.plugin import AclEntry, PoolConfig, UserRecord, UserStoreDown, acl_row, user_record
 
 
 def redis_client(pool: PoolConfig) -> Any:
     """A small Redis client of its own for a pool (users and ACL lookups, not the rule runner's)."""
-    host, port = pool["server"]
-    connections = aioredis.ConnectionPool(
-        host=host,
-        port=port,
-        db=pool["database"],
-        username=pool["username"] or None,
-        password=pool["password"] or None,
-        protocol=2,
-        max_connections=4,
-        socket_connect_timeout=pool["request_timeout"],
-        socket_timeout=pool["request_timeout"],
-        **tls_options(pool),
-    )
-    return aioredis.Redis(connection_pool=connections)
+    return aioredis.Redis(connection_pool=connection_pool(pool, max_connections=4))
 
 
 class RedisUsers:

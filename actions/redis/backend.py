@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,9 +11,10 @@ import redis.asyncio as aioredis
 from redis import exceptions as rexc
 
 from actions.redis import scripts
+from actions.redis.connection import connection_pool
 from actions.redis.functions import WRITERS, Command, Script
 from actions.redis.index import TopicIndex
-from actions.redis.packing import PackedConnection, PackedSSLConnection, pipeline
+from actions.redis.packing import pipeline
 from actions.redis.reads import RedisStore
 from actions.redis.schema import describe
 from bridge.backend import Backend, Job
@@ -50,21 +50,6 @@ _SERVER_STATE_REPLIES = (
 )
 
 
-def tls_options(pool: Any) -> dict[str, Any]:
-    """redis-py's SSLConnection settings from the pool's `ssl*` keys (empty without TLS)."""
-    if not pool["ssl"]:
-        return {}
-    verify = bool(pool["ssl.verify"])
-    return {
-        "connection_class": PackedSSLConnection,
-        "ssl_ca_certs": pool["ssl.cafile"] or None,
-        "ssl_certfile": pool["ssl.certfile"] or None,
-        "ssl_keyfile": pool["ssl.keyfile"] or None,
-        "ssl_cert_reqs": ssl.CERT_REQUIRED if verify else ssl.CERT_NONE,
-        "ssl_check_hostname": verify,
-    }
-
-
 def _alone(job: Job) -> bool:
     """A read, or commands sent one by one (`"pipeline": false`): not in the batch's pipeline."""
     action = job.rule.action
@@ -76,21 +61,12 @@ class RedisBackend(Backend):
     functions = frozenset(WRITERS) | frozenset(READERS)
 
     async def connect(self) -> None:
-        host, port = self.pool["server"]
-        connections = aioredis.ConnectionPool(
-            host=host,
-            port=port,
-            db=self.pool["database"],
-            username=self.pool["username"] or None,
-            password=self.pool["password"] or None,
+        connections = connection_pool(
+            self.pool,
             max_connections=max(2, self.pool["pool_size"]),
-            protocol=2,
             # A request without an answer within request_timeout fails and is retried on a new
             # connection; the runner has counted the pool down by then (bridge/runner.py).
-            socket_connect_timeout=self.pool["request_timeout"],
-            socket_timeout=self.pool["request_timeout"],
             health_check_interval=30,
-            **({"connection_class": PackedConnection} | tls_options(self.pool)),
         )
         self.redis: Any = aioredis.Redis(connection_pool=connections)  # replies are bytes (protocol 2)
         self.index = TopicIndex(self.redis)
@@ -179,7 +155,13 @@ class RedisBackend(Backend):
     ) -> None:
         if not commands:
             return
+        wait = self.pool["wait_replicas"]
+        if wait:  # the batch counts as written once `wait` replicas hold it (docs/backends/redis.md)
+            commands.append(("WAIT", wait, max(1, int(self.pool["request_timeout"] * 500))))
         replies = await pipeline(self.redis.connection_pool, commands, self.pool["request_timeout"])
+        if wait:
+            held = replies.pop()
+            commands.pop()
         for owner, reply in zip(owners, replies, strict=True):
             if isinstance(reply, rexc.NoScriptError):
                 # Redis restarted and lost its script cache: retry the batch. Its data may be
@@ -192,6 +174,10 @@ class RedisBackend(Backend):
                 if self.is_recoverable(reply):
                     raise reply
                 outcomes[owner] = reply
+        if wait and (not isinstance(held, int) or held < wait):
+            # Written on the primary but not (yet) on enough replicas: a failover now could lose
+            # it. Retried (every write is idempotent on its msgid) or spooled, never acknowledged.
+            raise rexc.TryAgainError(f"{held!r} of {wait} replicas acknowledged the batch in time (WAIT)")
 
     async def _one_by_one(self, job: Job, action: CommandsAction) -> BaseException | None:
         for command in action.commands:

@@ -23,6 +23,7 @@ from typing import Any
 import hiredis
 import redis.asyncio as aioredis
 from redis import exceptions as rexc
+from redis.asyncio.sentinel import SentinelManagedConnection, SentinelManagedSSLConnection
 
 
 class _HiredisPacking:
@@ -41,6 +42,14 @@ class PackedSSLConnection(_HiredisPacking, aioredis.SSLConnection):
     pass
 
 
+class PackedSentinelConnection(_HiredisPacking, SentinelManagedConnection):
+    pass
+
+
+class PackedSentinelSSLConnection(_HiredisPacking, SentinelManagedSSLConnection):
+    pass
+
+
 async def pipeline(pool: aioredis.ConnectionPool, commands: Sequence[Sequence[Any]], reply_within: float) -> list[Any]:
     """Run `commands` in order on one connection of `pool`; every reply, an error reply as its
     exception object (like redis-py's `execute(raise_on_error=False)`). A connection that fails
@@ -52,7 +61,7 @@ async def pipeline(pool: aioredis.ConnectionPool, commands: Sequence[Sequence[An
         parser = connection._parser  # redis-py's own reply parser for this connection
         try:
             async with asyncio.timeout(reply_within):
-                return [await parser.read_response() for _ in commands]
+                replies = [await parser.read_response() for _ in commands]
         except TimeoutError:
             await connection.disconnect(nowait=True)
             raise rexc.TimeoutError(f"no reply within {reply_within:g} s") from None
@@ -62,5 +71,10 @@ async def pipeline(pool: aioredis.ConnectionPool, commands: Sequence[Sequence[An
         except BaseException:
             await connection.disconnect(nowait=True)
             raise
+        if any(isinstance(reply, rexc.ReadOnlyError) for reply in replies):
+            # A primary demoted to a replica (a Sentinel failover while this connection stayed
+            # open): reconnect next time, which asks the Sentinels for the primary again.
+            await connection.disconnect(nowait=True)
+        return replies
     finally:
         await pool.release(connection)

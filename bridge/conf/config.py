@@ -128,6 +128,9 @@ def parse_config(path: str, text: str) -> Config:
         pool.settings[key] = _parse_value(entry, known[key], errors, secrets)
     for pool in pools.values():
         _default_address(pool)
+        for key, message in registry.backends()[pool.db].pool_problems(pool.settings):
+            full = f"backend.{pool.db}.{pool.name}.{key}"
+            errors.append(ConfError(values_at.get(full, pool.defined_at), f"{full}: {message}"))
     errors.extend(_pool_reference_errors(settings, pools, values_at))
     errors.extend(_listener_collisions(path, settings, values_at))
     errors.extend(_api_errors(path, settings, values_at))

@@ -1,0 +1,57 @@
+"""`hookbridge import-emqx DIR --out DIR [--force]` (a `hookbridge.commands` entry point)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from bridge.registry import CommandPlugin
+
+EXIT_CONFIG = 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "directory", help="EMQX 4.4's etc/ or etc/plugins/ (the emqx_backend_<db>.conf files are found in either)"
+    )
+    parser.add_argument("--out", required=True, help="where config/bridge.conf and rules/<db>.conf are written")
+    parser.add_argument("--force", action="store_true", help="overwrite files that differ from what would be written")
+
+
+def run(args: argparse.Namespace) -> int:
+    from bridge.emqx44.importer import convert
+
+    out = Path(args.out)
+    result = convert(Path(args.directory), str(out / "config" / "bridge.conf"), str(out / "rules"))
+    for problem in result.problems:
+        print(problem, file=sys.stderr)
+    if result.errors:
+        count = len(result.errors)
+        print(f"{count} problem{'s' if count != 1 else ''} found; nothing written", file=sys.stderr)
+        return EXIT_CONFIG
+    different = [
+        path for path, text in result.files.items() if Path(path).exists() and Path(path).read_text("utf-8") != text
+    ]
+    if different and not args.force:
+        for path in different:
+            print(f"{path}: exists and differs from what import-emqx writes (--force overwrites it)", file=sys.stderr)
+        return EXIT_CONFIG
+    for path, text in result.files.items():
+        file = Path(path)
+        if file.exists() and file.read_text("utf-8") == text:
+            print(f"unchanged {path}")
+            continue
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text(text, encoding="utf-8")
+        print(f"wrote {path}")
+    print(f"check it: hookbridge check -c {out / 'config' / 'bridge.conf'} -r {out / 'rules'}")
+    return 0
+
+
+COMMAND = CommandPlugin(
+    name="import-emqx",
+    help="write config/ and rules/ from EMQX 4.4 Enterprise's emqx_backend_<db>.conf files",
+    add_arguments=add_arguments,
+    run=run,
+)

@@ -1,0 +1,505 @@
+"""EMQX 4.4 Enterprise backend config files -> hookbridge config and rules.
+
+EMQX 4.4 Enterprise keeps each backend in `etc/plugins/emqx_backend_<db>.conf`: pool lines
+(`backend.<db>.<pool>.<key>`; Cassandra's pools are `backend.ecql.<pool>.<key>`), a few backend-wide
+keys (`backend.pgsql.max_returned_count`, `backend.redis.msg.expired_after`, ...) and hook lines
+(`backend.<db>.hook.<hookpoint>.<n> = {JSON}`), which are hookbridge's own rule syntax (SPEC 4).
+
+Every key is accounted for: mapped onto a hookbridge setting (EMQX's name when it differs, its
+value as written), honoured by what hookbridge always does (a comment in the output says so), a
+warning (EMQX would have done something hookbridge does not: the output still runs), or an error
+(nothing is written). Problems are `path:line:col: message` in the EMQX file, all of them at once:
+the generated config and rules are validated in memory by hookbridge's own parsers, and their
+errors are mapped back to the EMQX line they came from.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bridge import registry
+from bridge.conf.config import Config, parse_config
+from bridge.conf.errors import ConfError, ConfErrors, Position
+from bridge.conf.lexer import Entry, read_entries
+from bridge.rules import RuleContext, parse_rules
+
+# hookbridge <db> -> the file EMQX 4.4 keeps it in
+FILES = {
+    "redis": "emqx_backend_redis.conf",
+    "pgsql": "emqx_backend_pgsql.conf",
+    "mysql": "emqx_backend_mysql.conf",
+    "mongo": "emqx_backend_mongo.conf",
+    "cassa": "emqx_backend_cassa.conf",
+}
+# the prefix of pool keys in each file (Cassandra's pools are `ecql`, its hooks `cassa`)
+POOL_PREFIX = {"redis": "redis", "pgsql": "pgsql", "mysql": "mysql", "mongo": "mongo", "cassa": "ecql"}
+
+FETCH = frozenset({"on_message_fetch", "on_message_fetch_for_queue", "on_message_fetch_for_pubsub"})
+STORE = frozenset({"on_message_publish", "on_message_store"})
+# EMQX names hookbridge spells differently (its Cassandra page: `on_subscription_lookup`)
+FUNCTION_ALIASES = {"on_subscription_lookup": "on_subscribe_lookup"}
+# EMQX hookpoints hookbridge has not: session.created ran when a session was opened, which for
+# the functions bound there (on_subscribe_lookup) is client.connected
+HOOK_ALIASES = {"session.created": "client.connected"}
+
+
+@dataclass(frozen=True)
+class Problem:
+    where: Position
+    message: str
+    warning: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.where}: {'warning: ' if self.warning else ''}{self.message}"
+
+
+@dataclass
+class _Line:
+    """One generated line and the EMQX entry it came from (to map errors back)."""
+
+    text: str
+    entry: Entry | None = None
+    value_col: int = 0  # 1-based column of the value in `text` (0: not a copy of the entry's value)
+    shift_at: int = 0  # columns of the value after this one (1-based, in `text`) moved by `shift`
+    shift: int = 0
+
+    def source(self, col: int) -> Position | None:
+        if self.entry is None:
+            return None
+        if self.value_col and col >= self.value_col:
+            if self.shift and col >= self.shift_at:
+                col -= self.shift
+            offset = col - self.value_col
+            if offset <= len(self.entry.value):
+                return self.entry.at(offset)
+            return self.entry.value_at
+        return self.entry.key_at
+
+
+@dataclass
+class Result:
+    files: dict[str, str] = field(default_factory=dict)  # relative output path -> text
+    problems: list[Problem] = field(default_factory=list)
+    sources: list[Path] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if not p.warning]
+
+
+# --- pool keys -------------------------------------------------------------------------------------
+
+# A special key: (value) -> (hookbridge value or None, the output comment or problem message, warning?)
+Special = Callable[[str], tuple[str | None, str, bool | None]]
+
+
+def _same(key: str) -> Callable[[str], tuple[str | None, str, bool | None]]:
+    return lambda value: (value, key, None)
+
+
+def _auto_reconnect(value: str) -> tuple[str | None, str, bool | None]:
+    if value.strip().lower() in ("0", "false", "off"):
+        return None, "hookbridge always reconnects: auto_reconnect = 0 is not honoured", True
+    return None, "honoured: hookbridge always reconnects (backoff up to retry_backoff_max)", None
+
+
+def _verify(value: str) -> tuple[str | None, str, bool | None]:
+    mapped = {"verify_peer": "on", "verify_none": "off"}.get(value.strip().lower(), value)
+    return mapped, "ssl.verify", None
+
+
+def _redis_type(value: str) -> tuple[str | None, str, bool | None]:
+    if value.strip() == "cluster":
+        return None, "Redis Cluster pools are not supported yet (docs/backends/redis.md); use single or sentinel", False
+    return value, "type", None
+
+
+def _redis_channel(value: str) -> tuple[str | None, str, bool | None]:
+    return None, "hookbridge does not subscribe to a Redis channel (EMQX's `channel` is not honoured)", True
+
+
+def _cassa_logger(value: str) -> tuple[str | None, str, bool | None]:
+    return None, "the driver's log level is hookbridge's log.level (EMQX's per-pool `logger` is not honoured)", True
+
+
+def _pg_encoding(value: str) -> tuple[str | None, str, bool | None]:
+    if value.strip().lower().replace("-", "") in ("utf8", "unicode"):
+        return None, "honoured: hookbridge talks UTF-8 to PostgreSQL", None
+    return None, f"hookbridge talks UTF-8 to PostgreSQL only, not {value!r}", False
+
+
+def _w_mode(value: str) -> tuple[str | None, str, bool | None]:
+    if value.strip() == "safe":
+        return None, "honoured: hookbridge always waits for the server's acknowledgement (safe)", None
+    return None, "hookbridge always writes safe (acknowledged = kept): w_mode = unsafe is not honoured", True
+
+
+def _r_mode(value: str) -> tuple[str | None, str, bool | None]:
+    if value.strip() == "master":
+        return None, "honoured: hookbridge reads from the primary (master)", None
+    return None, "hookbridge reads from the primary: r_mode = slave_ok is not honoured", True
+
+
+def _srv_record(value: str) -> tuple[str | None, str, bool | None]:
+    if value.strip().lower() in ("false", "off", "0"):
+        return None, "honoured: no SRV lookup", None
+    return None, "SRV records are not supported: list the servers in `server` and set rs_set_name / auth_source", False
+
+
+_SSL: dict[str, Special] = {
+    "ssl": _same("ssl"),
+    "ssl.enable": _same("ssl"),
+    "keyfile": _same("ssl.keyfile"),
+    "certfile": _same("ssl.certfile"),
+    "cacertfile": _same("ssl.cafile"),
+    "ssl.keyfile": _same("ssl.keyfile"),
+    "ssl.certfile": _same("ssl.certfile"),
+    "ssl.cacertfile": _same("ssl.cafile"),
+    "ssl_opts.keyfile": _same("ssl.keyfile"),
+    "ssl_opts.certfile": _same("ssl.certfile"),
+    "ssl_opts.cacertfile": _same("ssl.cafile"),
+    "verify": _verify,
+    "ssl.verify": _verify,
+    "ssl_opts.verify": _verify,
+}
+_COMMON: dict[str, Special] = {
+    "server": _same("server"),
+    "pool_size": _same("pool_size"),
+    "password": _same("password"),
+    "auto_reconnect": _auto_reconnect,
+    **_SSL,
+}
+POOL_KEYS: dict[str, dict[str, Special]] = {
+    "redis": {
+        **_COMMON,
+        "type": _redis_type,
+        "sentinel": _same("sentinel"),
+        "database": _same("database"),
+        "channel": _redis_channel,
+    },
+    "pgsql": {**_COMMON, "username": _same("username"), "database": _same("database"), "encoding": _pg_encoding},
+    "mysql": {**_COMMON, "user": _same("user"), "username": _same("user"), "database": _same("database")},
+    "mongo": {
+        **_COMMON,
+        "type": _same("type"),
+        "rs_set_name": _same("replica_set"),
+        "c_pool_size": _same("pool_size"),
+        "database": _same("database"),
+        "login": _same("login"),
+        "auth_source": _same("auth_source"),
+        "w_mode": _w_mode,
+        "r_mode": _r_mode,
+        "srv_record": _srv_record,
+    },
+    "cassa": {
+        **{k: s for k, s in _COMMON.items() if k not in ("server", "pool_size")},
+        "nodes": _same("nodes"),
+        "size": _same("pool_size"),
+        "username": _same("username"),
+        "keyspace": _same("keyspace"),
+        "logger": _cassa_logger,
+    },
+}
+
+_HOOK = re.compile(r"^backend\.([a-z]+)\.hook\.([a-z_.]+)\.(\d+)$")
+_POOL = re.compile(r"^backend\.([a-z]+)\.([A-Za-z0-9_\-]+)\.(.+)$")
+
+
+# --- the conversion --------------------------------------------------------------------------------
+
+
+@dataclass
+class _Hook:
+    entry: Entry
+    db: str
+    hookpoint: str
+    order: int
+    value: str
+    renamed_at: int = 0  # offset in value of a renamed function name
+    shift: int = 0
+
+
+@dataclass
+class _File:
+    db: str
+    path: Path
+    pools: dict[str, list[_Line]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    hooks: list[_Hook] = field(default_factory=list)
+    max_returned_count: int | None = None
+    time_range: str | None = None
+    expired_after: int | None = None
+
+
+def find_files(directory: Path) -> dict[str, Path]:
+    """The EMQX backend files in `directory`, or in its plugins/ or etc/plugins/."""
+    found: dict[str, Path] = {}
+    for base in (directory, directory / "plugins", directory / "etc" / "plugins"):
+        for db, name in FILES.items():
+            if db not in found and (base / name).is_file():
+                found[db] = base / name
+    return found
+
+
+def convert(directory: Path, out_config: str = "config/bridge.conf", out_rules: str = "rules") -> Result:
+    result = Result()
+    files = find_files(directory)
+    if not files:
+        names = ", ".join(FILES.values())
+        result.problems.append(Problem(Position(str(directory), 1, 1), f"no EMQX backend file here ({names})"))
+        return result
+    parsed: list[_File] = []
+    for db, path in files.items():
+        result.sources.append(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            result.problems.append(Problem(Position(str(path), 1, 1), f"cannot read: {exc}"))
+            continue
+        parsed.append(_read(db, path, text, result.problems))
+
+    lines = _config_lines(parsed)
+    config_path = out_config
+    config = _check_config(config_path, lines, result.problems)
+    rule_files = {db: _rule_lines(file) for db, file in ((f.db, f) for f in parsed) if file.hooks}
+    if config is not None:
+        ctx = RuleContext(
+            config,
+            Path(out_rules).parent / "templates",
+            frozenset(registry.backends()),
+            registry.modes()[config["broker.mode"]].capabilities,
+        )
+        seen: dict[str, Position] = {}
+        for db, rule_lines in sorted(rule_files.items()):
+            _rules, errors = parse_rules(
+                f"{out_rules}/{db}.conf", "\n".join(line.text for line in rule_lines) + "\n", ctx, seen
+            )
+            _map_back(errors, rule_lines, result.problems)
+    result.problems.sort(key=lambda p: (p.where.path, p.where.line, p.where.col))
+    if result.errors:
+        return result
+    result.files[out_config] = "\n".join(line.text for line in lines) + "\n"
+    for db, rule_lines in sorted(rule_files.items()):
+        result.files[f"{out_rules}/{db}.conf"] = "\n".join(line.text for line in rule_lines) + "\n"
+    return result
+
+
+def _read(db: str, path: Path, text: str, problems: list[Problem]) -> _File:
+    file = _File(db, path)
+    entries, lexer_errors = read_entries(str(path), text)
+    problems.extend(Problem(e.where, e.message) for e in lexer_errors)
+    prefix = POOL_PREFIX[db]
+    keys = POOL_KEYS[db]
+    for entry in entries:
+        key = entry.key
+        hook = _HOOK.match(key)
+        if hook:
+            if hook.group(1) != db:
+                problems.append(
+                    Problem(entry.key_at, f"a {hook.group(1)} hook line in {path.name}: expected backend.{db}.hook.*")
+                )
+                continue
+            _hook(file, entry, hook.group(2), int(hook.group(3)), problems)
+            continue
+        if _global(file, entry, problems):
+            continue
+        pool = _POOL.match(key)
+        if pool and pool.group(1) == prefix:
+            _pool_key(file, entry, pool.group(2), pool.group(3), keys, problems)
+            continue
+        rest = key.removeprefix(f"backend.{prefix}.").removeprefix(f"backend.{db}.")
+        if rest != key and rest in keys:
+            problems.append(Problem(entry.key_at, f"{key} names no pool: write backend.{prefix}.pool1.{rest}"))
+            continue
+        problems.append(Problem(entry.key_at, f"unknown EMQX 4.4 {db} backend key {key}"))
+    return file
+
+
+def _pool_key(
+    file: _File, entry: Entry, pool: str, key: str, keys: dict[str, Special], problems: list[Problem]
+) -> None:
+    special = keys.get(key)
+    lines = file.pools.setdefault(pool, [])
+    if special is None:
+        known = ", ".join(sorted(keys))
+        problems.append(Problem(entry.key_at, f"unknown EMQX 4.4 {file.db} pool key {key!r} (known: {known})"))
+        return
+    value, what, warning = special(entry.value)
+    if value is not None:
+        text = f"backend.{file.db}.{pool}.{what} = "
+        lines.append(_Line(text + value, entry, value_col=len(text) + 1 if value == entry.value else 0))
+        return
+    if warning is False:
+        problems.append(Problem(entry.value_at, what))
+        return
+    if warning:
+        problems.append(Problem(entry.key_at, what, warning=True))
+    lines.append(_Line(f"## {file.path.name}:{entry.key_at.line}: {key} = {entry.value}: {what}"))
+
+
+def _global(file: _File, entry: Entry, problems: list[Problem]) -> bool:
+    """Backend-wide keys (not of a pool): True when `entry` was one."""
+    rest = entry.key.removeprefix(f"backend.{file.db}.")
+    if rest == entry.key:
+        return False
+    value = entry.value.strip()
+    if rest == "max_returned_count" and file.db != "redis":
+        if value == "infinity":
+            problems.append(
+                Problem(
+                    entry.value_at,
+                    "infinity is not honoured: hookbridge's default offline_opts.max_returned_count (500) applies",
+                    warning=True,
+                )
+            )
+        elif value.isdigit() and int(value) > 0:
+            file.max_returned_count = int(value)
+        else:
+            problems.append(Problem(entry.value_at, f"expected a positive number or infinity, got {value!r}"))
+        return True
+    if rest == "time_range" and file.db != "redis":
+        if value != "infinity":
+            if not re.fullmatch(r"\d+[dhms]", value):
+                problems.append(
+                    Problem(entry.value_at, f"expected a duration such as 2h (d, h, m, s) or infinity, got {value!r}")
+                )
+            else:
+                file.time_range = value
+        return True
+    if rest == "msg.expired_after" and file.db == "redis":
+        if not re.fullmatch(r"-?\d+", value):
+            problems.append(Problem(entry.value_at, f"expected seconds, got {value!r}"))
+        elif int(value) > 0:
+            file.expired_after = int(value)
+        return True
+    if file.db == "mongo" and rest.startswith("topology."):
+        problems.append(
+            Problem(
+                entry.key_at,
+                "pymongo sizes and times its own topology: EMQX's topology options are not honoured",
+                warning=True,
+            )
+        )
+        file.notes.append(
+            f"## {file.path.name}:{entry.key_at.line}: {entry.key} = {entry.value}: not honoured (pymongo's own)"
+        )
+        return True
+    return False
+
+
+def _hook(file: _File, entry: Entry, hookpoint: str, order: int, problems: list[Problem]) -> None:
+    hook = _Hook(entry, file.db, hookpoint, order, entry.value)
+    if hookpoint in HOOK_ALIASES:
+        problems.append(
+            Problem(entry.key_at, f"EMQX's {hookpoint} is hookbridge's {HOOK_ALIASES[hookpoint]} here", warning=True)
+        )
+        hook.hookpoint = HOOK_ALIASES[hookpoint]
+        hook.order = -order  # numbered after the rules of that hookpoint (below)
+    for old, new in FUNCTION_ALIASES.items():
+        at = hook.value.find(f'"{old}"')
+        if at >= 0:
+            problems.append(Problem(entry.at(at), f"EMQX's {old} is hookbridge's {new}", warning=True))
+            hook.value = hook.value[:at] + f'"{new}"' + hook.value[at + len(old) + 2 :]
+            hook.renamed_at, hook.shift = at + len(old) + 2, len(new) - len(old)
+    file.hooks.append(hook)
+
+
+def _extra_options(file: _File, value: str) -> dict[str, object]:
+    """What the backend-wide keys add to a rule that does not set them itself."""
+    try:
+        body = json.loads(value)
+    except ValueError:
+        return {}  # its error comes from the rules parser
+    if not isinstance(body, dict) or not isinstance(body.get("action"), dict):
+        return {}
+    function = body["action"].get("function")
+    extra: dict[str, object] = {}
+    if function in FETCH and "offline_opts" not in body:
+        opts: dict[str, object] = {}
+        if file.max_returned_count is not None:
+            opts["max_returned_count"] = file.max_returned_count
+        if file.time_range is not None:
+            opts["time_range"] = file.time_range
+        if opts:
+            extra["offline_opts"] = opts
+    if function in STORE and "expired_time" not in body and file.expired_after is not None:
+        extra["expired_time"] = file.expired_after
+    return extra
+
+
+def _rule_lines(file: _File) -> list[_Line]:
+    lines = [
+        _Line(f"## Rules of {file.path.name} (EMQX 4.4 Enterprise), by `hookbridge import-emqx`: docs/rules.md."),
+        _Line("## Each line is the EMQX hook line as written, unless a comment above it says otherwise."),
+    ]
+    used: dict[str, set[int]] = {}
+    for hook in file.hooks:
+        if hook.order > 0:
+            used.setdefault(hook.hookpoint, set()).add(hook.order)
+    for hook in file.hooks:
+        order = hook.order
+        if order < 0:  # an alias: the next free number of its new hookpoint
+            taken = used.setdefault(hook.hookpoint, set())
+            order = max(taken, default=0) + 1
+            taken.add(order)
+        value = hook.value
+        extra = _extra_options(file, value)
+        notes = []
+        if hook.hookpoint != hook.entry.key.split(".hook.")[1].rsplit(".", 1)[0] or hook.shift:
+            notes.append(f"## {file.path.name}:{hook.entry.key_at.line}: renamed from EMQX's {hook.entry.key}")
+        if extra and value.rstrip().endswith("}"):
+            keys = ", ".join(extra)
+            notes.append(f"## {file.path.name}:{hook.entry.key_at.line}: {keys} from the backend-wide keys")
+            addition = "".join(f", {json.dumps(k)}: {json.dumps(v)}" for k, v in extra.items())
+            end = value.rstrip().rfind("}")
+            value = value[:end] + addition + value[end:]
+        lines.extend(_Line(note) for note in notes)
+        key = f"backend.{file.db}.hook.{hook.hookpoint}.{order}"
+        text = f"{key} = "
+        line = _Line(text + value, hook.entry, value_col=len(text) + 1)
+        if hook.shift:
+            line.shift_at, line.shift = len(text) + 1 + hook.renamed_at + hook.shift, hook.shift
+        lines.append(line)
+    return lines
+
+
+def _config_lines(files: list[_File]) -> list[_Line]:
+    sources = ", ".join(f.path.name for f in files)
+    lines = [
+        _Line(f"## Generated by `hookbridge import-emqx` from {sources} (EMQX 4.4 Enterprise)."),
+        _Line("## Every key is documented in docs/configuration.md; edit freely. The broker: the embedded one"),
+        _Line("## (broker.mode = embedded); the emqx and mqtt modes keep an existing broker (docs/brokers.md)."),
+        _Line("node.name = ${HOOKBRIDGE_NODE:-hookbridge@127.0.0.1}"),
+        _Line("broker.mode = embedded"),
+        _Line("broker.listener.tcp = ${HOOKBRIDGE_MQTT_LISTEN:-127.0.0.1:1883}"),
+        _Line("metrics.listener = ${HOOKBRIDGE_METRICS_LISTEN:-127.0.0.1:9100}"),
+        _Line("spool.dir = ${HOOKBRIDGE_SPOOL_DIR:-data/spool}"),
+        _Line("deadletter.dir = ${HOOKBRIDGE_DEADLETTER_DIR:-data/deadletter}"),
+    ]
+    for file in files:
+        lines.append(_Line(""))
+        lines.append(_Line(f"## from {file.path.name}"))
+        lines.extend(_Line(note) for note in file.notes)
+        for pool_lines in file.pools.values():
+            lines.extend(pool_lines)
+    return lines
+
+
+def _check_config(path: str, lines: list[_Line], problems: list[Problem]) -> Config | None:
+    text = "\n".join(line.text for line in lines) + "\n"
+    try:
+        return parse_config(path, text)
+    except ConfErrors as exc:
+        _map_back(exc.errors, lines, problems)
+        return exc.partial if isinstance(exc.partial, Config) else None
+
+
+def _map_back(errors: list[ConfError], lines: list[_Line], problems: list[Problem]) -> None:
+    for error in errors:
+        line = lines[error.where.line - 1] if 0 < error.where.line <= len(lines) else None
+        where = line.source(error.where.col) if line is not None else None
+        problems.append(Problem(where or error.where, error.message))
