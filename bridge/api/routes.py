@@ -28,6 +28,7 @@ from aiohttp import web
 
 from bridge.api.keys import is_loopback, key_name
 from bridge.api.openapi import describe
+from bridge.errors import HookbridgeError
 from bridge.topics import filter_error, topic_name_error
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ _ID_MAX = 65535  # an MQTT string's longest
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-class ApiError(Exception):
+class ApiError(HookbridgeError):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status

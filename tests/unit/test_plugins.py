@@ -224,7 +224,8 @@ def test_backends_import_only_the_published_interface() -> None:
 
 
 def test_a_driver_loads_only_where_its_backend_is_used(tmp_path: Path) -> None:
-    """`run` with Redis rules only, in embedded mode: no other driver, no external broker client."""
+    """`run` with Redis rules only, in embedded mode: no other driver, no external broker client
+    (aiohttp is loaded: it is the HTTP server of /metrics and the API, issue 26)."""
     paths = _write(
         tmp_path,
         f"broker.listener.tcp = 127.0.0.1:0\nmetrics.listener = off\nspool.dir = {tmp_path}\n"
@@ -240,7 +241,7 @@ def test_a_driver_loads_only_where_its_backend_is_used(tmp_path: Path) -> None:
                                 if m in sys.modules)))
     """)
     shown = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert json.loads(shown.stdout) == ["redis"]
+    assert json.loads(shown.stdout) == ["aiohttp", "redis"]
 
 
 def _error_classes() -> list[type[BaseException]]:
