@@ -12,6 +12,10 @@ broadcast topic. For each fleet size (0, 2,000, 15,000 devices by default) and e
 - a broadcast: --broadcasts messages to the topic every device subscribed to; deliveries per
   second until every device has read them all (this process reads the fleet's sockets, so on
   two cores it shares the machine with the broker: the figure is the same for both brokers);
+- a CONNECT storm: --storm idle clients (15,000) opened with up to --storm-window (1,000)
+  handshakes at a time, more than the listen backlog: every one must get its CONNACK (a refused
+  or reset connection fails the run); connections per second and the broker's RSS per idle
+  connection;
 - retained lookups: --retained messages retained at `r/<k>/v`, then a SUBSCRIBE `r/<k>/#` for
   20 keys; the median time from SUBSCRIBE to its retained message (TCP_NODELAY on the client;
   Mosquitto's reply may wait out Nagle's delay, as a user would see it).
@@ -41,6 +45,7 @@ from bench.broker_bench import (
     SETTLE,
     _watchdog,
     _write_and_close,
+    idle_connections,
     limit_setting,
     raise_fd_limit,
 )
@@ -231,10 +236,13 @@ def main() -> None:
     parser.add_argument("--broadcasts", type=int, default=5, help="broadcast messages to the whole fleet")
     parser.add_argument("--retained", default="1000,200000", help="retained message counts, comma-separated")
     parser.add_argument("--window", type=int, default=100, help="connection handshakes in progress at a time")
+    parser.add_argument("--storm", type=int, default=15_000, help="idle clients of the CONNECT storm (0: none)")
+    parser.add_argument("--storm-window", type=int, default=1_000, help="storm handshakes in progress at a time")
     args = parser.parse_args()
     fleets = [int(n) for n in args.fleets.split(",")]
-    raise_fd_limit(max(fleets) + 100)
-    limit = limit_setting(max(fleets) + 100)
+    most = max([*fleets, args.storm])
+    raise_fd_limit(most + 100)
+    limit = limit_setting(most + 100)
     brokers: list[tuple[str, Start]] = [
         (f"Mosquitto {version()}", mosquitto),
         ("embedded, no rules", lambda d: hookbridge(d, max_connections=limit)),
@@ -258,6 +266,14 @@ def main() -> None:
                     )
                 )
                 print(" | ".join(rows[-1]), flush=True)
+        storm_rows: list[tuple[str, ...]] = []
+        for name, start in brokers if args.storm else []:
+            workdir = Path(tmp) / f"{name.split()[0]}-storm"
+            workdir.mkdir()
+            with start(workdir) as server:
+                rate, per_connection = idle_connections(server, args.storm, args.storm_window)
+            storm_rows.append((f"{args.storm:,}", name, f"{rate:,.0f}", f"{per_connection / 1024:.2f}"))
+            print(" | ".join(storm_rows[-1]), flush=True)
         retained_rows: list[tuple[str, ...]] = []
         for count in (int(n) for n in args.retained.split(",")):
             for name, start in brokers:
@@ -278,6 +294,12 @@ def main() -> None:
             rows, ("devices", "broker", "msg/s to one device", "broadcast deliveries/s", "connects/s", "KiB per device")
         )
     )
+    if storm_rows:
+        print(
+            f"\nCONNECT storm: {args.storm:,} idle MQTT 3.1.1 clients, up to {args.storm_window:,} handshakes at a "
+            "time, every one connected (none refused or reset)\n"
+        )
+        print(table(storm_rows, ("clients", "broker", "connections/s", "RSS KiB per idle connection")))
     print("\nSUBSCRIBE r/<k>/# to its one retained message, median of 20 keys\n")
     print(table(retained_rows, ("retained", "broker", "ms")))
 
