@@ -14,7 +14,7 @@ import logging
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from bridge.brokers.embedded.access import ALLOW_ALL, Permissions
 from bridge.mqtt import EMPTY, MQTT_3_1_1, Properties, Will
@@ -140,6 +140,9 @@ class SessionState:
         self.journal: SessionJournal | None = None
         self.persisted = False
         self.position = 0
+        # Restored from the durable store at a restart but its queue not read back yet (its
+        # stored progress: position, in-flight window); None once loaded (journal.Journal.load).
+        self.unloaded: dict[str, Any] | None = None
         self.dropped = 0
         self._last_drop_log = 0.0
         self._packet_id = 0

@@ -20,7 +20,16 @@ Tables:
 - `sessions(clientid, body)`: a durable session (JSON: subscriptions, will, expiry deadline),
   written when those change; `positions(clientid, body)`: its position in the log, in-flight
   window and QoS 2 ids (JSON), written as it acknowledges (small, so that is cheap).
+- `routes(seq, clientid)`: which durable sessions a logged message concerns (the ones it was
+  routed to by subscription, and its `targets`), written with the message: a session's queue is
+  read back on its own (`routed_to`) when it is first needed after a restart, not the whole log
+  into every session at start. Kept by the log's key, trimmed with it; an index on
+  (clientid, seq) answers one session's query.
 - `retained(topic, ...)`: the retained messages.
+
+`PRAGMA user_version` is the format: 0 a store written before `routes` existed (opened, then
+migrated at start by journal.py: the log replayed into every session once and its routes
+written), 1 this one.
 Expiry removes the log in bulk: every row below the smallest position of all sessions goes in
 one range delete (the key is the time order, so that is seed 002's oldest generations).
 """
@@ -56,6 +65,12 @@ CREATE TABLE IF NOT EXISTS messages (
 );
 CREATE TABLE IF NOT EXISTS sessions (clientid TEXT PRIMARY KEY, body TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS positions (clientid TEXT PRIMARY KEY, body TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS routes (
+    seq INTEGER NOT NULL,
+    clientid TEXT NOT NULL,
+    PRIMARY KEY (seq, clientid)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS routes_by_client ON routes (clientid, seq);
 CREATE TABLE IF NOT EXISTS retained (
     topic TEXT PRIMARY KEY,
     msgid TEXT NOT NULL,
@@ -66,6 +81,8 @@ CREATE TABLE IF NOT EXISTS retained (
     expires REAL NOT NULL
 ) WITHOUT ROWID;
 """
+
+FORMAT = 1  # PRAGMA user_version of a store with `routes`
 
 # One row of `messages`, in column order.
 MessageRow = tuple[int, str, str, bytes, int, int, str, bytes | None, float, int, str | None]
@@ -82,6 +99,7 @@ class Batch:
     """Everything one commit writes."""
 
     messages: list[MessageRow] = field(default_factory=list)
+    routes: list[tuple[int, str]] = field(default_factory=list)  # (seq, clientid) of each logged message
     sessions: dict[str, str | None] = field(default_factory=dict)  # clientid -> body; None: delete
     positions: dict[str, str | None] = field(default_factory=dict)  # clientid -> body; None: delete
     retained: dict[str, RetainedRow | None] = field(default_factory=dict)  # topic -> row; None: delete
@@ -103,12 +121,19 @@ class DurableStore:
             self._db.execute("PRAGMA synchronous = NORMAL")
             if unclean:
                 self._check(wal)
+            version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
+            existed = self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'messages'").fetchone() is not None
             self._db.executescript(_SCHEMA)
+            # A store of the format before `routes`: journal.py migrates it at start (`migrated`).
+            self.old_format = existed and version < FORMAT
+            if not existed:
+                self._db.execute(f"PRAGMA user_version = {FORMAT}")
             row = self._db.execute("SELECT max(seq) FROM messages").fetchone()
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"durable store {self.path}: {exc}") from exc
         self.head = int(row[0] or 0)  # the last sequence number given out
         self._reader: sqlite3.Connection | None = None
+        self._loader: sqlite3.Connection | None = None
 
     def _check(self, wal: Path) -> None:
         """After an unclean stop: SQLite has replayed the committed transactions of the WAL and
@@ -138,6 +163,8 @@ class DurableStore:
             db.execute("BEGIN")
             if batch.messages:
                 db.executemany("INSERT OR REPLACE INTO messages VALUES (?,?,?,?,?,?,?,?,?,?,?)", batch.messages)
+            if batch.routes:
+                db.executemany("INSERT OR IGNORE INTO routes VALUES (?, ?)", batch.routes)
             for table, rows in (("sessions", batch.sessions), ("positions", batch.positions)):
                 gone = [(clientid,) for clientid, body in rows.items() if body is None]
                 if gone:
@@ -152,6 +179,7 @@ class DurableStore:
                     db.execute("INSERT OR REPLACE INTO retained VALUES (?,?,?,?,?,?,?)", row)
             if batch.trim_to:
                 db.execute("DELETE FROM messages WHERE seq <= ?", (batch.trim_to,))
+                db.execute("DELETE FROM routes WHERE seq <= ?", (batch.trim_to,))
             db.execute("COMMIT")
         except (OSError, sqlite3.Error) as exc:
             if db.in_transaction:
@@ -172,6 +200,50 @@ class DurableStore:
         """The log after `seq`, oldest first."""
         yield from self._db.execute("SELECT * FROM messages WHERE seq > ? ORDER BY seq", (seq,))
 
+    def routed_to(self, clientid: str, after: int) -> list[MessageRow]:
+        """The log entries after `after` that concern one session (its `routes`), oldest first.
+
+        Read on the reader connection (the writer thread may be committing on the other one):
+        it sees the last commit; what is not committed yet the journal adds from its batches."""
+        query = (
+            "SELECT m.* FROM routes r JOIN messages m ON m.seq = r.seq"
+            " WHERE r.clientid = ? AND r.seq > ? ORDER BY r.seq"
+        )
+        return list(self._loading().execute(query, (clientid, after)))
+
+    def messages_at(self, seqs: list[int]) -> list[MessageRow]:
+        """The log entries of these sequence numbers that are still in the log."""
+        if not seqs:
+            return []
+        marks = ",".join("?" * len(seqs))
+        return list(self._loading().execute(f"SELECT * FROM messages WHERE seq IN ({marks})", seqs))
+
+    def migrated(self, routes: list[tuple[int, str]]) -> None:
+        """Write the routes of what every session is owed and mark the store as this format
+        (after the eager restore of a store of the old format)."""
+        db = self._db
+        try:
+            db.execute("BEGIN")
+            db.executemany("INSERT OR IGNORE INTO routes VALUES (?, ?)", routes)
+            db.execute(f"PRAGMA user_version = {FORMAT}")
+            db.execute("COMMIT")
+        except (OSError, sqlite3.Error) as exc:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise StoreError(f"durable store {self.path}: migrating it: {exc}") from exc
+        self.old_format = False
+
+    def _loading(self) -> sqlite3.Connection:
+        """The connection the event loop reads sessions' queues on (not the metrics' one)."""
+        if self._loader is None:
+            self._loader = sqlite3.connect(self.path, check_same_thread=False)
+        return self._loader
+
+    def _read(self) -> sqlite3.Connection:
+        if self._reader is None:
+            self._reader = sqlite3.connect(self.path, check_same_thread=False)
+        return self._reader
+
     def message(self, seq: int) -> MessageRow | None:
         row: Any = self._db.execute("SELECT * FROM messages WHERE seq = ?", (seq,)).fetchone()
         return row  # type: ignore[no-any-return]
@@ -179,15 +251,15 @@ class DurableStore:
     def counts(self) -> tuple[int, int]:
         """(messages in the log, durable sessions), read on a connection of its own: the writer
         thread may be committing on the other one (WAL lets a reader see the last commit)."""
-        if self._reader is None:
-            self._reader = sqlite3.connect(self.path, check_same_thread=False)
-        messages = self._reader.execute("SELECT count(*) FROM messages").fetchone()[0]
-        sessions = self._reader.execute("SELECT count(*) FROM sessions").fetchone()[0]
+        reader = self._read()
+        messages = reader.execute("SELECT count(*) FROM messages").fetchone()[0]
+        sessions = reader.execute("SELECT count(*) FROM sessions").fetchone()[0]
         return int(messages), int(sessions)
 
     def close(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
+        for other in (self._reader, self._loader):
+            if other is not None:
+                other.close()
         try:
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         except sqlite3.Error as exc:
