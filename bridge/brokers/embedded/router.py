@@ -218,14 +218,15 @@ class Router:
         for topic_filter in list(state.subscriptions):
             self.unsubscribe(state, topic_filter)
 
-    def route(self, message: Message, *, replay: int = 0) -> int:
+    def route(self, message: Message) -> int:
         """Queue a published message to every session with a matching subscription; returns how
         many sessions got it.
 
-        With durable sessions, a message some durable session gets is logged (once). `replay`:
-        the message is the log's entry of that sequence number, routed again at a restart to the
-        durable sessions whose position is before it (a shared subscription's pick is not routed
-        again: the log names it)."""
+        With durable sessions, a message some durable session gets is logged (once): as routed
+        by subscription when one gets it so (read back by matching again, `replay_for`), with
+        the sessions a shared subscription's pick gave it to by name (`targets`). A durable
+        session whose queue is still in the log (not loaded since a restart) counts as getting
+        it, and is not queued to."""
         msgid, topic = message.msgid, message.topic
         found: dict[str, tuple[SessionState, list[Subscription]]] = {}
         for subscribers in self._subscribers.matching(topic):
@@ -238,10 +239,6 @@ class Router:
                 else:
                     entry[1].append(sub)
         journal = self.journal
-        if replay:
-            return sum(
-                self._queue(s, subs, message, replay) is not None for s, subs in found.values() if replay > s.position
-            )
         seq = journal.reserve() if journal is not None and message.qos else 0
         durable: list[str] = []  # the durable sessions it is logged for
         routed = 0

@@ -14,16 +14,15 @@ At start `restore()` reads back the sessions' metadata (subscriptions, position,
 timers, QoS 2 ids) and the retained messages, not their queues: the listener opens in about the
 time reading the sessions' rows takes, whatever the size of the log. A session's queue is read
 back (`load`) when it is first needed: its client reconnects, a fetch delivers to it, the API
-subscribes it. The store's `routes` table names the log entries that concern each session, so a
-load reads only its own: the entries after its position routed to it by subscription (matched
-again against its subscriptions, as the router did) and those given to it alone (`targets`),
-oldest first, plus what is logged but not committed yet; so its queue is what it was, in the
-same order, and its in-flight messages get their packet ids back and go out again with DUP set.
-Until its load, a message the router routes to the session is logged for it (with its route)
-and not queued: the load reads it from the log, once, in order.
-
-A store of the format before `routes` (store.FORMAT) is restored the old way once (the whole
-log replayed through the router into every session), then its routes are written.
+subscribes it. A load reads only what may concern the session (store.logged_for: by the log's
+topic index, the entries after its position on topics its filters can match; by `routes`, those
+given to it alone), plus what is logged but not committed yet, and routes them again to it
+alone, oldest first: a logged entry (routed by subscription) goes to it as the router gave it
+(its subscriptions' live_from, no-local, QoS), a `targets` entry as it was given. So its queue
+is what it was, in the same order; its in-flight messages get their packet ids back and go out
+again with DUP set when the client returns. Until its load, a message the router routes to the
+session is logged (as routed by subscription) but not queued: the load reads it from the log,
+once, in order. Expiry of a session that was never loaded drops it unread.
 """
 
 from __future__ import annotations
@@ -134,9 +133,8 @@ class Journal:
         )
         batch = self._batch
         batch.messages.append(row)
-        batch.routes.extend((seq, clientid) for clientid in routed)
         if targets:
-            batch.routes.extend((seq, clientid) for clientid in targets if clientid not in routed)
+            batch.routes.extend((seq, clientid) for clientid in targets)
         self._soon()
 
     def retain(self, retained: Retained) -> None:
@@ -276,7 +274,6 @@ class Journal:
                 self.unretain(topic)
                 continue
             broker.router.retained[topic] = Retained(msgid, topic, payload, qos, sender, _unprops(props), deadline)
-        eager = self.store.old_format
         bodies: dict[str, dict[str, Any]] = {}
         router = broker.router
         for clientid, body, progress_body in self.store.sessions():
@@ -290,41 +287,17 @@ class Journal:
                 router.subscribe(state, Subscription(full, qos, live_from, no_local, rap, identifier))
             for packet_id in data["incoming"]:
                 state.incoming_qos2[packet_id] = IncomingQos2(None, acked=True)
-            if eager:
-                self._restore_inflight(state, data["inflight"], [], now_wall, now_mono)
-            else:
-                state.unloaded = {"position": data["position"], "inflight": data["inflight"]}
-        replayed = self._replay(broker, now_wall, now_mono) if eager else 0
+            state.unloaded = {"inflight": data["inflight"]}
         for clientid, data in bodies.items():
             self._resume_timers(broker, broker.states[clientid], data, now_wall)
-        if eager:
-            self._migrate(broker)
         log.info(
-            "durable store %s: %d sessions, %d retained messages restored in %.2f s%s",
+            "durable store %s: %d sessions, %d retained messages restored in %.2f s%s"
+            " (each session's queue is read back from the log when it is first needed)",
             self.store.path,
             len(bodies),
             len(broker.router.retained),
             time.monotonic() - started,
-            f" (a store of the old format: {replayed} queued messages replayed, routes written)"
-            if eager
-            else " (each session's queue is read when it is first needed)",
-        )
-
-    def _migrate(self, broker: Restorer) -> None:
-        """A store of the format before `routes`, restored eagerly: write the routes of every
-        session's queue, so that the next start reads each session's queue on its own."""
-        routes = [
-            (message.seq, clientid)
-            for clientid, state in broker.states.items()
-            for message in state.outbox
-            if message.seq
-        ]
-        self.store.migrated(routes)
-        log.warning(
-            "durable store %s: migrated to format %d (routes of %d queued messages written)",
-            self.store.path,
-            FORMAT,
-            len(routes),
+            f", the store migrated to format {FORMAT}" if self.store.migrated else "",
         )
 
     def load(self, router: Router, state: SessionState) -> int:
@@ -335,14 +308,14 @@ class Journal:
         if stored is None:
             return 0
         clientid, after = state.clientid, state.position
-        rows: dict[int, MessageRow] = {row[0]: row for row in self.store.routed_to(clientid, after)}
+        filters = [full for full in state.subscriptions if not full.startswith("$share/")]
+        rows = self.store.logged_for(clientid, after, filters)
         pending: list[MessageRow] = []
         for batch in (self._in_write, self._batch):  # logged, not committed yet (or committing)
-            if batch is None or not batch.routes:
+            if batch is None or not batch.messages:
                 continue
-            mine = {seq for seq, routed in batch.routes if routed == clientid and seq > after}
-            if mine:
-                pending.extend(row for row in batch.messages if row[0] in mine)
+            mine = {seq for seq, routed in batch.routes if routed == clientid}
+            pending.extend(row for row in batch.messages if row[0] > after and (row[9] or row[0] in mine))
         for row in pending:
             rows.setdefault(row[0], row)
         now_wall, now_mono = time.time(), time.monotonic()
@@ -385,29 +358,6 @@ class Journal:
                 message = _outgoing(logged, qos, bool(retain), tuple(filters), tuple(ids), now_wall, now_mono)
                 message.packet_id, message.pubrec = packet_id, bool(pubrec)
                 state.inflight[packet_id] = message
-
-    def _replay(self, broker: Restorer, now_wall: float, now_mono: float) -> int:
-        states = broker.states
-        if not states:
-            return 0
-        start = min(state.position for state in states.values())
-        replayed = 0
-        for row in self.store.messages_after(start):
-            seq, msgid, topic, payload, qos, retain, sender, props, expires, fanout, targets = row
-            deadline = _to_mono(expires, now_wall, now_mono)
-            if deadline and deadline <= now_mono:
-                continue  # 5.0 message expiry: never delivered once expired
-            if fanout:
-                message = Message(msgid, topic, payload, qos, bool(retain), sender, _unprops(props), deadline)
-                replayed += broker.router.route(message, replay=seq)
-            if targets is None:
-                continue
-            for clientid, (out_qos, out_retain, filters, ids) in json.loads(targets).items():
-                state = states.get(clientid)
-                if state is not None and seq > state.position:
-                    state.enqueue(_outgoing(row, out_qos, out_retain, tuple(filters), tuple(ids), now_wall, now_mono))
-                    replayed += 1
-        return replayed
 
     @staticmethod
     def _resume_timers(broker: Restorer, state: SessionState, data: dict[str, Any], now_wall: float) -> None:

@@ -20,16 +20,19 @@ Tables:
 - `sessions(clientid, body)`: a durable session (JSON: subscriptions, will, expiry deadline),
   written when those change; `positions(clientid, body)`: its position in the log, in-flight
   window and QoS 2 ids (JSON), written as it acknowledges (small, so that is cheap).
-- `routes(seq, clientid)`: which durable sessions a logged message concerns (the ones it was
-  routed to by subscription, and its `targets`), written with the message: a session's queue is
-  read back on its own (`routed_to`) when it is first needed after a restart, not the whole log
-  into every session at start. Kept by the log's key, trimmed with it; an index on
-  (clientid, seq) answers one session's query.
+- an index of the log by (topic, seq), and `routes(seq, clientid)`, the sessions each message
+  was given to by name (its `targets`): after a restart a session's queue is read back on its
+  own when it is first needed (`logged_for`), not the whole log into every session at start.
+  The index answers "the entries after its position on the topics its filters can match" (an
+  exact filter: one range; `a/b/#`, `a/+/c`: the range of the literal prefix; a filter that
+  starts with a wildcard: the log after its position), so a message stays one row (and one
+  index entry) however many sessions it goes to. `routes` is kept by the log's key and trimmed
+  with it; its index on (clientid, seq) answers one session's query.
 - `retained(topic, ...)`: the retained messages.
 
-`PRAGMA user_version` is the format: 0 a store written before `routes` existed (opened, then
-migrated at start by journal.py: the log replayed into every session once and its routes
-written), 1 this one.
+`PRAGMA user_version` is the format: 0 a store written before the topic index and `routes`
+(migrated when it is opened: the index built and the routes read from the log's `targets`,
+one transaction), 1 this one.
 Expiry removes the log in bulk: every row below the smallest position of all sessions goes in
 one range delete (the key is the time order, so that is seed 002's oldest generations).
 """
@@ -38,12 +41,13 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bridge.errors import HookbridgeError
+from bridge.topics import is_wildcard, prefix_range
 
 log = logging.getLogger("bridge.brokers.embedded")
 
@@ -71,6 +75,7 @@ CREATE TABLE IF NOT EXISTS routes (
     PRIMARY KEY (seq, clientid)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS routes_by_client ON routes (clientid, seq);
+CREATE INDEX IF NOT EXISTS messages_by_topic ON messages (topic, seq);
 CREATE TABLE IF NOT EXISTS retained (
     topic TEXT PRIMARY KEY,
     msgid TEXT NOT NULL,
@@ -124,9 +129,16 @@ class DurableStore:
             version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
             existed = self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'messages'").fetchone() is not None
             self._db.executescript(_SCHEMA)
-            # A store of the format before `routes`: journal.py migrates it at start (`migrated`).
-            self.old_format = existed and version < FORMAT
-            if not existed:
+            self.migrated = existed and version < FORMAT
+            if self.migrated:  # a store of the format before the topic index and `routes`
+                self._db.execute("BEGIN")
+                self._db.execute(
+                    "INSERT OR IGNORE INTO routes SELECT m.seq, t.key FROM messages m, json_each(m.targets) t"
+                    " WHERE m.targets IS NOT NULL"
+                )
+                self._db.execute(f"PRAGMA user_version = {FORMAT}")
+                self._db.execute("COMMIT")
+            elif not existed:
                 self._db.execute(f"PRAGMA user_version = {FORMAT}")
             row = self._db.execute("SELECT max(seq) FROM messages").fetchone()
         except (OSError, sqlite3.Error) as exc:
@@ -200,16 +212,42 @@ class DurableStore:
         """The log after `seq`, oldest first."""
         yield from self._db.execute("SELECT * FROM messages WHERE seq > ? ORDER BY seq", (seq,))
 
-    def routed_to(self, clientid: str, after: int) -> list[MessageRow]:
-        """The log entries after `after` that concern one session (its `routes`), oldest first.
+    def logged_for(self, clientid: str, after: int, filters: Iterable[str]) -> dict[int, MessageRow]:
+        """The log entries after `after` that may concern one session, by sequence number: those
+        routed by subscription (`fanout`) on a topic its (non-shared) `filters` can match (a
+        superset: the caller matches them) and those given to it by name (`routes`).
 
-        Read on the reader connection (the writer thread may be committing on the other one):
+        Read on a connection of its own (the writer thread may be committing on the other one):
         it sees the last commit; what is not committed yet the journal adds from its batches."""
-        query = (
-            "SELECT m.* FROM routes r JOIN messages m ON m.seq = r.seq"
-            " WHERE r.clientid = ? AND r.seq > ? ORDER BY r.seq"
-        )
-        return list(self._loading().execute(query, (clientid, after)))
+        db = self._loading()
+        found: dict[int, MessageRow] = {}
+        topics: set[str] = set()
+        spans: set[tuple[str, str | None]] = set()
+        for topic_filter in filters:
+            if not is_wildcard(topic_filter):
+                topics.add(topic_filter)
+                continue
+            span = prefix_range(topic_filter)
+            if span is None:  # a leading wildcard: the log after its position
+                topics, spans = set(), set()
+                query = "SELECT * FROM messages WHERE seq > ? AND fanout = 1"
+                found.update((row[0], row) for row in db.execute(query, (after,)))
+                break
+            spans.add(span)
+        for topic in topics:
+            query = "SELECT * FROM messages WHERE topic = ? AND seq > ? AND fanout = 1"
+            found.update((row[0], row) for row in db.execute(query, (topic, after)))
+        for low, high in spans:
+            if high is None:
+                query = "SELECT * FROM messages WHERE topic >= ? AND seq > ? AND fanout = 1"
+                rows = db.execute(query, (low, after))
+            else:
+                query = "SELECT * FROM messages WHERE topic >= ? AND topic < ? AND seq > ? AND fanout = 1"
+                rows = db.execute(query, (low, high, after))
+            found.update((row[0], row) for row in rows)
+        query = "SELECT m.* FROM routes r JOIN messages m ON m.seq = r.seq WHERE r.clientid = ? AND r.seq > ?"
+        found.update((row[0], row) for row in db.execute(query, (clientid, after)))
+        return found
 
     def messages_at(self, seqs: list[int]) -> list[MessageRow]:
         """The log entries of these sequence numbers that are still in the log."""
@@ -217,21 +255,6 @@ class DurableStore:
             return []
         marks = ",".join("?" * len(seqs))
         return list(self._loading().execute(f"SELECT * FROM messages WHERE seq IN ({marks})", seqs))
-
-    def migrated(self, routes: list[tuple[int, str]]) -> None:
-        """Write the routes of what every session is owed and mark the store as this format
-        (after the eager restore of a store of the old format)."""
-        db = self._db
-        try:
-            db.execute("BEGIN")
-            db.executemany("INSERT OR IGNORE INTO routes VALUES (?, ?)", routes)
-            db.execute(f"PRAGMA user_version = {FORMAT}")
-            db.execute("COMMIT")
-        except (OSError, sqlite3.Error) as exc:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise StoreError(f"durable store {self.path}: migrating it: {exc}") from exc
-        self.old_format = False
 
     def _loading(self) -> sqlite3.Connection:
         """The connection the event loop reads sessions' queues on (not the metrics' one)."""
