@@ -140,8 +140,9 @@ class SessionState:
         self.journal: SessionJournal | None = None
         self.persisted = False
         self.position = 0
-        # Restored from the durable store at a restart but its queue not read back yet (its
-        # stored progress: position, in-flight window); None once loaded (journal.Journal.load).
+        # Restored from the durable store at a restart but its queue not read back yet (what is
+        # stored of it that is not loaded: its in-flight window, "inflight"); None once loaded
+        # (journal.Journal.load). Until then `position` is where its queue starts in the log.
         self.unloaded: dict[str, Any] | None = None
         self.dropped = 0
         self._last_drop_log = 0.0

@@ -115,8 +115,9 @@ class Journal:
         routed: Sequence[str] = (),
         targets: dict[str, Target] | None = None,
     ) -> None:
-        """Add a message to the log (committed with the current batch), with its routes: the
-        durable sessions `routed` to by subscription and the `targets`."""
+        """Add a message to the log (committed with the current batch): `routed`, the durable
+        sessions it went to by subscription (a load finds it by the log's topic index and
+        matches it again); `targets`, those it was given to by name (a `routes` row each)."""
         now_wall, now_mono = time.time(), time.monotonic()
         row: MessageRow = (
             seq,

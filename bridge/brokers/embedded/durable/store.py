@@ -14,7 +14,7 @@ Mosquitto's and EMQX's persistence make it.
 Tables:
 - `messages(seq, ...)`: each message once, `seq` the time order (EMQX's key of time + topic +
   message id, seed 000, reduced to one growing integer: this store is one node's). `fanout` 1:
-  routed at restart by matching the durable sessions' subscriptions; `targets` (JSON) names the
+  routed to a session by matching its subscriptions when its queue is read back; `targets` (JSON) names the
   sessions a message was given to one by one (a shared subscription's pick, a retained message
   sent on subscribe, a fetched message) with how each got it.
 - `sessions(clientid, body)`: a durable session (JSON: subscriptions, will, expiry deadline),
@@ -41,10 +41,9 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from bridge.errors import HookbridgeError
 from bridge.topics import is_wildcard, prefix_range
@@ -208,10 +207,6 @@ class DurableStore:
     def retained_rows(self) -> list[RetainedRow]:
         return list(self._db.execute("SELECT * FROM retained"))
 
-    def messages_after(self, seq: int) -> Iterator[MessageRow]:
-        """The log after `seq`, oldest first."""
-        yield from self._db.execute("SELECT * FROM messages WHERE seq > ? ORDER BY seq", (seq,))
-
     def logged_for(self, clientid: str, after: int, filters: Iterable[str]) -> dict[int, MessageRow]:
         """The log entries after `after` that may concern one session, by sequence number: those
         routed by subscription (`fanout`) on a topic its (non-shared) `filters` can match (a
@@ -266,10 +261,6 @@ class DurableStore:
         if self._reader is None:
             self._reader = sqlite3.connect(self.path, check_same_thread=False)
         return self._reader
-
-    def message(self, seq: int) -> MessageRow | None:
-        row: Any = self._db.execute("SELECT * FROM messages WHERE seq = ?", (seq,)).fetchone()
-        return row  # type: ignore[no-any-return]
 
     def counts(self) -> tuple[int, int]:
         """(messages in the log, durable sessions), read on a connection of its own: the writer
