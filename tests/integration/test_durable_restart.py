@@ -36,7 +36,7 @@ RawConnect = Callable[..., Awaitable[tuple[RawClient, Any]]]
 DEVICES = 2000
 OWN = 3  # messages each device is owed before the kill, beside the broadcast
 BATCH = 200  # connections opened at once
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parent / "durable_fixtures"
 
 
 def device(n: int) -> str:
@@ -144,7 +144,7 @@ async def test_shared_subscription_picks_for_sessions_not_loaded_are_kept_once(
 async def test_a_store_of_the_format_before_the_topic_index_opens_and_delivers(
     tmp_path: Path, bridges: list[BridgeProcess], raw_connect: RawConnect
 ) -> None:
-    """durable_store_v0.db was written by the code of commit ad4c127 (data/make_durable_store_v0.py)."""
+    """durable_store_v0.db was written by the code of commit ad4c127 (durable_fixtures/make_durable_store_v0.py)."""
     (tmp_path / "store").mkdir()
     shutil.copy(DATA / "durable_store_v0.db", tmp_path / "store" / "durable.db")
     bridge = durable_bridge(tmp_path)
