@@ -284,6 +284,12 @@ class Bridge:
                 "Messages in the durable store's log: each once, however many sessions are owed it",
                 lambda: {self.broker.mode: float(self.broker.durable.get("messages", 0))},
             )
+            self.metrics.gauge(
+                "hookbridge_broker_durable_sessions_unloaded",
+                "Durable sessions restored at start whose queue is not read back from the store yet"
+                " (it is when the client returns or something first needs it)",
+                lambda: {self.broker.mode: float(self.broker.durable.get("unloaded", 0))},
+            )
         self._refusals()
         if self.config["broker.mode"] == "embedded":
             self.metrics.counter(

@@ -249,6 +249,7 @@ class Broker(FlowsMixin):
         """The session this CONNECT gets, and whether it existed (CONNACK session present)."""
         old = self.states.get(clientid)
         if old is not None and not packet.clean_start:
+            self.loaded(old)
             old.cancel_timers()  # back before its expiry or will delay: neither happens
             old.expiry, old.username, old.level = expiry, verdict.username, packet.protocol_level
             if old.permissions is not verdict.permissions and old.outbox:
@@ -291,6 +292,21 @@ class Broker(FlowsMixin):
         )
         state.owner, state.journal = owner, self.journal
         self.states[clientid] = state
+        return state
+
+    def loaded(self, state: SessionState) -> SessionState:
+        """A session whose queue is in memory: a durable session restored at start has its queue
+        read back from the store the first time it is needed (durable/journal.py)."""
+        if state.unloaded is not None and self.journal is not None:
+            started = time.monotonic()
+            queued = self.journal.load(self.router, state)
+            log.debug(
+                "client %r: queue read back from the durable store: %d messages, %d in flight, in %.3f s",
+                state.clientid,
+                queued,
+                len(state.inflight),
+                time.monotonic() - started,
+            )
         return state
 
     def _keepalive(self, conn: Connection, packet: Connect) -> int | None:

@@ -32,6 +32,9 @@ class FlowsMixin:
     def wants(self, hookpoint: Hookpoint, clientid: str, topic: str | None = None) -> bool:
         raise NotImplementedError  # Broker.wants: whether the sink takes such an event
 
+    def loaded(self, state: SessionState) -> SessionState:
+        raise NotImplementedError  # Broker.loaded: a restored durable session's queue read back
+
     async def _publish(
         self,
         state: SessionState,
@@ -181,6 +184,7 @@ class FlowsMixin:
         state = self.states.get(clientid)
         if state is None:
             return False
+        self.loaded(state)  # its queue as it was before this subscription
         # The event is posted in the client's order but not awaited here: the
         # caller may be running inside the sink (a rule on client.connected).
         self._add_subscription(state, Subscription(topic_filter, qos, ""), retain_handling=0 if state.connected else 3)
@@ -191,6 +195,7 @@ class FlowsMixin:
         state = self.states.get(clientid)
         if state is None:
             raise DeliveryError(f"client {clientid!r} has no session")
+        self.loaded(state)  # these go after what it was owed before
         for delivery in deliveries:
             if delivery.qos not in _QOS:
                 raise ValueError(f"qos must be 0, 1 or 2, not {delivery.qos!r}")
@@ -228,12 +233,7 @@ class FlowsMixin:
         message = Message(
             out.msgid, out.topic, out.payload, out.qos, out.retain, out.from_clientid, out.properties, out.expires
         )
-        journal.log(
-            out.seq,
-            message,
-            fanout=False,
-            targets={state.clientid: target_of(out)},
-        )
+        journal.log(out.seq, message, targets={state.clientid: target_of(out)})
 
 
 def both(kept: Kept, stored: asyncio.Future[None]) -> asyncio.Future[None]:

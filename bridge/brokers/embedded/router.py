@@ -16,19 +16,22 @@
   members), connected members first (5.0 4.8.2);
 - no local: a subscription with it never gets its own client's messages;
 - with durable sessions (durable/journal.py) a message a durable session gets is logged once,
-  and at a restart the log is routed again (`replay`) to rebuild the sessions' queues.
+  with the durable sessions it concerns (`routed`, `targets`); after a restart a session's queue
+  is read back from the log when it is first needed (`replay_for`), and until then a message
+  routed to it is only logged, not queued (its load reads it from the log, once, in order).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from bridge.brokers.embedded.sessions import Outgoing, SessionState, Subscription
 from bridge.brokers.embedded.topictree import FilterTree, RetainedTree
 from bridge.mqtt import EMPTY, Properties, split_shared
-from bridge.topics import is_wildcard
+from bridge.topics import is_wildcard, matches
 
 # A message given to one session (not by matching its subscriptions), as the log keeps it:
 # the QoS, retain flag, filters and subscription identifiers it went out with.
@@ -68,8 +71,16 @@ class MessageLog(Protocol):
     def reserve(self) -> int:
         """The next sequence number of the log."""
 
-    def log(self, seq: int, message: Message, *, fanout: bool, targets: dict[str, Target] | None = None) -> None:
-        """Log a message: routed again by subscription at a restart (`fanout`), or to `targets`."""
+    def log(
+        self,
+        seq: int,
+        message: Message,
+        *,
+        routed: Sequence[str] = (),
+        targets: dict[str, Target] | None = None,
+    ) -> None:
+        """Log a message: for the durable sessions `routed` to by subscription (routed again by
+        subscription when read back), and given to `targets` one by one."""
 
     def retain(self, retained: Retained) -> None: ...
 
@@ -207,14 +218,15 @@ class Router:
         for topic_filter in list(state.subscriptions):
             self.unsubscribe(state, topic_filter)
 
-    def route(self, message: Message, *, replay: int = 0) -> int:
+    def route(self, message: Message) -> int:
         """Queue a published message to every session with a matching subscription; returns how
         many sessions got it.
 
-        With durable sessions, a message some durable session gets is logged (once). `replay`:
-        the message is the log's entry of that sequence number, routed again at a restart to the
-        durable sessions whose position is before it (a shared subscription's pick is not routed
-        again: the log names it)."""
+        With durable sessions, a message some durable session gets is logged (once): as routed
+        by subscription when one gets it so (read back by matching again, `replay_for`), with
+        the sessions a shared subscription's pick gave it to by name (`targets`). A durable
+        session whose queue is still in the log (not loaded since a restart) counts as getting
+        it, and is not queued to."""
         msgid, topic = message.msgid, message.topic
         found: dict[str, tuple[SessionState, list[Subscription]]] = {}
         for subscribers in self._subscribers.matching(topic):
@@ -227,18 +239,15 @@ class Router:
                 else:
                     entry[1].append(sub)
         journal = self.journal
-        if replay:
-            return sum(
-                self._queue(s, subs, message, replay) is not None for s, subs in found.values() if replay > s.position
-            )
         seq = journal.reserve() if journal is not None and message.qos else 0
-        fanout = False
+        durable: list[str] = []  # the durable sessions it is logged for
         routed = 0
         for state, subs in found.values():
             out = self._queue(state, subs, message, seq)
             if out is not None:
                 routed += 1
-                fanout = fanout or out.seq > 0
+                if out.seq:
+                    durable.append(state.clientid)
         targets: dict[str, Target] = {}
         if len(self._shared):
             for groups in self._shared.matching(topic):
@@ -250,9 +259,21 @@ class Router:
                             routed += 1
                             if out.seq:
                                 targets[member[0].clientid] = target_of(out)
-        if journal is not None and (fanout or targets):
-            journal.log(seq, message, fanout=fanout, targets=targets or None)
+        if journal is not None and (durable or targets):
+            journal.log(seq, message, routed=durable, targets=targets or None)
         return routed
+
+    def replay_for(self, state: SessionState, message: Message, seq: int) -> bool:
+        """Queue a logged message (logged as routed by subscription) to one session, as `route`
+        gave it to the session: its matching non-shared subscriptions live at the message's id
+        (a durable session's queue read back from the log, journal.py)."""
+        msgid, topic = message.msgid, message.topic
+        subs = [
+            sub
+            for full, sub in state.subscriptions.items()
+            if not full.startswith("$share/") and msgid >= sub.live_from and matches(full, topic)
+        ]
+        return bool(subs) and self._queue(state, subs, message, seq) is not None
 
     @staticmethod
     def _queue(state: SessionState, subs: list[Subscription], message: Message, seq: int) -> Outgoing | None:
@@ -294,6 +315,10 @@ class Router:
             ids,
             seq=seq if out_qos and state.durable else 0,
         )
+        if state.unloaded is not None:
+            # Its queue is still in the log (a restart): logged for it, read back with the rest
+            # of its queue, in order, when it is loaded.
+            return out
         state.enqueue(out)
         return out
 

@@ -21,7 +21,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from bridge.brokers.embedded.access import ALLOW_ALL, Permissions
 from bridge.mqtt import EMPTY, MQTT_3_1_1, Properties, Will
@@ -283,6 +283,7 @@ class SessionState:
         "persisted",
         "position",
         "subscriptions",
+        "unloaded",
         "username",
         "will",
     )
@@ -329,6 +330,10 @@ class SessionState:
         self.journal: SessionJournal | None = None
         self.persisted = False
         self.position = 0
+        # Restored from the durable store at a restart but its queue not read back yet (what is
+        # stored of it that is not loaded: its in-flight window, "inflight"); None once loaded
+        # (journal.Journal.load). Until then `position` is where its queue starts in the log.
+        self.unloaded: dict[str, Any] | None = None
         self.dropped = 0
         self._last_drop_log = 0.0
         self._packet_id = 0

@@ -99,7 +99,8 @@ class EmbeddedBroker(BrokerSource):
         if broker is None or broker.journal is None:
             return {}
         messages, sessions = broker.journal.store.counts()
-        return {"sessions": sessions, "messages": messages}
+        unloaded = sum(1 for state in broker.states.values() if state.unloaded is not None)
+        return {"sessions": sessions, "messages": messages, "unloaded": unloaded}
 
     @property
     def refused(self) -> Mapping[str, int]:

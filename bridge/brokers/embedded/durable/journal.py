@@ -10,10 +10,19 @@ Writes are batched: everything the broker does in one event-loop step goes in on
 scheduled with `call_soon`. A publisher's PUBACK waits for the commit that holds its message
 (`committed()`), as it waits for the rules (SPEC 6.3).
 
-At start `restore()` reads the sessions back, subscribes them again, and replays the log after
-the smallest position through the router (a message goes to a session only past that session's
-position), so each session's queue is what it was, in the same order; in-flight messages get
-their packet ids back and go out again with DUP set when the client returns.
+At start `restore()` reads back the sessions' metadata (subscriptions, position, will and expiry
+timers, QoS 2 ids) and the retained messages, not their queues: the listener opens in about the
+time reading the sessions' rows takes, whatever the size of the log. A session's queue is read
+back (`load`) when it is first needed: its client reconnects, a fetch delivers to it, the API
+subscribes it. A load reads only what may concern the session (store.logged_for: by the log's
+topic index, the entries after its position on topics its filters can match; by `routes`, those
+given to it alone), plus what is logged but not committed yet, and routes them again to it
+alone, oldest first: a logged entry (routed by subscription) goes to it as the router gave it
+(its subscriptions' live_from, no-local, QoS), a `targets` entry as it was given. So its queue
+is what it was, in the same order; its in-flight messages get their packet ids back and go out
+again with DUP set when the client returns. Until its load, a message the router routes to the
+session is logged (as routed by subscription) but not queued: the load reads it from the log,
+once, in order. Expiry of a session that was never loaded drops it unread.
 """
 
 from __future__ import annotations
@@ -22,10 +31,11 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-from bridge.brokers.embedded.durable.store import Batch, DurableStore, MessageRow
+from bridge.brokers.embedded.durable.store import FORMAT, Batch, DurableStore, MessageRow
 from bridge.brokers.embedded.router import Message, Retained, Router, Target
 from bridge.brokers.embedded.sessions import NEVER, IncomingQos2, Outgoing, PendingWill, SessionState, Subscription
 from bridge.mqtt import EMPTY, Properties, Will
@@ -87,6 +97,7 @@ class Journal:
         self._flush_at: asyncio.TimerHandle | asyncio.Handle | None = None
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="durable-store")
         self._writing = False
+        self._in_write: Batch | None = None  # the batch the writer thread is committing
         self._last_flush = 0.0
         self._last_trim = 0.0
         self._trimmed_to = 0
@@ -96,8 +107,17 @@ class Journal:
     def reserve(self) -> int:
         return self.store.reserve()
 
-    def log(self, seq: int, message: Message, *, fanout: bool, targets: dict[str, Target] | None = None) -> None:
-        """Add a message to the log (committed with the current batch)."""
+    def log(
+        self,
+        seq: int,
+        message: Message,
+        *,
+        routed: Sequence[str] = (),
+        targets: dict[str, Target] | None = None,
+    ) -> None:
+        """Add a message to the log (committed with the current batch): `routed`, the durable
+        sessions it went to by subscription (a load finds it by the log's topic index and
+        matches it again); `targets`, those it was given to by name (a `routes` row each)."""
         now_wall, now_mono = time.time(), time.monotonic()
         row: MessageRow = (
             seq,
@@ -109,10 +129,13 @@ class Journal:
             message.from_clientid,
             _props(message.properties),
             _to_wall(message.expires, now_wall, now_mono),
-            int(fanout),
+            int(bool(routed)),
             json.dumps(targets, separators=(",", ":")) if targets else None,
         )
-        self._batch.messages.append(row)
+        batch = self._batch
+        batch.messages.append(row)
+        if targets:
+            batch.routes.extend((seq, clientid) for clientid in targets)
         self._soon()
 
     def retain(self, retained: Retained) -> None:
@@ -194,11 +217,13 @@ class Journal:
                 future.set_result(None)
             return
         self._writing = True
+        self._in_write = batch
         written = loop.run_in_executor(self._writer, self.store.write, batch)
         written.add_done_callback(lambda done: self._written(done, future, dirty))
 
     def _written(self, done: asyncio.Future[None], future: asyncio.Future[None] | None, dirty: set[str]) -> None:
         self._writing = False
+        self._in_write = None  # committed, or not (then its publishers get no ack)
         error = done.exception()
         if error is not None:
             self.commit_failures += 1
@@ -218,6 +243,9 @@ class Journal:
         for state in self.states.values():
             if state.durable:
                 bound = min(bound, position(state, self.store.head))
+                if state.unloaded is not None:
+                    for entry in state.unloaded["inflight"]:
+                        bound = min(bound, entry[0] - 1)
                 for message in state.inflight.values():
                     if message.seq:
                         bound = min(bound, message.seq - 1)
@@ -227,6 +255,7 @@ class Journal:
         """Write what is pending and close the store (at stop: the loop waits for the writer)."""
         self._writer.shutdown(wait=True)  # the commit in flight ends first
         self._writing = False
+        self._in_write = None
         self._dirty_whole |= self._dirty
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="durable-store")
         self.flush()
@@ -236,7 +265,7 @@ class Journal:
     # -- reading back ----------------------------------------------------------------
 
     def restore(self, broker: Restorer) -> None:
-        """Rebuild the durable sessions, their queues and the retained messages (at start)."""
+        """Rebuild the durable sessions (not their queues: `load`) and the retained messages (at start)."""
         started = time.monotonic()
         now_wall, now_mono = time.time(), time.monotonic()
         for row in self.store.retained_rows():
@@ -247,6 +276,7 @@ class Journal:
                 continue
             broker.router.retained[topic] = Retained(msgid, topic, payload, qos, sender, _unprops(props), deadline)
         bodies: dict[str, dict[str, Any]] = {}
+        router = broker.router
         for clientid, body, progress_body in self.store.sessions():
             data = json.loads(body)
             data.update(json.loads(progress_body) if progress_body else _NOTHING_OWED)
@@ -255,49 +285,80 @@ class Journal:
             state.persisted = True
             state.position = data["position"]
             for full, qos, live_from, no_local, rap, identifier in data["subs"]:
-                broker.router.subscribe(state, Subscription(full, qos, live_from, no_local, rap, identifier))
+                router.subscribe(state, Subscription(full, qos, live_from, no_local, rap, identifier))
             for packet_id in data["incoming"]:
                 state.incoming_qos2[packet_id] = IncomingQos2(None, acked=True)
-            for seq, packet_id, qos, retain, pubrec, filters, ids in data["inflight"]:
-                logged = self.store.message(seq)
-                if logged is not None:
-                    message = _outgoing(logged, qos, bool(retain), tuple(filters), tuple(ids), now_wall, now_mono)
-                    message.packet_id, message.pubrec = packet_id, bool(pubrec)
-                    state.inflight[packet_id] = message
-        replayed = self._replay(broker, now_wall, now_mono)
+            state.unloaded = {"inflight": data["inflight"]}
         for clientid, data in bodies.items():
             self._resume_timers(broker, broker.states[clientid], data, now_wall)
         log.info(
-            "durable store %s: %d sessions, %d retained messages, %d queued messages restored in %.2f s",
+            "durable store %s: %d sessions, %d retained messages restored in %.2f s%s"
+            " (each session's queue is read back from the log when it is first needed)",
             self.store.path,
             len(bodies),
             len(broker.router.retained),
-            replayed,
             time.monotonic() - started,
+            f", the store migrated to format {FORMAT}" if self.store.migrated else "",
         )
 
-    def _replay(self, broker: Restorer, now_wall: float, now_mono: float) -> int:
-        states = broker.states
-        if not states:
+    def load(self, router: Router, state: SessionState) -> int:
+        """Read back the queue of a session restored at start (see the module's docstring): its
+        in-flight window and the log entries after its position that concern it. Returns how
+        many messages were queued."""
+        stored = state.unloaded
+        if stored is None:
             return 0
-        start = min(state.position for state in states.values())
-        replayed = 0
-        for row in self.store.messages_after(start):
-            seq, msgid, topic, payload, qos, retain, sender, props, expires, fanout, targets = row
+        clientid, after = state.clientid, state.position
+        filters = [full for full in state.subscriptions if not full.startswith("$share/")]
+        rows = self.store.logged_for(clientid, after, filters)
+        pending: list[MessageRow] = []
+        for batch in (self._in_write, self._batch):  # logged, not committed yet (or committing)
+            if batch is None or not batch.messages:
+                continue
+            mine = {seq for seq, routed in batch.routes if routed == clientid}
+            pending.extend(row for row in batch.messages if row[0] > after and (row[9] or row[0] in mine))
+        for row in pending:
+            rows.setdefault(row[0], row)
+        now_wall, now_mono = time.time(), time.monotonic()
+        state.unloaded = None
+        self._restore_inflight(state, stored["inflight"], pending, now_wall, now_mono)
+        queued = 0
+        for seq in sorted(rows):
+            row = rows[seq]
+            _seq, msgid, topic, payload, qos, retain, sender, props, expires, fanout, targets = row
             deadline = _to_mono(expires, now_wall, now_mono)
             if deadline and deadline <= now_mono:
                 continue  # 5.0 message expiry: never delivered once expired
             if fanout:
                 message = Message(msgid, topic, payload, qos, bool(retain), sender, _unprops(props), deadline)
-                replayed += broker.router.route(message, replay=seq)
-            if targets is None:
-                continue
-            for clientid, (out_qos, out_retain, filters, ids) in json.loads(targets).items():
-                state = states.get(clientid)
-                if state is not None and seq > state.position:
+                queued += router.replay_for(state, message, seq)
+            if targets is not None:
+                target = json.loads(targets).get(clientid)
+                if target is not None:
+                    out_qos, out_retain, filters, ids = target
                     state.enqueue(_outgoing(row, out_qos, out_retain, tuple(filters), tuple(ids), now_wall, now_mono))
-                    replayed += 1
-        return replayed
+                    queued += 1
+        return queued
+
+    def _restore_inflight(
+        self,
+        state: SessionState,
+        inflight: list[list[Any]],
+        pending: list[MessageRow],
+        now_wall: float,
+        now_mono: float,
+    ) -> None:
+        if not inflight:
+            return
+        rows = {row[0]: row for row in self.store.messages_at([entry[0] for entry in inflight])}
+        for row in pending:
+            rows.setdefault(row[0], row)
+        for seq, packet_id, qos, retain, pubrec, filters, ids in inflight:
+            logged = rows.get(seq)
+            if logged is not None:
+                message = _outgoing(logged, qos, bool(retain), tuple(filters), tuple(ids), now_wall, now_mono)
+                message.packet_id, message.pubrec = packet_id, bool(pubrec)
+                state.inflight[packet_id] = message
 
     @staticmethod
     def _resume_timers(broker: Restorer, state: SessionState, data: dict[str, Any], now_wall: float) -> None:
@@ -319,6 +380,8 @@ class Journal:
 
 def position(state: SessionState, head: int) -> int:
     """Every logged message after this sequence number that is for the session is still queued."""
+    if state.unloaded is not None:
+        return state.position  # its queue is still in the log
     for message in state.outbox:
         if message.seq:
             return message.seq - 1
@@ -336,6 +399,12 @@ _NOTHING_OWED: dict[str, Any] = {"position": 0, "inflight": [], "incoming": []}
 
 def progress(state: SessionState, head: int) -> dict[str, Any]:
     """How far a durable session is (its `positions` row, JSON): rewritten as it acknowledges."""
+    if state.unloaded is not None:
+        return {
+            "position": state.position,
+            "inflight": state.unloaded["inflight"],
+            "incoming": [packet_id for packet_id, held in state.incoming_qos2.items() if held.acked],
+        }
     return {
         "position": position(state, head),
         "inflight": [

@@ -14,13 +14,25 @@ Mosquitto's and EMQX's persistence make it.
 Tables:
 - `messages(seq, ...)`: each message once, `seq` the time order (EMQX's key of time + topic +
   message id, seed 000, reduced to one growing integer: this store is one node's). `fanout` 1:
-  routed at restart by matching the durable sessions' subscriptions; `targets` (JSON) names the
+  routed to a session by matching its subscriptions when its queue is read back; `targets` (JSON) names the
   sessions a message was given to one by one (a shared subscription's pick, a retained message
   sent on subscribe, a fetched message) with how each got it.
 - `sessions(clientid, body)`: a durable session (JSON: subscriptions, will, expiry deadline),
   written when those change; `positions(clientid, body)`: its position in the log, in-flight
   window and QoS 2 ids (JSON), written as it acknowledges (small, so that is cheap).
+- an index of the log by (topic, seq), and `routes(seq, clientid)`, the sessions each message
+  was given to by name (its `targets`): after a restart a session's queue is read back on its
+  own when it is first needed (`logged_for`), not the whole log into every session at start.
+  The index answers "the entries after its position on the topics its filters can match" (an
+  exact filter: one range; `a/b/#`, `a/+/c`: the range of the literal prefix; a filter that
+  starts with a wildcard: the log after its position), so a message stays one row (and one
+  index entry) however many sessions it goes to. `routes` is kept by the log's key and trimmed
+  with it; its index on (clientid, seq) answers one session's query.
 - `retained(topic, ...)`: the retained messages.
+
+`PRAGMA user_version` is the format: 0 a store written before the topic index and `routes`
+(migrated when it is opened: the index built and the routes read from the log's `targets`,
+one transaction), 1 this one.
 Expiry removes the log in bulk: every row below the smallest position of all sessions goes in
 one range delete (the key is the time order, so that is seed 002's oldest generations).
 """
@@ -29,12 +41,12 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from bridge.errors import HookbridgeError
+from bridge.topics import is_wildcard, prefix_range
 
 log = logging.getLogger("bridge.brokers.embedded")
 
@@ -56,6 +68,13 @@ CREATE TABLE IF NOT EXISTS messages (
 );
 CREATE TABLE IF NOT EXISTS sessions (clientid TEXT PRIMARY KEY, body TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS positions (clientid TEXT PRIMARY KEY, body TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS routes (
+    seq INTEGER NOT NULL,
+    clientid TEXT NOT NULL,
+    PRIMARY KEY (seq, clientid)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS routes_by_client ON routes (clientid, seq);
+CREATE INDEX IF NOT EXISTS messages_by_topic ON messages (topic, seq);
 CREATE TABLE IF NOT EXISTS retained (
     topic TEXT PRIMARY KEY,
     msgid TEXT NOT NULL,
@@ -66,6 +85,8 @@ CREATE TABLE IF NOT EXISTS retained (
     expires REAL NOT NULL
 ) WITHOUT ROWID;
 """
+
+FORMAT = 1  # PRAGMA user_version of a store with `routes`
 
 # One row of `messages`, in column order.
 MessageRow = tuple[int, str, str, bytes, int, int, str, bytes | None, float, int, str | None]
@@ -82,6 +103,7 @@ class Batch:
     """Everything one commit writes."""
 
     messages: list[MessageRow] = field(default_factory=list)
+    routes: list[tuple[int, str]] = field(default_factory=list)  # (seq, clientid) of each logged message
     sessions: dict[str, str | None] = field(default_factory=dict)  # clientid -> body; None: delete
     positions: dict[str, str | None] = field(default_factory=dict)  # clientid -> body; None: delete
     retained: dict[str, RetainedRow | None] = field(default_factory=dict)  # topic -> row; None: delete
@@ -103,12 +125,26 @@ class DurableStore:
             self._db.execute("PRAGMA synchronous = NORMAL")
             if unclean:
                 self._check(wal)
+            version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
+            existed = self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'messages'").fetchone() is not None
             self._db.executescript(_SCHEMA)
+            self.migrated = existed and version < FORMAT
+            if self.migrated:  # a store of the format before the topic index and `routes`
+                self._db.execute("BEGIN")
+                self._db.execute(
+                    "INSERT OR IGNORE INTO routes SELECT m.seq, t.key FROM messages m, json_each(m.targets) t"
+                    " WHERE m.targets IS NOT NULL"
+                )
+                self._db.execute(f"PRAGMA user_version = {FORMAT}")
+                self._db.execute("COMMIT")
+            elif not existed:
+                self._db.execute(f"PRAGMA user_version = {FORMAT}")
             row = self._db.execute("SELECT max(seq) FROM messages").fetchone()
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"durable store {self.path}: {exc}") from exc
         self.head = int(row[0] or 0)  # the last sequence number given out
         self._reader: sqlite3.Connection | None = None
+        self._loader: sqlite3.Connection | None = None
 
     def _check(self, wal: Path) -> None:
         """After an unclean stop: SQLite has replayed the committed transactions of the WAL and
@@ -138,6 +174,8 @@ class DurableStore:
             db.execute("BEGIN")
             if batch.messages:
                 db.executemany("INSERT OR REPLACE INTO messages VALUES (?,?,?,?,?,?,?,?,?,?,?)", batch.messages)
+            if batch.routes:
+                db.executemany("INSERT OR IGNORE INTO routes VALUES (?, ?)", batch.routes)
             for table, rows in (("sessions", batch.sessions), ("positions", batch.positions)):
                 gone = [(clientid,) for clientid, body in rows.items() if body is None]
                 if gone:
@@ -152,6 +190,7 @@ class DurableStore:
                     db.execute("INSERT OR REPLACE INTO retained VALUES (?,?,?,?,?,?,?)", row)
             if batch.trim_to:
                 db.execute("DELETE FROM messages WHERE seq <= ?", (batch.trim_to,))
+                db.execute("DELETE FROM routes WHERE seq <= ?", (batch.trim_to,))
             db.execute("COMMIT")
         except (OSError, sqlite3.Error) as exc:
             if db.in_transaction:
@@ -168,26 +207,73 @@ class DurableStore:
     def retained_rows(self) -> list[RetainedRow]:
         return list(self._db.execute("SELECT * FROM retained"))
 
-    def messages_after(self, seq: int) -> Iterator[MessageRow]:
-        """The log after `seq`, oldest first."""
-        yield from self._db.execute("SELECT * FROM messages WHERE seq > ? ORDER BY seq", (seq,))
+    def logged_for(self, clientid: str, after: int, filters: Iterable[str]) -> dict[int, MessageRow]:
+        """The log entries after `after` that may concern one session, by sequence number: those
+        routed by subscription (`fanout`) on a topic its (non-shared) `filters` can match (a
+        superset: the caller matches them) and those given to it by name (`routes`).
 
-    def message(self, seq: int) -> MessageRow | None:
-        row: Any = self._db.execute("SELECT * FROM messages WHERE seq = ?", (seq,)).fetchone()
-        return row  # type: ignore[no-any-return]
+        Read on a connection of its own (the writer thread may be committing on the other one):
+        it sees the last commit; what is not committed yet the journal adds from its batches."""
+        db = self._loading()
+        found: dict[int, MessageRow] = {}
+        topics: set[str] = set()
+        spans: set[tuple[str, str | None]] = set()
+        for topic_filter in filters:
+            if not is_wildcard(topic_filter):
+                topics.add(topic_filter)
+                continue
+            span = prefix_range(topic_filter)
+            if span is None:  # a leading wildcard: the log after its position
+                topics, spans = set(), set()
+                query = "SELECT * FROM messages WHERE seq > ? AND fanout = 1"
+                found.update((row[0], row) for row in db.execute(query, (after,)))
+                break
+            spans.add(span)
+        for topic in topics:
+            query = "SELECT * FROM messages WHERE topic = ? AND seq > ? AND fanout = 1"
+            found.update((row[0], row) for row in db.execute(query, (topic, after)))
+        for low, high in spans:
+            if high is None:
+                query = "SELECT * FROM messages WHERE topic >= ? AND seq > ? AND fanout = 1"
+                rows = db.execute(query, (low, after))
+            else:
+                query = "SELECT * FROM messages WHERE topic >= ? AND topic < ? AND seq > ? AND fanout = 1"
+                rows = db.execute(query, (low, high, after))
+            found.update((row[0], row) for row in rows)
+        query = "SELECT m.* FROM routes r JOIN messages m ON m.seq = r.seq WHERE r.clientid = ? AND r.seq > ?"
+        found.update((row[0], row) for row in db.execute(query, (clientid, after)))
+        return found
+
+    def messages_at(self, seqs: list[int]) -> list[MessageRow]:
+        """The log entries of these sequence numbers that are still in the log."""
+        if not seqs:
+            return []
+        marks = ",".join("?" * len(seqs))
+        return list(self._loading().execute(f"SELECT * FROM messages WHERE seq IN ({marks})", seqs))
+
+    def _loading(self) -> sqlite3.Connection:
+        """The connection the event loop reads sessions' queues on (not the metrics' one)."""
+        if self._loader is None:
+            self._loader = sqlite3.connect(self.path, check_same_thread=False)
+        return self._loader
+
+    def _read(self) -> sqlite3.Connection:
+        if self._reader is None:
+            self._reader = sqlite3.connect(self.path, check_same_thread=False)
+        return self._reader
 
     def counts(self) -> tuple[int, int]:
         """(messages in the log, durable sessions), read on a connection of its own: the writer
         thread may be committing on the other one (WAL lets a reader see the last commit)."""
-        if self._reader is None:
-            self._reader = sqlite3.connect(self.path, check_same_thread=False)
-        messages = self._reader.execute("SELECT count(*) FROM messages").fetchone()[0]
-        sessions = self._reader.execute("SELECT count(*) FROM sessions").fetchone()[0]
+        reader = self._read()
+        messages = reader.execute("SELECT count(*) FROM messages").fetchone()[0]
+        sessions = reader.execute("SELECT count(*) FROM sessions").fetchone()[0]
         return int(messages), int(sessions)
 
     def close(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
+        for other in (self._reader, self._loader):
+            if other is not None:
+                other.close()
         try:
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         except sqlite3.Error as exc:
