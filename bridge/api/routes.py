@@ -218,6 +218,9 @@ class Api:
                 {"filter": sub.filter, "qos": sub.qos, "no_local": sub.no_local, "identifier": sub.identifier}
                 for _, sub in sorted(state.subscriptions.items())
             ],
+            # A durable session restored at start has its queue read back when first needed:
+            # one session's view reads it (session()), a listing does not read them all.
+            "loaded": state.unloaded is None,
             "queue": {"messages": len(state.outbox), "bytes": state.outbox_bytes},
             "inflight": len(state.inflight),
             "dropped": state.dropped,
@@ -281,7 +284,7 @@ class Api:
 
     async def session(self, request: web.Request) -> web.Response:
         broker, state = self._state(request)
-        return _json(self._session(broker, state))
+        return _json(self._session(broker, broker.loaded(state)))
 
     async def subscriptions(self, request: web.Request) -> web.Response:
         broker = self._embedded()

@@ -188,8 +188,10 @@ async def test_a_durable_session_is_listed_after_a_restart(make_api_bridge: Any,
     second = await make_api_bridge(extra)
     async with aiohttp.ClientSession() as session:
         api = Api(second, session)
-        kept = await api.get("/sessions/keeper")
-        assert kept["durable"] is True and kept["connected"] is False
+        listed = await api.get("/sessions", params={"connected": "false"})
+        assert [(s["clientid"], s["loaded"]) for s in listed["data"]] == [("keeper", False)]  # not read back yet
+        kept = await api.get("/sessions/keeper")  # one session's view reads its queue back
+        assert kept["durable"] is True and kept["connected"] is False and kept["loaded"] is True
         assert [s["filter"] for s in kept["subscriptions"]] == ["d/#"]
         assert kept["queue"]["messages"] == 2 and kept["queue"]["bytes"] > 0
         listed = await api.get("/sessions", params={"connected": "false"})
