@@ -263,6 +263,14 @@ GLOBAL: dict[str, Setting] = {
         "embedded mode: `same_user`: a CONNECT with the client id of another user's connection or session is "
         "refused; `any`: it takes the session over. Default: `same_user` when `broker.auth.*` is set, else `any`",
     ),
+    "broker.sys_interval": Setting(
+        v.duration_in(0, 86400),
+        10.0,
+        "embedded mode: the broker's status is published, retained, to `$SYS/broker/...` (Mosquitto's names: "
+        "clients/connected, messages/received, load/messages/received/1min, ...) every this interval; "
+        "0: never. Clients read it as the ACL allows (a subscription to `$SYS/#`)",
+        example="10s",
+    ),
     "broker.durable_sessions": Setting(
         v.parse_bool,
         False,
