@@ -352,6 +352,13 @@ GLOBAL: dict[str, Setting] = {
     ),
     "api.max_body": Setting(v.size_in(1024, 16 * 1024 * 1024), 64 * 1024, "largest API request body (413 above)"),
     "api.max_page": Setting(v.int_in(1, 10000), 1000, "largest `limit` of an API list (400 above)"),
+    "api.sample_interval": Setting(
+        v.duration_in(0.1, 600),
+        10.0,
+        "how often the throughput the dashboard charts (GET /api/v1/stats: connections, messages/s) is "
+        "sampled; the last hour is kept",
+        example="10s",
+    ),
     "spool.dir": Setting(
         v.writable_dir,
         "data/spool",
