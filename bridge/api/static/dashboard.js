@@ -59,11 +59,13 @@ function number(value) {
 function chart(svg, samples, series, windowSeconds) {
   const width = 600, height = 180, top = 8, bottom = 18, left = 0;
   const now = samples.length ? samples[samples.length - 1].t : Date.now() / 1000;
-  const start = now - windowSeconds;
+  // the last hour; while the bridge has run for less, the time it has (at least a minute)
+  const span = Math.min(windowSeconds, Math.max(60, samples.length ? now - samples[0].t : 0));
+  const start = now - span;
   let max = 0;
   for (const s of samples) for (const name of series) max = Math.max(max, s[name] ?? 0);
   max = max > 0 ? niceCeiling(max) : 1;
-  const x = (t) => left + (t - start) / windowSeconds * (width - left);
+  const x = (t) => left + (t - start) / span * (width - left);
   const y = (v) => top + (1 - v / max) * (height - top - bottom);
   const parts = [];
   for (let i = 0; i <= 4; i++) {
@@ -78,7 +80,8 @@ function chart(svg, samples, series, windowSeconds) {
     label.textContent = number(value);
     parts.push(line, label);
   }
-  for (const [i, text] of ["-60 min", "-30 min", "now"].entries()) {
+  const ago = (seconds) => seconds >= 120 ? `-${Math.round(seconds / 60)} min` : `-${Math.round(seconds)} s`;
+  for (const [i, text] of [ago(span), ago(span / 2), "now"].entries()) {
     const label = document.createElementNS(SVG, "text");
     label.setAttribute("class", "axis");
     label.setAttribute("x", [0, width / 2, width - 24][i]);
