@@ -170,3 +170,25 @@ async def search_and_open_a_session(page: Page) -> None:
         "box.dispatchEvent(new Event('input')); } true"
     )
     assert await page.until(f"{ids}.length === 2 && {ids}") == ["sensor-1", "sensor-2"]
+
+
+async def test_the_page_holds_no_data_and_the_data_needs_the_key(bridge: Bridge) -> None:
+    assert bridge.status is not None
+    base = f"http://127.0.0.1:{bridge.status.port}"
+    async with aiohttp.ClientSession() as session:
+        async with session.get(base + "/") as answer:
+            assert answer.status == 200 and answer.content_type == "text/html"
+            assert "default-src 'self'" in answer.headers["Content-Security-Policy"]
+            assert "frame-ancestors 'none'" in answer.headers["Content-Security-Policy"]
+        async with session.get(base + "/static/dashboard.js") as answer:
+            assert answer.status == 200 and "sessionStorage" in await answer.text()
+        async with session.get(base + "/api/v1/stats") as answer:
+            assert answer.status == 401
+        for path in ("/static/../routes.py", "/static/%2e%2e/routes.py", "/static/..%2Fkeys.py", "/static/"):
+            async with session.get(base + path) as answer:
+                assert answer.status in (403, 404), path
+                assert "import" not in await answer.text(), path
+        async with session.get(base + "/api/v1/stats", headers={"Authorization": f"Bearer {KEY}"}) as answer:
+            stats = await answer.json()
+    assert stats["interval"] == 0.2 and stats["window"] == 3600
+    assert stats["samples"] and set(stats["samples"][-1]) == {"t", "connections", "received", "sent", "events"}

@@ -182,7 +182,7 @@ class SysTopics:
         for topic, value in changed:
             message = Message(broker.msgids.next(), topic, value.encode(), 0, True, "")
             # as any retained publish: stored in the step its id is made, then routed in id order
-            router.store_retained(message)
+            router.store_retained(message, durable=False)  # made again at every start
             ticket = router.sequencer.enter()
             try:
                 if not router.sequencer.ready(ticket):
