@@ -29,19 +29,24 @@ KEY_LINE = f"api.keys = ops:sha256:{hashlib.sha256(KEY.encode()).hexdigest()}\n"
 ACL = "topic readwrite #\n\nuser limited\ntopic readwrite dev/#\n"
 
 
-@pytest.fixture
-async def bridge(tmp_path: Path, redis_port: int, redis_db: redis_sync.Redis) -> AsyncIterator[Bridge]:
-    home = tmp_path / "bridge"
+async def start_bridge(home: Path, redis_port: int, extra: str = "") -> Bridge:
+    """A bridge with the API on (key KEY) and the HTTP listener on a free port; its config in home/bridge.conf."""
     (home / "rules").mkdir(parents=True)
     shutil.copytree(ROOT / "templates", home / "templates")
     shutil.copy(ROOT / "rules" / "redis.conf", home / "rules" / "redis.conf")
-    (tmp_path / "acl").write_text(ACL)
-    extra = f"spool.dir = {home / 'spool'}\ndeadletter.dir = {home / 'dl'}\napi.enabled = on\n{KEY_LINE}"
-    extra += f"broker.acl.file = {tmp_path / 'acl'}\n"
+    (home / "acl").write_text(ACL)
+    extra += f"spool.dir = {home / 'spool'}\ndeadletter.dir = {home / 'dl'}\napi.enabled = on\n{KEY_LINE}"
+    extra += f"broker.acl.file = {home / 'acl'}\n"
     text = config_text(redis_port, extra).replace("metrics.listener = off\n", "metrics.listener = 127.0.0.1:0\n")
     (home / "bridge.conf").write_text(text)
     started = Bridge.load(Paths(home / "bridge.conf", home / "rules"))
     await started.start()
+    return started
+
+
+@pytest.fixture
+async def bridge(tmp_path: Path, redis_port: int, redis_db: redis_sync.Redis) -> AsyncIterator[Bridge]:
+    started = await start_bridge(tmp_path / "bridge", redis_port)
     yield started
     await started.stop(drain_timeout=5)
 
@@ -213,3 +218,33 @@ async def test_errors_are_one_line(bridge: Bridge, tmp_path: Path) -> None:
     assert code == 1 and err.count("\n") == 1 and "cannot read config" in err
     code, _, err = await ctl("--url", base, "retained", "list", "a/#/b")
     assert code == 1 and "400 bad topic filter" in err
+
+
+async def test_https_listener_found_in_the_config_file(
+    tmp_path: Path, redis_port: int, redis_db: redis_sync.Redis
+) -> None:
+    """No --url: the config's metrics.listener, https as its certfile says, the certificate checked."""
+    from support.tls import make_certificates
+
+    (tmp_path / "tls").mkdir()
+    certs = make_certificates(tmp_path / "tls")
+    tls = f"metrics.listener.certfile = {certs.cert}\nmetrics.listener.keyfile = {certs.key}\n"
+    started = await start_bridge(tmp_path / "bridge", redis_port, tls)
+    try:
+        assert started.status is not None
+        # the config as the operator's, with the port the bridge got (it asked for a free one)
+        text = (tmp_path / "bridge" / "bridge.conf").read_text()
+        config = tmp_path / "ctl.conf"
+        config.write_text(
+            text.replace("metrics.listener = 127.0.0.1:0", f"metrics.listener = 127.0.0.1:{started.status.port}")
+        )
+        out = await ok("-c", str(config), "--cafile", str(certs.ca), "--json", "status")
+        assert json.loads(out)["broker"]["mode"] == "embedded"
+        code, out, err = await ctl("-c", str(config), "status")  # the system's CAs do not know the test CA
+        assert (code, out) == (1, "") and err.count("\n") == 1
+        assert err.startswith(
+            f"hookbridge ctl: cannot reach the bridge at https://127.0.0.1:{started.status.port}/api/v1: "
+        )
+        assert "CERTIFICATE_VERIFY_FAILED" in err
+    finally:
+        await started.stop(drain_timeout=5)
