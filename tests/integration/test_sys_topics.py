@@ -5,6 +5,7 @@ them, `broker.sys_interval` sets how often they come (0: never)."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -154,3 +155,26 @@ async def test_interval_zero_publishes_nothing(
     await asyncio.sleep(0.5)
     assert sysreader.messages.empty()
     assert source.core.router.retained.matching("$SYS/#") == []
+
+
+async def test_not_written_to_the_durable_store(
+    make_bridge: BridgeFactory, tmp_path: Path, clients: list[Client]
+) -> None:
+    """The broker's own status is made again at every start: with durable sessions on, only the
+    clients' retained messages go to the store (no write every interval for it)."""
+    from bridge.brokers.embedded.durable.store import FILENAME
+
+    store = tmp_path / "store"
+    acl = tmp_path / "acl"
+    acl.write_text(ACL)
+    extra = f"broker.acl.file = {acl}\nbroker.sys_interval = 50ms\n"
+    extra += f"broker.durable_sessions = on\nbroker.durable_dir = {store}\n"
+    bridge = await make_bridge(rules="", extra_config=extra)
+    writer = await connect(clients, bridge, "w1", "writer")
+    assert await writer.publish("keep/me", b"kept", 1, retain=True) == 0  # acked once committed
+    sysreader = await connect(clients, bridge, "sys1", "sysreader")
+    assert await sysreader.subscribe(SYS + "messages/sent", 0) == [0]
+    await sysreader.messages_n(3)  # three rounds at least
+    with sqlite3.connect(store / FILENAME) as db:
+        topics = [row[0] for row in db.execute("SELECT topic FROM retained")]
+    assert topics == ["keep/me"]
