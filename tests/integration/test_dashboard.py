@@ -192,3 +192,33 @@ async def test_the_page_holds_no_data_and_the_data_needs_the_key(bridge: Bridge)
             stats = await answer.json()
     assert stats["interval"] == 0.2 and stats["window"] == 3600
     assert stats["samples"] and set(stats["samples"][-1]) == {"t", "connections", "received", "sent", "events"}
+
+
+async def test_anonymous_loopback_needs_no_key(tmp_path: Path, redis_port: int, redis_db: redis_sync.Redis) -> None:
+    """With api.allow_anonymous_loopback, a browser on the machine gets the page without a key."""
+    home = tmp_path / "anonymous"
+    (home / "rules").mkdir(parents=True)
+    shutil.copytree(ROOT / "templates", home / "templates")
+    (home / "rules" / "none.conf").write_text("")
+    extra = f"spool.dir = {home / 'spool'}\ndeadletter.dir = {home / 'dl'}\n"
+    extra += "api.enabled = on\napi.allow_anonymous_loopback = on\n"
+    text = config_text(redis_port, extra).replace("metrics.listener = off\n", "metrics.listener = 127.0.0.1:0\n")
+    (home / "bridge.conf").write_text(text)
+    started = Bridge.load(Paths(home / "bridge.conf", home / "rules"))
+    await started.start()
+    made: list[Client] = []
+    try:
+        await connected(started, made, "lonely", version=V5)
+        assert started.status is not None
+        async with browser() as page:
+            await page.goto(f"http://127.0.0.1:{started.status.port}/")
+            await page.until("document.body.dataset.loaded === 'yes'")
+            assert await page.evaluate("document.getElementById('login').hidden")
+            ids = "[...document.querySelectorAll('#clients tbody tr')].map(r => r.dataset.clientid)"
+            assert await page.until(f"{ids}.length === 1 && {ids}") == ["lonely"]
+            assert await page.evaluate("document.querySelectorAll('#rules tbody tr').length") == 0
+            assert page.errors == []
+    finally:
+        for client in made:
+            await client.close()
+        await started.stop(drain_timeout=5)

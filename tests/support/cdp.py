@@ -105,7 +105,8 @@ async def browser(width: int = 1280, height: int = 900) -> AsyncIterator[Page]:
     """A headless Chromium with one page, closed at the end."""
     binary = chromium()
     assert binary, "chromium is not installed (scripts/test.sh installs the Debian package)"
-    with tempfile.TemporaryDirectory(prefix="chromium-") as profile:
+    # Chromium's helper processes may still write to the profile as it goes: cleaned up as far as it can be
+    with tempfile.TemporaryDirectory(prefix="chromium-", ignore_cleanup_errors=True) as profile:
         process = await asyncio.create_subprocess_exec(
             binary,
             *FLAGS,
@@ -132,8 +133,12 @@ async def browser(width: int = 1280, height: int = 900) -> AsyncIterator[Page]:
                     try:
                         yield page
                     finally:
+                        with contextlib.suppress(Exception):  # closed with its helpers, as a person closes it
+                            await asyncio.wait_for(page.send("Browser.close"), 5)
                         page.reader.cancel()
         finally:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(process.wait(), 5)
             if process.returncode is None:
                 process.kill()
             await process.wait()
