@@ -68,16 +68,23 @@ def cells(table: str) -> str:
 async def test_dashboard_shows_the_bridge_and_kicks_a_client(bridge: Bridge, clients: list[Client]) -> None:
     assert bridge.status is not None
     base = f"http://127.0.0.1:{bridge.status.port}"
-    sensor = await connected(bridge, clients, "sensor-1", version=V5)
-    victim = await connected(bridge, clients, "sensor-2", version=V311)
     watcher = await connected(bridge, clients, "watcher", version=V5, clean=False)
     assert await watcher.subscribe("sensors/#", 1) == [1]
     assert await watcher.subscribe("alerts/+", 0) == [0]
-    for i in range(40):  # traffic over a few samples, for the messages chart
-        assert await sensor.publish(f"sensors/{i % 4}/temp", f"{20 + i % 7}".encode(), 1, retain=i >= 36) == 0
-        if i % 10 == 9:
-            await asyncio.sleep(0.25)
-    await watcher.messages_n(40)
+    await asyncio.sleep(0.5)
+    sensor = await connected(bridge, clients, "sensor-1", version=V5)
+    # traffic over a few samples (one every 200 ms), in bursts of different sizes, for the charts
+    sent = 0
+    for burst in (4, 10, 16, 6, 12):
+        for _ in range(burst):
+            i = sent
+            assert await sensor.publish(f"sensors/{i % 4}/temp", f"{20 + i % 7}".encode(), 1, retain=i >= 44) == 0
+            sent += 1
+        await asyncio.sleep(0.3)
+        if sent == 14:
+            victim = await connected(bridge, clients, "sensor-2", version=V311)
+    assert sent == 48
+    await watcher.messages_n(48)
 
     async with browser(height=1000) as page:
         # the page itself is static and holds no data; the API needs the key, asked for once
@@ -149,7 +156,7 @@ async def show_what_the_bridge_holds(page: Page, bridge: Bridge) -> None:
         "document.getElementById('retained-form').requestSubmit(); true"
     )
     retained = await page.until(f"{cells('retained')}.length === 1 && {cells('retained')}")
-    assert retained == [["sensors/2/temp", "1", "2", "23"]]  # i = 38
+    assert retained == [["sensors/2/temp", "1", "2", "24"]]  # i = 46: 20 + 46 % 7
 
 
 async def search_and_open_a_session(page: Page) -> None:

@@ -56,11 +56,11 @@ function number(value) {
 
 // -- charts: one SVG polyline per series over the last hour -----------------------------
 
-function chart(svg, samples, series, windowSeconds) {
+function chart(svg, samples, series, windowSeconds, interval) {
   const width = 600, height = 180, top = 8, bottom = 18, left = 0;
   const now = samples.length ? samples[samples.length - 1].t : Date.now() / 1000;
-  // the last hour; while the bridge has run for less, the time it has (at least a minute)
-  const span = Math.min(windowSeconds, Math.max(60, samples.length ? now - samples[0].t : 0));
+  // the last hour; while the bridge has run for less, the time it has (at least 30 samples' worth)
+  const span = Math.min(windowSeconds, Math.max(30 * interval, samples.length ? now - samples[0].t : 0));
   const start = now - span;
   let max = 0;
   for (const s of samples) for (const name of series) max = Math.max(max, s[name] ?? 0);
@@ -76,7 +76,7 @@ function chart(svg, samples, series, windowSeconds) {
     line.setAttribute("y1", y(value)); line.setAttribute("y2", y(value));
     const label = document.createElementNS(SVG, "text");
     label.setAttribute("class", "axis");
-    label.setAttribute("x", 4); label.setAttribute("y", y(value) - 2);
+    label.setAttribute("x", 4); label.setAttribute("y", Math.max(y(value) - 2, 10));
     label.textContent = number(value);
     parts.push(line, label);
   }
@@ -123,8 +123,8 @@ async function showStatus() {
 async function showStats() {
   const stats = await api("GET", "/stats");
   const samples = stats.samples;
-  chart($("chart-connections"), samples, ["connections"], stats.window);
-  chart($("chart-messages"), samples, ["received", "sent"], stats.window);
+  chart($("chart-connections"), samples, ["connections"], stats.window, stats.interval);
+  chart($("chart-messages"), samples, ["received", "sent"], stats.window, stats.interval);
   const last = samples[samples.length - 1] || {};
   $("now-connections").textContent = number(last.connections);
   $("now-messages").textContent = last.received === null || last.received === undefined
