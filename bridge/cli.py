@@ -1,4 +1,4 @@
-"""`hookbridge run | check | schema | report` (also `python -m bridge`)."""
+"""`hookbridge run | check | schema | ctl | report` (also `python -m bridge`)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from bridge import ctl as ctl_commands
 from bridge import logs, registry
 from bridge.app import Bridge, Paths, load_all
 from bridge.brokers.embedded.openfiles import open_file_problems, raise_soft_limit
@@ -276,6 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
     schema.add_argument("--pool", required=True, help="<db>.<pool>, e.g. redis.pool1")
     schema.add_argument("--apply", action="store_true", help="create it")
     schema.set_defaults(func=cmd_schema)
+    ctl = commands.add_parser("ctl", help="the management API from the command line, against a running bridge")
+    ctl_commands.add_arguments(ctl)
+    ctl.set_defaults(func=ctl_commands.run)
     # Sub-commands other packages add through the `hookbridge.commands` entry point group: the
     # Spark reports' `report` (spark_analytics/cli.py), whose module imports no PySpark until a
     # report runs, so this parser works without the `spark` extra installed.

@@ -142,6 +142,12 @@ def describe() -> dict[str, Any]:
                 )
             },
             f"{_P}/pools": {"get": _op("pools: up, queue, spool, last error", page=True)},
+            f"{_P}/stats": {
+                "get": _op(
+                    "the last hour, a sample every api.sample_interval: connections, PUBLISH received and "
+                    "sent per second, events per second (the dashboard's charts)"
+                )
+            },
             f"{_P}/reload": {"post": _op("reload the rules and the broker's password and ACL files (as SIGHUP)")},
         },
     }

@@ -22,10 +22,12 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from bridge.api.history import History
 from bridge.api.keys import is_loopback, key_name
 from bridge.api.openapi import describe
 from bridge.errors import HookbridgeError
@@ -39,6 +41,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PREFIX = "/api/v1"
+STATIC = Path(__file__).parent / "static"  # the dashboard (served at /)
+# The dashboard loads only its own files and talks only to this listener; no framing.
+_CSP = "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 BODY_TIMEOUT = 5.0  # seconds to receive a request body
 _ID_MAX = 65535  # an MQTT string's longest
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -81,6 +86,7 @@ class Api:
         self.max_page = int(config["api.max_page"])
         self.max_body = int(config["api.max_body"])
         self._reloading = asyncio.Lock()  # one API reload at a time
+        self.history = History(bridge, float(config["api.sample_interval"]))
 
     # -- wiring ---------------------------------------------------------------
 
@@ -104,11 +110,18 @@ class Api:
             web.get(f"{p}/rules", self.rules, allow_head=False),
             web.get(f"{p}/pools", self.pools, allow_head=False),
             web.post(f"{p}/reload", self.reload),
+            web.get(f"{p}/stats", self.stats, allow_head=False),
         ]
 
     def install(self, app: web.Application) -> None:
         app.middlewares.append(self._guard)
         app.router.add_routes(self.routes())
+        # The dashboard: static files with no data in them (the page asks the API, with the key
+        # it is given); the sampler its charts draw runs while the listener does.
+        app.router.add_get("/", self.dashboard, allow_head=False)
+        app.router.add_static("/static/", STATIC, append_version=False)
+        app.cleanup_ctx.append(self.history.running)
+        app.on_response_prepare.append(_page_headers)
 
     @web.middleware
     async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -428,6 +441,12 @@ class Api:
             sequencer.leave(ticket)
         return _json({"published": topic, "msgid": message.msgid, "routed": delivered})
 
+    async def stats(self, _request: web.Request) -> web.Response:
+        return _json(self.history.describe())
+
+    async def dashboard(self, _request: web.Request) -> web.FileResponse:
+        return web.FileResponse(STATIC / "index.html")
+
     async def rules(self, request: web.Request) -> web.Response:
         metrics = self.bridge.metrics
         active = {rule.id for rule in self.bridge.engine.rules}
@@ -464,6 +483,13 @@ class Api:
         if reloaded:
             return _json({"reloaded": True, "rules": len(self.bridge.engine.rules)})
         return _error(422, "the reload was refused: the rules and pools loaded before stay (see the log)")
+
+
+async def _page_headers(request: web.Request, response: web.StreamResponse) -> None:
+    if request.path == "/" or request.path.startswith("/static/"):
+        response.headers["Content-Security-Policy"] = _CSP
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Referrer-Policy"] = "no-referrer"
 
 
 def _payload(body: dict[str, Any]) -> bytes:

@@ -274,6 +274,14 @@ GLOBAL: dict[str, Setting] = {
         "embedded mode: `same_user`: a CONNECT with the client id of another user's connection or session is "
         "refused; `any`: it takes the session over. Default: `same_user` when `broker.auth.*` is set, else `any`",
     ),
+    "broker.sys_interval": Setting(
+        v.duration_in(0, 86400),
+        10.0,
+        "embedded mode: the broker's status is published, retained, to `$SYS/broker/...` (Mosquitto's names: "
+        "clients/connected, messages/received, load/messages/received/1min, ...) every this interval; "
+        "0: never. Clients read it as the ACL allows (a subscription to `$SYS/#`)",
+        example="10s",
+    ),
     "broker.durable_sessions": Setting(
         v.parse_bool,
         False,
@@ -355,6 +363,13 @@ GLOBAL: dict[str, Setting] = {
     ),
     "api.max_body": Setting(v.size_in(1024, 16 * 1024 * 1024), 64 * 1024, "largest API request body (413 above)"),
     "api.max_page": Setting(v.int_in(1, 10000), 1000, "largest `limit` of an API list (400 above)"),
+    "api.sample_interval": Setting(
+        v.duration_in(0.1, 600),
+        10.0,
+        "how often the throughput the dashboard charts (GET /api/v1/stats: connections, messages/s) is "
+        "sampled; the last hour is kept",
+        example="10s",
+    ),
     "spool.dir": Setting(
         v.writable_dir,
         "data/spool",

@@ -28,6 +28,7 @@ from bridge.brokers.embedded.lane import EventLane, Kept
 from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.router import Message, Router
 from bridge.brokers.embedded.sessions import NEVER, PendingWill, QueuedBytes, SessionState, Subscription
+from bridge.brokers.embedded.systopics import Traffic
 from bridge.events import ClientConnected, ClientDisconnected, Hookpoint
 from bridge.mqtt import (
     EMPTY,
@@ -86,6 +87,7 @@ class Broker(FlowsMixin):
         self.limits = limits
         self.refused: Counter[str] = Counter()
         self.output_pauses = 0  # connections' reading paused for unsent output (max_output_bytes)
+        self.traffic = Traffic()  # what $SYS/broker/... reports (systopics.py)
         self.router = Router()
         self.states: dict[str, SessionState] = {}
         self.queued = QueuedBytes(limits.max_queued_bytes, self.states)  # broker-wide bound (sessions.py)
@@ -194,6 +196,9 @@ class Broker(FlowsMixin):
             server_keep_alive = self._keepalive(conn, packet)
             conn.write(encode(self._connack(conn, packet, present, assigned, server_keep_alive), level))
             conn.connacked = True
+            traffic = self.traffic
+            traffic.connections += 1
+            traffic.clients_maximum = max(traffic.clients_maximum, len(self.active))
             state.touch(whole=True)
             event = ClientConnected(
                 clientid=clientid,
@@ -506,6 +511,7 @@ class Broker(FlowsMixin):
                 pending.timer.cancel()
             asyncio.get_running_loop().create_task(self._publish_will(state, pending.peername, pending.will))
         log.info("session of client %r expired", state.clientid)
+        self.traffic.clients_expired += 1
         self._discard(state)
 
     def _discard(self, state: SessionState) -> None:

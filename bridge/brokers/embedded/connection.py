@@ -61,6 +61,7 @@ if TYPE_CHECKING:
 
     from bridge.brokers.embedded.limits import Limits
     from bridge.brokers.embedded.sessions import SessionState
+    from bridge.brokers.embedded.systopics import Traffic
 
 log = logging.getLogger("bridge.brokers.embedded")
 
@@ -73,6 +74,7 @@ class Core(Protocol):
     limits: Limits
     refused: Counter[str]
     output_pauses: int  # times a connection's reading paused for its unsent output
+    traffic: Traffic  # packets, PUBLISH packets and bytes in and out ($SYS/broker/...)
 
     def accept(self, conn: Connection) -> None: ...
 
@@ -256,7 +258,10 @@ class Connection(asyncio.Protocol):
                 return
             self.close("closed", error.reason)
             return
+        traffic = self.broker.traffic
+        traffic.bytes_received += len(data)
         if packets:
+            traffic.packets_received += len(packets)
             self.last_packet = time.monotonic()
             for packet in packets:
                 self._on_packet(packet)
@@ -394,6 +399,7 @@ class Connection(asyncio.Protocol):
         return None
 
     def _on_publish(self, packet: Publish, state: SessionState) -> Any:
+        self.broker.traffic.publish_received += 1
         topic, props = packet.topic, packet.properties
         if self.level == MQTT_5 and props is not EMPTY:
             alias = props.topic_alias
@@ -554,7 +560,7 @@ class Connection(asyncio.Protocol):
             if qos == 1:
                 self.incoming_unacked -= 1
         if out:
-            self.write(b"".join(out))
+            self.write(b"".join(out), len(out))
         room = self._ack_room
         if room is not None and not room.done() and (len(acks) < UNACKED_LIMIT or self.reason is not None):
             room.set_result(None)
@@ -563,10 +569,13 @@ class Connection(asyncio.Protocol):
 
     # -- sending -------------------------------------------------------------------
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes, packets: int = 1) -> None:
         transport = self.transport
         if transport is not None and not transport.is_closing():
             transport.write(data)
+            traffic = self.broker.traffic
+            traffic.packets_sent += packets
+            traffic.bytes_sent += len(data)
 
     def pump(self) -> None:
         """Send queued messages soon (batched: one write per loop step)."""
@@ -601,7 +610,12 @@ class Connection(asyncio.Protocol):
             if wants(Hookpoint.MESSAGE_DELIVERED, state.clientid, message.topic):
                 state.lane.post(self._receipt(MessageDelivered, message))
         if out:
-            transport.write(b"".join(out))
+            data = b"".join(out)
+            transport.write(data)
+            traffic = self.broker.traffic
+            traffic.packets_sent += len(out)
+            traffic.publish_sent += len(out)
+            traffic.bytes_sent += len(data)
 
     def resend_inflight(self) -> None:
         """[MQTT-4.4.0-1] resend unacknowledged PUBLISH (DUP) and PUBREL, in order."""
@@ -613,8 +627,9 @@ class Connection(asyncio.Protocol):
                 out.append(encode(Pubrel(packet_id), self.level))
             else:
                 out.append(self._publish_bytes(message, dup=True, now=time.monotonic()))
+                self.broker.traffic.publish_sent += 1
         if out:
-            self.write(b"".join(out))
+            self.write(b"".join(out), len(out))
 
     def _publish_bytes(self, message: Outgoing, *, dup: bool, now: float) -> bytes:
         props = EMPTY
@@ -662,7 +677,10 @@ class Connection(asyncio.Protocol):
             transport = self.transport
             if transport is not None and not transport.is_closing():
                 if code is not None and self.level == MQTT_5 and self.connacked:
-                    transport.write(encode(Disconnect(code), MQTT_5))
+                    disconnect = encode(Disconnect(code), MQTT_5)
+                    transport.write(disconnect)
+                    self.broker.traffic.packets_sent += 1
+                    self.broker.traffic.bytes_sent += len(disconnect)
                     self._linger(transport)
                 elif reason == "normal":
                     self._linger(transport)  # late acks (see _late_acks), then close

@@ -322,8 +322,9 @@ class Router:
         state.enqueue(out)
         return out
 
-    def store_retained(self, message: Message) -> None:
-        """Set or replace a topic's retained message; an empty payload deletes it."""
+    def store_retained(self, message: Message, *, durable: bool = True) -> None:
+        """Set or replace a topic's retained message; an empty payload deletes it. `durable`
+        False: not written to the durable store (the broker's own `$SYS` status, made again at start)."""
         if message.payload:
             retained = self.retained[message.topic] = Retained(
                 message.msgid,
@@ -334,7 +335,7 @@ class Router:
                 message.properties,
                 message.expires,
             )
-            if self.journal is not None:
+            if self.journal is not None and durable:
                 self.journal.retain(retained)
         elif self.retained.pop(message.topic, None) is not None and self.journal is not None:
             self.journal.unretain(message.topic)

@@ -14,6 +14,7 @@ from bridge.brokers.embedded.broker import Broker
 from bridge.brokers.embedded.durable import DurableStore
 from bridge.brokers.embedded.limits import REFUSALS, Limits
 from bridge.brokers.embedded.listeners import Listener, serve
+from bridge.brokers.embedded.systopics import SysTopics
 from bridge.msgid import MsgIdGenerator
 
 log = logging.getLogger("bridge.brokers.embedded")
@@ -54,6 +55,7 @@ class EmbeddedBroker(BrokerSource):
         listeners: Sequence[Listener] = (),
         durable_dir: str | None = None,
         durable_commit_interval: float = 0.002,
+        sys_interval: float = 0.0,
     ) -> None:
         limits = limits or Limits()
         self._listen = listen
@@ -65,6 +67,8 @@ class EmbeddedBroker(BrokerSource):
         self._listeners = tuple(listeners)  # besides `listen` (tcp): ssl, ws, wss
         self._durable_dir = durable_dir  # durable sessions on: where the store is
         self._commit_interval = durable_commit_interval
+        self._sys_interval = sys_interval  # $SYS/broker/... every this many seconds; 0: never
+        self._sys: SysTopics | None = None
         self._broker: Broker | None = None
         self._servers: list[asyncio.Server] = []
         self._ports: dict[str, int] = {}
@@ -156,6 +160,8 @@ class EmbeddedBroker(BrokerSource):
                 broker.journal.close()
             raise
         self._broker = broker
+        self._sys = SysTopics(broker, self._sys_interval)
+        self._sys.start()
 
     async def _close_servers(self) -> None:
         servers, self._servers = self._servers, []
@@ -170,6 +176,9 @@ class EmbeddedBroker(BrokerSource):
         broker, self._broker = self._broker, None
         if broker is None:
             return
+        sys_topics, self._sys = self._sys, None
+        if sys_topics is not None:
+            await sys_topics.stop()
         for server in self._servers:
             server.close()
         await broker.close_all(_STOP_TIMEOUT)
@@ -215,6 +224,11 @@ class EmbeddedBroker(BrokerSource):
     @property
     def busy(self) -> bool:
         return self._broker is not None and bool(self._broker.busy_lanes)
+
+    @property
+    def sys_topics(self) -> SysTopics | None:
+        """The task publishing `$SYS/broker/...` (systopics.py); None when stopped."""
+        return self._sys
 
     @property
     def core(self) -> Broker | None:
