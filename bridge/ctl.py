@@ -23,13 +23,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from bridge.errors import HookbridgeError
+
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 DEFAULT_TIMEOUT = 10.0
 PAGE = 1000  # the page size asked for; the API caps it at api.max_page
 
 
-class CtlError(Exception):
+class CtlError(HookbridgeError):
     """What went wrong, as the one line the command prints."""
 
 
