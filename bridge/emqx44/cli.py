@@ -55,3 +55,58 @@ COMMAND = CommandPlugin(
     add_arguments=add_arguments,
     run=run,
 )
+
+
+def add_migrate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-c", "--config", default="config/bridge.conf")
+    parser.add_argument("--pool", required=True, help="the Redis pool EMQX 4.4 wrote to, e.g. redis.pool1")
+    parser.add_argument("--dry-run", action="store_true", help="count what would move, change nothing")
+
+
+def run_migrate(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from bridge.conf.config import load_config
+    from bridge.conf.errors import ConfErrors
+
+    try:
+        config = load_config(args.config)
+    except ConfErrors as exc:
+        for problem in exc.errors:
+            print(problem, file=sys.stderr)
+        return EXIT_CONFIG
+    pool = config.pools.get(args.pool)
+    if pool is None or pool.db != "redis":
+        known = ", ".join(sorted(name for name, p in config.pools.items() if p.db == "redis")) or "none"
+        print(f"{args.config}: no Redis pool {args.pool!r} (Redis pools: {known})", file=sys.stderr)
+        print("PostgreSQL and MySQL tables: docs/migrate-from-emqx44.md#data-in-place", file=sys.stderr)
+        return EXIT_CONFIG
+
+    async def migrate() -> list[str]:
+        import redis.asyncio as aioredis
+
+        from actions.redis.connection import connection_pool
+        from bridge.emqx44.migrate import migrate_redis
+
+        client = aioredis.Redis(connection_pool=connection_pool(pool, max_connections=2))
+        try:
+            return (await migrate_redis(client, dry_run=args.dry_run)).lines(args.dry_run)
+        finally:
+            await client.aclose()
+
+    try:
+        lines = asyncio.run(migrate())
+    except Exception as exc:  # unreachable server: one line; rerunning resumes
+        print(f"migrate-emqx44 {args.pool}: {exc} (run it again: it resumes)", file=sys.stderr)
+        return 1
+    for line in lines:
+        print(line)
+    return 0
+
+
+MIGRATE_COMMAND = CommandPlugin(
+    name="migrate-emqx44",
+    help="give the messages, retained messages and offsets EMQX 4.4 stored in Redis hookbridge's ids",
+    add_arguments=add_migrate_arguments,
+    run=run_migrate,
+)
