@@ -1,10 +1,14 @@
-"""`hookbridge import-emqx DIR --out DIR [--force]` (a `hookbridge.commands` entry point)."""
+"""`hookbridge import-emqx DIR --out DIR [--force]` and `hookbridge migrate-emqx44 --pool <db>.<pool> [--dry-run]`
+(`hookbridge.commands` entry points)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from bridge.registry import CommandPlugin
 
@@ -64,8 +68,6 @@ def add_migrate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_migrate(args: argparse.Namespace) -> int:
-    import asyncio
-
     from bridge.conf.config import load_config
     from bridge.conf.errors import ConfErrors
 
@@ -76,32 +78,59 @@ def run_migrate(args: argparse.Namespace) -> int:
             print(problem, file=sys.stderr)
         return EXIT_CONFIG
     pool = config.pools.get(args.pool)
-    if pool is None or pool.db != "redis":
-        known = ", ".join(sorted(name for name, p in config.pools.items() if p.db == "redis")) or "none"
-        print(f"{args.config}: no Redis pool {args.pool!r} (Redis pools: {known})", file=sys.stderr)
-        print("PostgreSQL and MySQL tables: docs/migrate-from-emqx44.md#data-in-place", file=sys.stderr)
+    if pool is None or pool.db not in MIGRATES:
+        known = ", ".join(sorted(name for name, p in config.pools.items() if p.db in MIGRATES)) or "none"
+        print(f"{args.config}: no Redis or PostgreSQL pool {args.pool!r} (those configured: {known})", file=sys.stderr)
         return EXIT_CONFIG
 
-    async def migrate() -> list[str]:
-        import redis.asyncio as aioredis
-
-        from actions.redis.connection import connection_pool
-        from bridge.emqx44.migrate import migrate_redis
-
-        client = aioredis.Redis(connection_pool=connection_pool(pool, max_connections=2))
-        try:
-            return (await migrate_redis(client, dry_run=args.dry_run)).lines(args.dry_run)
-        finally:
-            await client.aclose()
-
     try:
-        lines = asyncio.run(migrate())
+        lines = asyncio.run(MIGRATES[pool.db](pool, args.dry_run))
     except Exception as exc:  # unreachable server: one line; rerunning resumes
         print(f"migrate-emqx44 {args.pool}: {exc} (run it again: it resumes)", file=sys.stderr)
         return 1
-    for line in lines:
+    for line in lines or ["nothing to migrate: the data is in hookbridge's layout"]:
         print(line)
     return 0
+
+
+async def _migrate_redis(pool: Any, dry_run: bool) -> list[str]:
+    import redis.asyncio as aioredis
+
+    from actions.redis.connection import connection_pool
+    from bridge.emqx44.migrate import migrate_redis
+
+    client = aioredis.Redis(connection_pool=connection_pool(pool, max_connections=2))
+    try:
+        return (await migrate_redis(client, dry_run=dry_run)).lines(dry_run)
+    finally:
+        await client.aclose()
+
+
+async def _migrate_pgsql(pool: Any, dry_run: bool) -> list[str]:
+    import asyncpg
+
+    from bridge.emqx44.migrate_pgsql import migrate_pgsql
+    from bridge.plugin import settings_context
+
+    host, port = pool["server"]
+    conn = await asyncpg.connect(
+        host=host,
+        port=port,
+        user=pool["username"] or None,
+        password=pool["password"] or None,
+        database=pool["database"],
+        ssl=settings_context(pool.settings) or False,
+    )
+    try:
+        return [f"{line};" for line in await migrate_pgsql(conn, dry_run=dry_run)]
+    finally:
+        await conn.close()
+
+
+MIGRATES: dict[str, Callable[[Any, bool], Coroutine[Any, Any, list[str]]]] = {
+    "redis": _migrate_redis,
+    "pgsql": _migrate_pgsql,
+}
 
 
 MIGRATE_COMMAND = CommandPlugin(

@@ -206,11 +206,11 @@ async def test_a_bridge_serves_what_emqx44_stored_in_order_with_its_own(
         await client.disconnect()
 
 
-@pytest.mark.parametrize("pool", ["redis.nope", "pgsql.pool1"])
+@pytest.mark.parametrize("pool", ["redis.nope", "mysql.pool1"])
 def test_the_command_names_the_pools_it_can_migrate(
     tmp_path: Path, pool: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     conf = tmp_path / "bridge.conf"
     conf.write_text(config_text(6390))
     assert main(["migrate-emqx44", "-c", str(conf), "--pool", pool]) == 2
-    assert "Redis pools: redis.pool1" in capsys.readouterr().err
+    assert "(those configured: redis.pool1)" in capsys.readouterr().err
