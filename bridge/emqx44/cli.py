@@ -80,7 +80,10 @@ def run_migrate(args: argparse.Namespace) -> int:
     pool = config.pools.get(args.pool)
     if pool is None or pool.db not in MIGRATES:
         known = ", ".join(sorted(name for name, p in config.pools.items() if p.db in MIGRATES)) or "none"
-        print(f"{args.config}: no Redis or PostgreSQL pool {args.pool!r} (those configured: {known})", file=sys.stderr)
+        print(
+            f"{args.config}: no Redis, PostgreSQL or MySQL pool {args.pool!r} (those configured: {known})",
+            file=sys.stderr,
+        )
         return EXIT_CONFIG
 
     try:
@@ -127,9 +130,38 @@ async def _migrate_pgsql(pool: Any, dry_run: bool) -> list[str]:
         await conn.close()
 
 
+async def _migrate_mysql(pool: Any, dry_run: bool) -> list[str]:
+    import asyncmy
+
+    from actions.mysql import schema
+    from actions.mysql.reads import query
+    from bridge.emqx44.migrate_mysql import migrate_mysql
+    from bridge.plugin import settings_context
+
+    host, port = pool["server"]
+    conn = await asyncmy.connect(
+        host=host,
+        port=port,
+        user=pool["username"] or pool["user"] or None,
+        password=pool["password"] or "",
+        db=pool["database"],
+        ssl=settings_context(pool.settings),
+        charset="utf8mb4",
+        autocommit=True,
+    )
+    try:
+        names = ", ".join(["%s"] * len(schema.COLLATIONS))
+        have = {row[0] for row in await query(conn, f"SHOW COLLATION WHERE Collation IN ({names})", schema.COLLATIONS)}
+        collation = next((name for name in schema.COLLATIONS if name in have), "utf8mb4_bin")
+        return await migrate_mysql(conn, collation, dry_run=dry_run)
+    finally:
+        await conn.ensure_closed()
+
+
 MIGRATES: dict[str, Callable[[Any, bool], Coroutine[Any, Any, list[str]]]] = {
     "redis": _migrate_redis,
     "pgsql": _migrate_pgsql,
+    "mysql": _migrate_mysql,
 }
 
 

@@ -206,7 +206,7 @@ async def test_a_bridge_serves_what_emqx44_stored_in_order_with_its_own(
         await client.disconnect()
 
 
-@pytest.mark.parametrize("pool", ["redis.nope", "mysql.pool1"])
+@pytest.mark.parametrize("pool", ["redis.nope", "mongo.pool1"])
 def test_the_command_names_the_pools_it_can_migrate(
     tmp_path: Path, pool: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
