@@ -6,9 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
 
 from bridge.registry import CommandPlugin
 
@@ -77,92 +75,27 @@ def run_migrate(args: argparse.Namespace) -> int:
         for problem in exc.errors:
             print(problem, file=sys.stderr)
         return EXIT_CONFIG
+    from bridge.backend import backend_class
+
     pool = config.pools.get(args.pool)
-    if pool is None or pool.db not in MIGRATES:
-        known = ", ".join(sorted(name for name, p in config.pools.items() if p.db in MIGRATES)) or "none"
+    migration = backend_class(pool.db).emqx44_migration if pool is not None else None
+    if pool is None or migration is None:
+        known = [name for name, p in config.pools.items() if backend_class(p.db).emqx44_migration is not None]
         print(
-            f"{args.config}: no Redis, PostgreSQL or MySQL pool {args.pool!r} (those configured: {known})",
+            f"{args.config}: no pool {args.pool!r} that migrate-emqx44 knows (Redis, PostgreSQL, MySQL);"
+            f" those configured: {', '.join(sorted(known)) or 'none'}",
             file=sys.stderr,
         )
         return EXIT_CONFIG
 
     try:
-        lines = asyncio.run(MIGRATES[pool.db](pool, args.dry_run))
+        lines = asyncio.run(migration(pool, args.dry_run))
     except Exception as exc:  # unreachable server: one line; rerunning resumes
         print(f"migrate-emqx44 {args.pool}: {exc} (run it again: it resumes)", file=sys.stderr)
         return 1
     for line in lines or ["nothing to migrate: the data is in hookbridge's layout"]:
         print(line)
     return 0
-
-
-async def _migrate_redis(pool: Any, dry_run: bool) -> list[str]:
-    import redis.asyncio as aioredis
-
-    from actions.redis.connection import connection_pool
-    from bridge.emqx44.migrate import migrate_redis
-
-    client = aioredis.Redis(connection_pool=connection_pool(pool, max_connections=2))
-    try:
-        return (await migrate_redis(client, dry_run=dry_run)).lines(dry_run)
-    finally:
-        await client.aclose()
-
-
-async def _migrate_pgsql(pool: Any, dry_run: bool) -> list[str]:
-    import asyncpg
-
-    from bridge.emqx44.migrate_pgsql import migrate_pgsql
-    from bridge.plugin import settings_context
-
-    host, port = pool["server"]
-    conn = await asyncpg.connect(
-        host=host,
-        port=port,
-        user=pool["username"] or None,
-        password=pool["password"] or None,
-        database=pool["database"],
-        ssl=settings_context(pool.settings) or False,
-    )
-    try:
-        return [f"{line};" for line in await migrate_pgsql(conn, dry_run=dry_run)]
-    finally:
-        await conn.close()
-
-
-async def _migrate_mysql(pool: Any, dry_run: bool) -> list[str]:
-    import asyncmy
-
-    from actions.mysql import schema
-    from actions.mysql.reads import query
-    from bridge.emqx44.migrate_mysql import migrate_mysql
-    from bridge.plugin import settings_context
-
-    host, port = pool["server"]
-    conn = await asyncmy.connect(
-        host=host,
-        port=port,
-        user=pool["username"] or pool["user"] or None,
-        password=pool["password"] or "",
-        db=pool["database"],
-        ssl=settings_context(pool.settings),
-        charset="utf8mb4",
-        autocommit=True,
-    )
-    try:
-        names = ", ".join(["%s"] * len(schema.COLLATIONS))
-        have = {row[0] for row in await query(conn, f"SHOW COLLATION WHERE Collation IN ({names})", schema.COLLATIONS)}
-        collation = next((name for name in schema.COLLATIONS if name in have), "utf8mb4_bin")
-        return await migrate_mysql(conn, collation, dry_run=dry_run)
-    finally:
-        await conn.ensure_closed()
-
-
-MIGRATES: dict[str, Callable[[Any, bool], Coroutine[Any, Any, list[str]]]] = {
-    "redis": _migrate_redis,
-    "pgsql": _migrate_pgsql,
-    "mysql": _migrate_mysql,
-}
 
 
 MIGRATE_COMMAND = CommandPlugin(

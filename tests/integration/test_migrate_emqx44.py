@@ -15,8 +15,9 @@ import pytest
 import redis as redis_sync
 import redis.asyncio as aioredis
 
+from actions.redis.emqx44 import migrate_redis
 from bridge.cli import main
-from bridge.emqx44.migrate import BASE62, hookbridge_id, migrate_redis
+from bridge.msgid import BASE62, hookbridge_id
 from support.bridges import mqtt_port
 from support.conf import config_text
 from support.mqtt import Client, wait_until
@@ -213,4 +214,4 @@ def test_the_command_names_the_pools_it_can_migrate(
     conf = tmp_path / "bridge.conf"
     conf.write_text(config_text(6390))
     assert main(["migrate-emqx44", "-c", str(conf), "--pool", pool]) == 2
-    assert "(those configured: redis.pool1)" in capsys.readouterr().err
+    assert "those configured: redis.pool1" in capsys.readouterr().err

@@ -14,8 +14,8 @@ from typing import Any
 import asyncmy
 import pytest
 
+from actions.mysql.emqx44 import COPIES, _create
 from bridge.cli import main
-from bridge.emqx44.migrate_mysql import COPIES, _create
 from support.bridges import mqtt_port
 from support.conf import config_text
 from support.mqtt import Client

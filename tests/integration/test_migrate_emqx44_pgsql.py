@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 
 from bridge.cli import main
-from bridge.emqx44.migrate import hookbridge_id
+from bridge.msgid import hookbridge_id
 from support.bridges import mqtt_port
 from support.conf import config_text
 from support.mqtt import Client

@@ -1,4 +1,5 @@
-"""Bring the Redis data EMQX 4.4 Enterprise wrote into hookbridge's layout (`hookbridge migrate-emqx44`).
+"""Bring the Redis data EMQX 4.4 Enterprise wrote into hookbridge's layout (`hookbridge migrate-emqx44`,
+through `RedisBackend.emqx44_migration`).
 
 The keys of seed 003 are the same in both (docs/migrate-from-emqx44.md#data-in-place); what
 differs is the message id. EMQX 4.4 writes `emqx_guid` ids in base62 (`2VFt0kuNrOktefX6m4nP`),
@@ -18,40 +19,11 @@ nothing to do. No step touches two keys at once, so it runs on Redis Cluster too
 
 from __future__ import annotations
 
-import re
-import string
 from dataclasses import dataclass, field
 from typing import Any
 
 from actions.redis import keys
-
-BASE62 = string.digits + string.ascii_uppercase + string.ascii_lowercase
-_HEX_ID = re.compile(rb"[0-9A-F]{32}")
-_BASE62_ID = re.compile(rb"[0-9A-Za-z]{1,22}")
-
-
-_SHORT_HEX_ID = re.compile(rb"[0-9A-Fa-f]{23,32}")
-
-
-def hookbridge_id(emqx_id: bytes) -> str | None:
-    """The hookbridge id of an EMQX 4.4 id; None if `emqx_id` is one already, or no id at all.
-
-    EMQX 4.4 writes the 128-bit `emqx_guid` in base62 (Redis: at most 22 characters) or in hex
-    (the SQL backends; older versions without the leading zeros: 29 characters today). An id of
-    our time needs at least 115 bits, so 23 characters or more can only be hex.
-    """
-    if _HEX_ID.fullmatch(emqx_id):
-        return None
-    if _SHORT_HEX_ID.fullmatch(emqx_id):
-        return f"{int(emqx_id, 16):032X}"
-    if not _BASE62_ID.fullmatch(emqx_id):
-        return None
-    value = 0
-    for char in emqx_id.decode():
-        value = value * 62 + BASE62.index(char)
-    if value >> 128:
-        return None
-    return f"{value:032X}"
+from bridge.msgid import HEX_ID, hookbridge_id
 
 
 @dataclass
@@ -119,7 +91,7 @@ async def migrate_redis(redis: Any, dry_run: bool = False) -> Counts:
         for member in await redis.zrange(zset, 0, -1):
             new = hookbridge_id(member)
             if new is None:
-                if not _HEX_ID.fullmatch(member):
+                if not HEX_ID.fullmatch(member):
                     counts.unknown.append(f"{keys.dec(zset)} {keys.dec(member)}")
                 continue
             if dry_run:
@@ -153,3 +125,16 @@ async def migrate_redis(redis: Any, dry_run: bool = False) -> Counts:
                 new,
             )
     return counts
+
+
+async def migrate(pool: Any, dry_run: bool) -> list[str]:
+    """`hookbridge migrate-emqx44 --pool redis.<pool>`: a connection of the pool's own settings."""
+    import redis.asyncio as aioredis
+
+    from actions.redis.connection import connection_pool
+
+    client = aioredis.Redis(connection_pool=connection_pool(pool, max_connections=2))
+    try:
+        return (await migrate_redis(client, dry_run=dry_run)).lines(dry_run)
+    finally:
+        await client.aclose()

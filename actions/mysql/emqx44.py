@@ -17,6 +17,7 @@ from typing import Any
 
 from actions.mysql import schema
 from actions.mysql.reads import query
+from bridge.backend import PermanentError
 
 BACKUP = "__emqx44"
 NEW = "__hookbridge"
@@ -81,7 +82,7 @@ def _create(table: str, collation: str) -> str:
 _LIMITS = {"clientid": 256, "topic": 512}
 
 
-class TooLong(Exception):
+class TooLong(PermanentError):
     pass
 
 
@@ -139,3 +140,30 @@ async def migrate_mysql(conn: Any, collation: str, dry_run: bool = False) -> lis
     finally:
         await query(conn, "SELECT RELEASE_LOCK('hookbridge_schema')")
     return done
+
+
+async def migrate(pool: Any, dry_run: bool) -> list[str]:
+    """`hookbridge migrate-emqx44 --pool mysql.<pool>`: one connection of the pool's own settings, in
+    the server's time zone (the bridge's are UTC): EMQX wrote its times in that zone."""
+    import asyncmy
+
+    from bridge.plugin import settings_context
+
+    host, port = pool["server"]
+    conn = await asyncmy.connect(
+        host=host,
+        port=port,
+        user=pool["username"] or pool["user"] or None,
+        password=pool["password"] or "",
+        db=pool["database"],
+        ssl=settings_context(pool.settings),
+        charset="utf8mb4",
+        autocommit=True,
+    )
+    try:
+        names = ", ".join(["%s"] * len(schema.COLLATIONS))
+        have = {row[0] for row in await query(conn, f"SHOW COLLATION WHERE Collation IN ({names})", schema.COLLATIONS)}
+        collation = next((name for name in schema.COLLATIONS if name in have), "utf8mb4_bin")
+        return await migrate_mysql(conn, collation, dry_run=dry_run)
+    finally:
+        await conn.ensure_closed()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from actions.pgsql import schema
-from bridge.emqx44.migrate import hookbridge_id
+from bridge.msgid import hookbridge_id
 
 TABLES = ("mqtt_client", "mqtt_sub", "mqtt_msg", "mqtt_retain", "mqtt_acked")
 PAYLOAD_TABLES = ("mqtt_msg", "mqtt_retain")
@@ -116,3 +116,24 @@ async def migrate_pgsql(conn: Any, dry_run: bool = False) -> list[str]:
                 "INSERT INTO mqtt_topic (topic) SELECT DISTINCT topic FROM mqtt_msg ON CONFLICT DO NOTHING"
             )
     return done
+
+
+async def migrate(pool: Any, dry_run: bool) -> list[str]:
+    """`hookbridge migrate-emqx44 --pool pgsql.<pool>`: one connection of the pool's own settings."""
+    import asyncpg
+
+    from bridge.plugin import settings_context
+
+    host, port = pool["server"]
+    conn = await asyncpg.connect(
+        host=host,
+        port=port,
+        user=pool["username"] or None,
+        password=pool["password"] or None,
+        database=pool["database"],
+        ssl=settings_context(pool.settings) or False,
+    )
+    try:
+        return [f"{line};" for line in await migrate_pgsql(conn, dry_run=dry_run)]
+    finally:
+        await conn.close()
