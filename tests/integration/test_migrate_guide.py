@@ -7,8 +7,10 @@ a new subscriber and the proxy subscription are checked against it."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -92,3 +94,31 @@ async def test_the_guide_runs_as_written(
             await client.disconnect()
     finally:
         await bridge.stop(drain_timeout=5)
+
+
+def test_the_guides_emqx_mode_config_checks_as_written(tmp_path: Path) -> None:
+    """B and C: the config block replaces `broker.mode = embedded`, then the second console block
+    (remove the fetch and lookup rules, check) runs as written."""
+    text = GUIDE.read_text().split("## B and C", 1)[1]
+    block = text.split("```\n", 1)[1].split("```", 1)[0]
+    commands = [
+        line[2:] for line in text.split("```console\n", 1)[1].split("```", 1)[0].splitlines() if line.startswith("$ ")
+    ]
+    plugins = tmp_path / "emqx" / "etc" / "plugins"
+    plugins.mkdir(parents=True)
+    shutil.copy(ROOT / "tests" / "fixtures" / "emqx44" / "etc" / "plugins" / "emqx_backend_redis.conf", plugins)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    for name in ("EMQX_API_KEY", "EMQX_API_SECRET"):
+        env.pop(name, None)
+    run = functools.partial(subprocess.run, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert run(["hookbridge", "import-emqx", "emqx/etc", "--out", "hb"]).returncode == 0
+    conf = tmp_path / "hb" / "config" / "bridge.conf"
+    assert "broker.mode = embedded\n" in conf.read_text()
+    conf.write_text(conf.read_text().replace("broker.mode = embedded\n", block))
+    refused = run(["hookbridge", "check", "-c", str(conf), "-r", "hb/rules"])
+    assert refused.returncode != 0 and "on_message_fetch_for_pubsub needs deliver-to-session" in refused.stderr
+    for command in commands:
+        done = run(["bash", "-c", command])
+        assert done.returncode == 0, f"{command}: {done.stderr}"
+    rules = (tmp_path / "hb" / "rules" / "redis.conf").read_text()
+    assert "on_client_connected" in rules and "on_subscribe_lookup" in rules and "on_message_fetch" not in rules
