@@ -10,7 +10,7 @@ this module is part of the interface published to backends (bridge/plugin.py).
 from __future__ import annotations
 
 import abc
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -110,6 +110,10 @@ class Backend(abc.ABC):
     functions: ClassVar[frozenset[str]] = frozenset()
     # Set when a rule of the pool has `expired_time`: maintenance then trims.
     trim_enabled: bool = False
+    # `hookbridge migrate-emqx44 --pool <db>.<pool>` (bridge/emqx44/cli.py): an async function
+    # (pool, dry_run) -> lines to print that brings the data EMQX 4.4 Enterprise wrote to this
+    # backend's layout, idempotently; None: the backend has none.
+    emqx44_migration: ClassVar[Callable[[PoolConfig, bool], Coroutine[Any, Any, list[str]]] | None] = None
 
     def __init__(self, pool: PoolConfig, ctx: FunctionContext) -> None:
         self.pool = pool

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import string
 import threading
 import time
 
@@ -45,3 +47,34 @@ class MsgIdGenerator:
 def timestamp_us(msgid: str) -> int:
     """The microsecond timestamp inside a hookbridge/EMQX message id."""
     return int(msgid[:16], 16)
+
+
+# -- EMQX 4.4's ids (hookbridge migrate-emqx44) ---------------------------------------------
+
+BASE62 = string.digits + string.ascii_uppercase + string.ascii_lowercase
+HEX_ID = re.compile(rb"[0-9A-F]{32}")
+_BASE62_ID = re.compile(rb"[0-9A-Za-z]{1,22}")
+
+
+_SHORTHEX_ID = re.compile(rb"[0-9A-Fa-f]{23,32}")
+
+
+def hookbridge_id(emqx_id: bytes) -> str | None:
+    """The hookbridge id of an EMQX 4.4 id; None if `emqx_id` is one already, or no id at all.
+
+    EMQX 4.4 writes the 128-bit `emqx_guid` in base62 (Redis: at most 22 characters) or in hex
+    (the SQL backends; older versions without the leading zeros: 29 characters today). An id of
+    our time needs at least 115 bits, so 23 characters or more can only be hex.
+    """
+    if HEX_ID.fullmatch(emqx_id):
+        return None
+    if _SHORTHEX_ID.fullmatch(emqx_id):
+        return f"{int(emqx_id, 16):032X}"
+    if not _BASE62_ID.fullmatch(emqx_id):
+        return None
+    value = 0
+    for char in emqx_id.decode():
+        value = value * 62 + BASE62.index(char)
+    if value >> 128:
+        return None
+    return f"{value:032X}"

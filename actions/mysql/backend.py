@@ -25,7 +25,7 @@ from typing import Any
 import asyncmy
 from asyncmy import errors
 
-from actions.mysql import schema
+from actions.mysql import emqx44, schema
 from actions.mysql.functions import GROUPED, SINGLE, Write
 from actions.mysql.reads import MysqlStore, query
 from bridge.backend import Backend, Job
@@ -66,6 +66,7 @@ def format_markers(text: str) -> str:
 
 class MysqlBackend(Backend):
     db = "mysql"
+    emqx44_migration = emqx44.migrate  # hookbridge migrate-emqx44 (docs/migrate-from-emqx44.md)
     functions = frozenset(GROUPED) | frozenset(SINGLE) | frozenset(READERS)
 
     async def connect(self) -> None:

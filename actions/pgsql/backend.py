@@ -18,7 +18,7 @@ from typing import Any
 
 import asyncpg
 
-from actions.pgsql import schema
+from actions.pgsql import emqx44, schema
 from actions.pgsql.coerce import converters
 from actions.pgsql.functions import GROUPED, SINGLE, STAGE_COLUMNS, STAGE_TABLE, Write
 from actions.pgsql.reads import PgsqlStore
@@ -59,6 +59,7 @@ async def _prepare_connection(conn: Any) -> None:
 
 class PgsqlBackend(Backend):
     db = "pgsql"
+    emqx44_migration = emqx44.migrate  # hookbridge migrate-emqx44 (docs/migrate-from-emqx44.md)
     functions = frozenset(GROUPED) | frozenset(SINGLE) | frozenset(READERS)
 
     async def connect(self) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis import exceptions as rexc
 
-from actions.redis import scripts
+from actions.redis import emqx44, scripts
 from actions.redis.connection import connection_pool
 from actions.redis.functions import WRITERS, Command, Script
 from actions.redis.index import TopicIndex
@@ -58,6 +58,7 @@ def _alone(job: Job) -> bool:
 
 class RedisBackend(Backend):
     db = "redis"
+    emqx44_migration = emqx44.migrate  # hookbridge migrate-emqx44 (docs/migrate-from-emqx44.md)
     functions = frozenset(WRITERS) | frozenset(READERS)
 
     async def connect(self) -> None:

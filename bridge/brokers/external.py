@@ -48,7 +48,12 @@ def make_external_source(config: Config, rules: list[Rule], msgids: MsgIdGenerat
     filters = message_filters(rules)
     node = config["node.name"]
     if config["broker.mode"] == "emqx":
-        api = EmqxApi(config["broker.emqx.api"], config["broker.emqx.api_key"], config["broker.emqx.api_secret"])
+        api = EmqxApi(
+            config["broker.emqx.api"],
+            config["broker.emqx.api_key"],
+            config["broker.emqx.api_secret"],
+            version=config["broker.emqx.api_version"],
+        )
         return EmqxSource(
             upstream,
             node=node,

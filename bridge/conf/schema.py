@@ -327,6 +327,11 @@ GLOBAL: dict[str, Setting] = {
     "broker.emqx.api": Setting(a.http_url, "http://127.0.0.1:18083", "emqx mode: REST API base URL"),
     "broker.emqx.api_key": Setting(v.parse_str, "", "emqx mode: API key", secret=True),
     "broker.emqx.api_secret": Setting(v.parse_str, "", "emqx mode: API secret", secret=True),
+    "broker.emqx.api_version": Setting(
+        v.enum_of("v5", "v4"),
+        "v5",
+        "emqx mode: the REST API's version, v5 (EMQX 5) or v4 (EMQX 4.4: AppID / AppSecret as key / secret)",
+    ),
     "broker.emqx.event_topic": Setting(
         topic_filter, "hookbridge/events/#", "emqx mode: where EMQX rules republish $events/*"
     ),

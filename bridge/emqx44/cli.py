@@ -1,8 +1,10 @@
-"""`hookbridge import-emqx DIR --out DIR [--force]` (a `hookbridge.commands` entry point)."""
+"""`hookbridge import-emqx DIR --out DIR [--force]` and `hookbridge migrate-emqx44 --pool <db>.<pool> [--dry-run]`
+(`hookbridge.commands` entry points)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from pathlib import Path
 
@@ -54,4 +56,51 @@ COMMAND = CommandPlugin(
     help="write config/ and rules/ from EMQX 4.4 Enterprise's emqx_backend_<db>.conf files",
     add_arguments=add_arguments,
     run=run,
+)
+
+
+def add_migrate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-c", "--config", default="config/bridge.conf")
+    parser.add_argument("--pool", required=True, help="the Redis pool EMQX 4.4 wrote to, e.g. redis.pool1")
+    parser.add_argument("--dry-run", action="store_true", help="count what would move, change nothing")
+
+
+def run_migrate(args: argparse.Namespace) -> int:
+    from bridge.conf.config import load_config
+    from bridge.conf.errors import ConfErrors
+
+    try:
+        config = load_config(args.config)
+    except ConfErrors as exc:
+        for problem in exc.errors:
+            print(problem, file=sys.stderr)
+        return EXIT_CONFIG
+    from bridge.backend import backend_class
+
+    pool = config.pools.get(args.pool)
+    migration = backend_class(pool.db).emqx44_migration if pool is not None else None
+    if pool is None or migration is None:
+        known = [name for name, p in config.pools.items() if backend_class(p.db).emqx44_migration is not None]
+        print(
+            f"{args.config}: no pool {args.pool!r} that migrate-emqx44 knows (Redis, PostgreSQL, MySQL);"
+            f" those configured: {', '.join(sorted(known)) or 'none'}",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
+
+    try:
+        lines = asyncio.run(migration(pool, args.dry_run))
+    except Exception as exc:  # unreachable server: one line; rerunning resumes
+        print(f"migrate-emqx44 {args.pool}: {exc} (run it again: it resumes)", file=sys.stderr)
+        return 1
+    for line in lines or ["nothing to migrate: the data is in hookbridge's layout"]:
+        print(line)
+    return 0
+
+
+MIGRATE_COMMAND = CommandPlugin(
+    name="migrate-emqx44",
+    help="give the messages, retained messages and offsets EMQX 4.4 stored in Redis hookbridge's ids",
+    add_arguments=add_migrate_arguments,
+    run=run_migrate,
 )

@@ -1,4 +1,4 @@
-"""EMQX 5 payloads -> hookbridge events (the table is in docs/brokers.md).
+"""EMQX 5 (and 4.4) payloads -> hookbridge events (the table is in docs/brokers.md).
 
 Client lifecycle comes from system messages
 `$SYS/brokers/<node>/clients/<clientid>/{connected,disconnected,subscribed,unsubscribed}`;
@@ -138,11 +138,43 @@ def _payload_bytes(value: Any) -> bytes:
     return json.dumps(value).encode() if value is not None else b""
 
 
+def _session_event(doc: dict[str, Any]) -> Event | None:
+    """session.subscribed / unsubscribed from the rule-engine events `$events/session_subscribed`
+    and `$events/session_unsubscribed`: EMQX 4.4 has no `$SYS` message for them (its presence
+    module publishes connected / disconnected only), so a 4.4 node sends them as rule events.
+    Their `qos` is at the top level (EMQX 5 also nests it in `subopts`); no `is_new`: taken as new."""
+    topic_filter = doc.get("topic")
+    clientid = doc.get("clientid")
+    if not isinstance(topic_filter, str) or not isinstance(clientid, str) or not clientid:
+        return None
+    username = doc.get("username") or None
+    node = str(doc.get("node") or "")
+    seconds = _seconds(doc, "timestamp")
+    if doc.get("event") == "session.unsubscribed":
+        return SessionUnsubscribed(clientid, username, node, topic_filter, seconds, proto_ver=_proto_ver(doc))
+    opts = doc.get("subopts") if isinstance(doc.get("subopts"), dict) else {}
+    assert isinstance(opts, dict)
+    qos = doc.get("qos", opts.get("qos", 0))
+    return SessionSubscribed(
+        clientid,
+        username,
+        node,
+        topic_filter,
+        int(qos) if isinstance(qos, int) and qos in (0, 1, 2) else 0,
+        seconds,
+        is_new=bool(opts.get("is_new", True)),
+        proto_ver=_proto_ver(doc),
+    )
+
+
 def rule_event(payload: bytes) -> Event | None:
-    """message.delivered / message.acked from a rule-engine event republished as `${.}`."""
+    """message.delivered / message.acked (and, from EMQX 4.4, session.subscribed / unsubscribed)
+    from a rule-engine event republished as `${.}`."""
     doc = _doc(payload)
     if doc is None:
         return None
+    if doc.get("event") in ("session.subscribed", "session.unsubscribed"):
+        return _session_event(doc)
     kinds: dict[str, type[MessageDelivered] | type[MessageAcked]] = {
         "message.delivered": MessageDelivered,
         "message.acked": MessageAcked,

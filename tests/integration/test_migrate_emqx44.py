@@ -1,0 +1,217 @@
+"""`hookbridge migrate-emqx44` on a real Redis: data written as EMQX 4.4 Enterprise's Redis backend
+writes it (seed 003: base62 `emqx_guid` ids), migrated twice and after interruptions, then served
+by a real bridge (embedded broker, the shipped rules/redis.conf) in one order with what hookbridge
+stores after the switch."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis as redis_sync
+import redis.asyncio as aioredis
+
+from actions.redis.emqx44 import migrate_redis
+from bridge.cli import main
+from bridge.msgid import BASE62, hookbridge_id
+from support.bridges import mqtt_port
+from support.conf import config_text
+from support.mqtt import Client, wait_until
+from support.services import start_redis, stop_redis
+
+EMQX_NODE_PID = 0x0A0B0C0D0E0F
+OWN_REDIS_PORT = 6457  # not the shared test Redis: these tests compare whole keyspaces
+
+
+@pytest.fixture(scope="module")
+def redis_port() -> Iterator[int]:
+    """Overrides conftest's: a Redis of this module's own (redis_db and make_bridge use it)."""
+    start_redis(OWN_REDIS_PORT)
+    yield OWN_REDIS_PORT
+    stop_redis(OWN_REDIS_PORT)  # the 48 node/process bits of emqx_guid
+
+
+def emqx_id(ts_us: int, seq: int) -> str:
+    """emqx_guid:to_base62/1 of <<Ts:64, NPid:48, Seq:16>>."""
+    value = ts_us << 64 | EMQX_NODE_PID << 16 | seq
+    out = ""
+    while value:
+        value, digit = divmod(value, 62)
+        out = BASE62[digit] + out
+    return out
+
+
+def test_the_documented_emqx_id_decodes_to_its_publish_time() -> None:
+    # seed 003: message 2VFt0kuNrOktefX6m4nP has "ts" 1542338754
+    new = hookbridge_id(b"2VFt0kuNrOktefX6m4nP")
+    assert new is not None and int(new[:16], 16) // 1_000_000 == 1542338754
+    assert hookbridge_id(new.encode()) is None  # already hookbridge's
+    assert hookbridge_id(b"not-an-id") is None
+
+
+BASE_S = int(time.time()) - 3600  # EMQX stored these an hour before the switch
+
+
+def write_as_emqx44(r: redis_sync.Redis) -> dict[str, str]:
+    """What EMQX 4.4's Redis backend leaves behind (seed 003's keys), with its ids."""
+    ids = {name: emqx_id((BASE_S + n) * 1_000_000 + 1234, n) for n, name in enumerate(["e1", "e2", "e3", "ret"])}
+    r.hset("mqtt:client:dev1", mapping={"state": 0, "online_at": BASE_S, "offline_at": BASE_S + 5})
+    r.hset("mqtt:node:emqx@127.0.0.1", "other", BASE_S)
+    r.hset("mqtt:sub:dev1", "proxy/dev1", 1)  # the proxy subscription
+    for n, name in enumerate(["e1", "e2", "e3"]):
+        r.hset(
+            f"mqtt:msg:{ids[name]}",
+            mapping={
+                "id": ids[name],
+                "from": "emqx-pub",
+                "qos": 1,
+                "topic": "pubsub/t",
+                "payload": name,
+                "ts": BASE_S + n,
+                "retain": "false",
+            },
+        )
+        r.expire(f"mqtt:msg:{ids[name]}", 86400)
+        r.zadd("mqtt:msg:pubsub/t", {ids[name]: 1})
+    r.set("mqtt:acked:dev1:pubsub/t", ids["e1"])  # dev1 had acked e1
+    r.hset(
+        f"mqtt:msg:{ids['ret']}",
+        mapping={
+            "id": ids["ret"],
+            "from": "emqx-pub",
+            "qos": 1,
+            "topic": "status/x",
+            "payload": "retained-by-emqx",
+            "ts": BASE_S + 3,
+            "retain": "true",
+        },
+    )
+    r.zadd("mqtt:retain:status/x", {ids["ret"]: 1})
+    r.zadd("mqtt:msg:status/x", {ids["ret"]: 1})
+    # an id whose hash had expired: dropped, as a fetch would drop it
+    r.zadd("mqtt:msg:pubsub/t", {emqx_id((BASE_S - 100) * 1_000_000, 9): 1})
+    return ids
+
+
+def snapshot(r: redis_sync.Redis) -> dict[bytes, Any]:
+    out: dict[bytes, Any] = {}
+    for key in sorted(r.keys("*")):
+        kind = r.type(key)
+        if kind == b"hash":
+            out[key] = r.hgetall(key)
+        elif kind == b"zset":
+            out[key] = r.zrange(key, 0, -1, withscores=True)
+        elif kind == b"string":
+            out[key] = r.get(key)
+    return out
+
+
+class Interrupting:
+    """A Redis client that fails after `budget` commands (the migration stopped midway)."""
+
+    def __init__(self, client: Any, budget: int) -> None:
+        self._client, self._budget = client, budget
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._client, name)
+        if name in {"scan_iter", "pipeline"}:
+            return target
+        if not callable(target):
+            return target
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            self._budget -= 1
+            if self._budget < 0:
+                raise ConnectionError("interrupted")
+            return await target(*args, **kwargs)
+
+        return call
+
+
+async def test_migration_is_idempotent_and_resumes_after_any_interruption(
+    redis_db: redis_sync.Redis, redis_port: int
+) -> None:
+    client = aioredis.Redis(port=redis_port, protocol=2)
+    try:
+        ids = write_as_emqx44(redis_db)
+        dry = await migrate_redis(client, dry_run=True)
+        assert (dry.messages, dry.retained, dry.offsets, dry.gone) == (4, 1, 1, 1)
+        assert snapshot(redis_db)[b"mqtt:acked:dev1:pubsub/t"] == ids["e1"].encode()  # dry run: unchanged
+        counts = await migrate_redis(client)
+        assert (counts.messages, counts.retained, counts.offsets, counts.gone) == (4, 1, 1, 1)
+        reference = snapshot(redis_db)
+        again = await migrate_redis(client)
+        assert (again.messages, again.retained, again.offsets, again.gone) == (0, 0, 0, 0)
+        assert snapshot(redis_db) == reference
+        new = {name: hookbridge_id(value.encode()) for name, value in ids.items()}
+        assert redis_db.zrange("mqtt:msg:pubsub/t", 0, -1) == [new[n].encode() for n in ("e1", "e2", "e3")]  # type: ignore[union-attr]
+        assert redis_db.get("mqtt:acked:dev1:pubsub/t") == new["e1"].encode()  # type: ignore[union-attr]
+        assert redis_db.hget(f"mqtt:msg:{new['e2']}", "id") == new["e2"].encode()  # type: ignore[union-attr]
+        assert redis_db.ttl(f"mqtt:msg:{new['e2']}") > 86000
+        assert redis_db.ttl(f"mqtt:msg:{new['ret']}") == -1  # retained: kept while retained
+        assert not redis_db.exists(*(f"mqtt:msg:{value}" for value in ids.values()))
+
+        # Stopped after any number of commands, then run again: the same end state.
+        budget = 1
+        while True:
+            redis_db.flushall()
+            write_as_emqx44(redis_db)
+            try:
+                await migrate_redis(Interrupting(client, budget))
+            except ConnectionError:
+                await migrate_redis(client)
+                assert snapshot(redis_db) == reference, f"interrupted after {budget} commands"
+                budget += 1
+                continue
+            break
+        assert budget > 20
+    finally:
+        await client.aclose()
+
+
+async def test_a_bridge_serves_what_emqx44_stored_in_order_with_its_own(
+    tmp_path: Path, redis_db: redis_sync.Redis, redis_port: int, make_bridge: Callable[..., Any]
+) -> None:
+    write_as_emqx44(redis_db)
+    conf = tmp_path / "migrate.conf"
+    conf.write_text(config_text(redis_port))
+    for _ in range(2):
+        assert await asyncio.to_thread(main, ["migrate-emqx44", "-c", str(conf), "--pool", "redis.pool1"]) == 0
+
+    bridge = await make_bridge()  # the shipped rules/redis.conf
+    port = mqtt_port(bridge)
+    publisher = await Client("hb-pub", port).connect()
+    await publisher.publish("pubsub/t", b"h4", qos=1)  # stored by hookbridge after the switch
+    await bridge.idle()
+
+    # The returning subscriber: proxy subscription applied on connect, then its offset (acked e1)
+    # gives EMQX's e2, e3 and then hookbridge's h4.
+    dev1 = await Client("dev1", port, clean=False).connect()
+    await wait_until(lambda: redis_db.hget("mqtt:client:dev1", "state") == b"1", what="online state")
+    await dev1.subscribe("pubsub/t", qos=1)
+    got = await dev1.expect(3)
+    assert [m.payload for m in got] == [b"e2", b"e3", b"h4"]
+    await publisher.publish("proxy/dev1", b"to-proxy", qos=1)
+    assert [m.payload for m in await dev1.expect(1)] == [b"to-proxy"]
+
+    # A new subscriber gets the retained message EMQX stored.
+    fresh = await Client("fresh", port).connect()
+    await fresh.subscribe("status/#", qos=1)
+    got = await fresh.expect(1)
+    assert got[0].payload == b"retained-by-emqx" and got[0].retain
+    for client in (dev1, fresh, publisher):
+        await client.disconnect()
+
+
+@pytest.mark.parametrize("pool", ["redis.nope", "mongo.pool1"])
+def test_the_command_names_the_pools_it_can_migrate(
+    tmp_path: Path, pool: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = tmp_path / "bridge.conf"
+    conf.write_text(config_text(6390))
+    assert main(["migrate-emqx44", "-c", str(conf), "--pool", pool]) == 2
+    assert "those configured: redis.pool1" in capsys.readouterr().err
