@@ -28,7 +28,7 @@ from bridge.brokers.embedded.lane import EventLane, Kept
 from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.router import Message, Router
 from bridge.brokers.embedded.sessions import NEVER, PendingWill, QueuedBytes, SessionState, Subscription
-from bridge.brokers.embedded.systopics import Traffic
+from bridge.brokers.embedded.traffic import Traffic
 from bridge.events import ClientConnected, ClientDisconnected, Hookpoint
 from bridge.mqtt import (
     EMPTY,

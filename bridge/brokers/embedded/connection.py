@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 
     from bridge.brokers.embedded.limits import Limits
     from bridge.brokers.embedded.sessions import SessionState
-    from bridge.brokers.embedded.systopics import Traffic
+    from bridge.brokers.embedded.traffic import Traffic
 
 log = logging.getLogger("bridge.brokers.embedded")
 

@@ -30,7 +30,6 @@ import contextlib
 import logging
 import math
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -50,21 +49,6 @@ _LOADS = (
     ("bytes/sent", "bytes_sent"),
     ("connections", "connections"),
 )
-
-
-@dataclass(slots=True)
-class Traffic:
-    """What the broker's connections counted since the start."""
-
-    packets_received: int = 0
-    packets_sent: int = 0
-    publish_received: int = 0
-    publish_sent: int = 0
-    bytes_received: int = 0
-    bytes_sent: int = 0
-    connections: int = 0  # CONNECTs accepted (CONNACK 0)
-    clients_maximum: int = 0
-    clients_expired: int = 0
 
 
 def version() -> str:
