@@ -51,7 +51,6 @@ def launch(workdir: Path, bound: int, durable: bool) -> Launch:
         f"broker.listener.tcp = {HOST}:{port}",
         f"metrics.listener = {HOST}:{metrics_port}",
         f"spool.dir = {workdir / 'spool'}",
-        "broker.max_connections = 100000",
         f"broker.max_queued_bytes = {bound}",
     ]
     if durable:

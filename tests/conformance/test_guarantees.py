@@ -194,5 +194,8 @@ async def test_database_restart_during_publishing_loses_nothing(make_bridge: Bri
     assert [m.payload for m in await store.messages("t/outage")] == payloads
     counts = bridge.metrics.rules[f"{store.db}.message.publish.1"]
     assert (counts["succeeded"], counts["failed"]) == (600, 0)
-    assert counts["retried"] > 0
+    # Not asserted: that a batch was retried. Whether one is depends on the driver and the
+    # outage's length: pymongo waits for a server (server selection) through a short outage and
+    # writes the batch at its first attempt, once the pool was marked down (asserted above) and
+    # its actions spooled; FerretDB back within that wait made `retried` 0 in one full run.
     assert bridge.health()[0]
