@@ -22,6 +22,7 @@ from typing import Any
 from bridge.brokers.base import EventSink
 from bridge.brokers.embedded.access import Gate, Login, OpenGate, Verdict
 from bridge.brokers.embedded.connection import RECEIVE_MAXIMUM, TOPIC_ALIAS_MAXIMUM, Connection, Inbound
+from bridge.brokers.embedded.deadlines import Deadlines
 from bridge.brokers.embedded.durable import DurableStore, Journal
 from bridge.brokers.embedded.flows import FlowsMixin
 from bridge.brokers.embedded.lane import EventLane, Kept
@@ -100,6 +101,7 @@ class Broker(FlowsMixin):
         self.connections: set[Connection] = set()
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._sweeper: asyncio.Task[None] | None = None
+        self._deadlines: Deadlines[Connection] = Deadlines(_SWEEP_INTERVAL, time.monotonic())
         self.dropped_by_ended_sessions = 0
         # A sink may say which per-message events it has no use for (bridge.dispatcher.wants):
         # building and posting a message.delivered nobody reads was a tenth of the publish path.
@@ -119,27 +121,44 @@ class Broker(FlowsMixin):
             conn.reason = "refused"
             return
         self.connections.add(conn)
+        self._deadlines.watch(conn, conn.opened + self.limits.connect_timeout)
         if self._sweeper is None:
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
 
     async def _sweep(self) -> None:
-        """Close connections past their connect timeout or keepalive; forget old expiries."""
+        """Close connections past their connect timeout or keepalive; forget old expiries.
+
+        Only the connections whose deadline fell due are looked at (deadlines.py): each is
+        watched at accept for its connect timeout, and from its CONNECT for its keepalive."""
+        deadlines = self._deadlines
         while True:
             await asyncio.sleep(_SWEEP_INTERVAL)
             now = time.monotonic()
             timeout = self.limits.connect_timeout
-            for conn in list(self.connections):
+            for conn in deadlines.due(now):
                 if conn.reason is not None:
-                    continue
-                if conn.state is None and not conn.inbox and now - conn.opened > timeout:
-                    self.refused["connect_timeout"] += 1
-                    log.info("connection from %s sent no CONNECT within %.0f s: closed", conn.peername, timeout)
-                    conn.close("connect_timeout")
-                elif conn.keepalive_limit and not conn.not_reading and now - conn.last_packet > conn.keepalive_limit:
-                    self.refused["keepalive_timeout"] += 1
-                    idle = now - conn.last_packet
-                    log.info("client %s: no packet for %.1f s, closing (keepalive)", conn.who(), idle)
-                    conn.close("keepalive_timeout", R.KEEP_ALIVE_TIMEOUT)
+                    continue  # closed: it leaves the wheel here
+                if conn.state is None:
+                    if conn.inbox or now - conn.opened <= timeout:
+                        deadlines.watch(conn, max(now, conn.opened + timeout))  # its CONNECT is being handled
+                    else:
+                        self.refused["connect_timeout"] += 1
+                        log.info("connection from %s sent no CONNECT within %.0f s: closed", conn.peername, timeout)
+                        conn.close("connect_timeout")
+                elif conn.watched_keepalive:
+                    limit = conn.keepalive_limit
+                    if not limit:
+                        conn.watched_keepalive = False
+                    elif conn.not_reading:  # time not spent reading does not count
+                        deadlines.watch(conn, now + limit)
+                    elif now - conn.last_packet > limit:
+                        self.refused["keepalive_timeout"] += 1
+                        idle = now - conn.last_packet
+                        log.info("client %s: no packet for %.1f s, closing (keepalive)", conn.who(), idle)
+                        conn.close("keepalive_timeout", R.KEEP_ALIVE_TIMEOUT)
+                    else:
+                        deadlines.watch(conn, conn.last_packet + limit)
+                # else: its connect-timeout entry after the CONNECT; the keepalive has its own
             if self.expiring:
                 stale = [m for m, deadline in self.expiring.items() if deadline + _EXPIRED_MEMORY < now]
                 for msgid in stale:
@@ -320,6 +339,9 @@ class Broker(FlowsMixin):
         if cap and packet.protocol_level == MQTT_5 and (keepalive == 0 or keepalive > cap):
             keepalive = announced = cap
         conn.keepalive_limit = keepalive * 1.5  # [MQTT-3.1.2-24]
+        if conn.keepalive_limit and not conn.watched_keepalive:
+            conn.watched_keepalive = True
+            self._deadlines.watch(conn, conn.last_packet + conn.keepalive_limit)
         return announced
 
     def _connack(

@@ -191,6 +191,7 @@ class Connection(asyncio.Protocol):
         "serving",
         "state",
         "transport",
+        "watched_keepalive",
         "will",
         "writing_paused",
     )
@@ -213,6 +214,7 @@ class Connection(asyncio.Protocol):
         self.done = Ended()
         self.opened = self.last_packet = time.monotonic()
         self.keepalive_limit = 0.0
+        self.watched_keepalive = False  # in the broker's deadlines for its keepalive (broker._sweep)
         # (kept, ack bytes, qos) in arrival order; made by the first ack, dropped once all went out
         self.acks: deque[tuple[Kept, bytes, int]] | None = None
         self._ack_room: asyncio.Future[None] | None = None
