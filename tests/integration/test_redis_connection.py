@@ -79,6 +79,9 @@ async def test_password_database_and_tls(make_bridge: BridgeFactory, tls_redis: 
         f"backend.redis.pool1.ssl.cafile = {tls_redis}\n"
     )
     rules = 'backend.redis.hook.message.publish.1 = {"topic": "#", "action": {"function": "on_message_publish"}}\n'
+    # The TLS Redis is the module's: another test's keys may be in database 0 (a random-order
+    # run put test_tls_without_verification_connects first, and dbsize() below saw its key).
+    redis_sync.Redis(port=TLS_PORT, password=PASSWORD, ssl=True, ssl_ca_certs=str(tls_redis)).flushall()
     bridge = await make_bridge(rules, port=TLS_PORT, extra_config=extra)
     client = await Client("tls", mqtt_port(bridge)).connect()
     await client.publish("secure/t", b"over tls", qos=1)
