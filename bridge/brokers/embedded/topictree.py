@@ -65,8 +65,8 @@ def _prune(path: list[_Node[V]], levels: list[str]) -> None:
             parent.children = None
 
 
-class FilterTree(Generic[V]):
-    """Values (the subscribers of a filter) by topic filter."""
+class _Tree(Generic[V]):
+    """Values by level path, counted; what both trees share (they differ in how they match)."""
 
     __slots__ = ("_count", "_root")
 
@@ -77,29 +77,40 @@ class FilterTree(Generic[V]):
     def __len__(self) -> int:
         return self._count
 
-    def get(self, topic_filter: str) -> V | None:
-        path = _path(self._root, topic_filter.split("/"), create=False)
+    def get(self, key: str) -> V | None:
+        path = _path(self._root, key.split("/"), create=False)
         return path[-1].value if path is not None else None
 
-    def setdefault(self, topic_filter: str, default: V) -> V:
-        path = _path(self._root, topic_filter.split("/"), create=True)
+    def _node(self, key: str) -> _Node[V]:
+        """The node of `key`, made if absent; counted once it holds a value (the caller sets it)."""
+        path = _path(self._root, key.split("/"), create=True)
         assert path is not None
-        node = path[-1]
-        if node.value is None:
-            node.value = default
+        if path[-1].value is None:
             self._count += 1
-        return node.value
+        return path[-1]
 
-    def pop(self, topic_filter: str) -> V | None:
-        levels = topic_filter.split("/")
+    def pop(self, key: str, default: V | None = None) -> V | None:
+        levels = key.split("/")
         path = _path(self._root, levels, create=False)
         if path is None or path[-1].value is None:
-            return None
+            return default
         value = path[-1].value
         path[-1].value = None
         self._count -= 1
         _prune(path, levels)
         return value
+
+
+class FilterTree(_Tree[V]):
+    """Values (the subscribers of a filter) by topic filter."""
+
+    __slots__ = ()
+
+    def setdefault(self, topic_filter: str, default: V) -> V:
+        node = self._node(topic_filter)
+        if node.value is None:
+            node.value = default
+        return node.value
 
     def matching(self, topic: str) -> list[V]:
         """The values of every filter that matches `topic`; each once, in no set order."""
@@ -142,42 +153,16 @@ class FilterTree(Generic[V]):
         return found
 
 
-class RetainedTree(Generic[V]):
+class RetainedTree(_Tree[V]):
     """Values (retained messages) by topic name, found by filter."""
 
-    __slots__ = ("_count", "_root")
-
-    def __init__(self) -> None:
-        self._root: _Node[V] = _Node()
-        self._count = 0
-
-    def __len__(self) -> int:
-        return self._count
+    __slots__ = ()
 
     def __bool__(self) -> bool:
         return self._count > 0
 
-    def get(self, topic: str) -> V | None:
-        path = _path(self._root, topic.split("/"), create=False)
-        return path[-1].value if path is not None else None
-
     def __setitem__(self, topic: str, value: V) -> None:
-        path = _path(self._root, topic.split("/"), create=True)
-        assert path is not None
-        if path[-1].value is None:
-            self._count += 1
-        path[-1].value = value
-
-    def pop(self, topic: str, default: V | None = None) -> V | None:
-        levels = topic.split("/")
-        path = _path(self._root, levels, create=False)
-        if path is None or path[-1].value is None:
-            return default
-        value = path[-1].value
-        path[-1].value = None
-        self._count -= 1
-        _prune(path, levels)
-        return value
+        self._node(topic).value = value
 
     def values(self) -> Iterator[V]:
         yield from _subtree(self._root)
