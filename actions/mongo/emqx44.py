@@ -80,10 +80,11 @@ class Counts:
     retained: int = 0
     offsets: int = 0
     clients: int = 0
+    second_keys: int = 0  # documents a unique index of hookbridge's would refuse (a second of one key)
     unknown: list[str] = field(default_factory=list)
 
     def lines(self, dry_run: bool) -> list[str]:
-        if not (self.messages or self.retained or self.offsets or self.clients or self.unknown):
+        if not (self.messages or self.retained or self.offsets or self.clients or self.second_keys or self.unknown):
             return []
         verb = "would convert" if dry_run else "converted"
         out = [
@@ -91,6 +92,11 @@ class Counts:
             f" offsets, {self.clients} client states; {self.duplicates} second copies of one msgid"
             f" {'would be ' if dry_run else ''}dropped"
         ]
+        if self.second_keys:
+            out.append(
+                f"{self.second_keys} documents repeating the key of another (client, subscription, retained"
+                f" topic or offset) {'would be ' if dry_run else ''}dropped, for hookbridge's unique indexes"
+            )
         out += [f"left as is (not an EMQX 4.4 or hookbridge id): {item}" for item in self.unknown[:20]]
         return out
 
@@ -191,6 +197,29 @@ async def _clients(db: Any, counts: Counts, dry_run: bool) -> None:
         await db.mqtt_client.update_one({"_id": doc["_id"], "event_at": {"$exists": False}}, {"$set": fields})
 
 
+# Which document of several with one key is kept: the first by `_id`, of retained messages the newest.
+_KEEP_FIRST: dict[str, list[tuple[str, int]]] = {"mqtt_retain": [("msgid", -1)]}
+
+
+async def _second_keys(db: Any, counts: Counts, dry_run: bool) -> None:
+    """EMQX's collections had no unique index (and applications write mqtt_sub): hookbridge's would
+    be refused while two documents share a key, so all but one of them go."""
+    for index in schema.INDEXES:
+        if not index.options.get("unique"):
+            continue
+        fields = [name for name, _ in index.keys]
+        seen: set[tuple[str, ...]] = set()
+        order = _KEEP_FIRST.get(index.collection, [("_id", 1)])
+        async for doc in db[index.collection].find({}, dict.fromkeys(fields, 1)).sort(order):
+            key = tuple(repr(doc.get(name)) for name in fields)
+            if key not in seen:
+                seen.add(key)
+                continue
+            counts.second_keys += 1
+            if not dry_run:
+                await db[index.collection].delete_one({"_id": doc["_id"]})
+
+
 async def _schema(db: Any) -> None:
     """hookbridge's collections and indexes. EMQX's index on mqtt_retain's topic is not unique and
     has another name: an index of the same keys would be refused, so it goes first."""
@@ -217,6 +246,7 @@ async def migrate_mongo(db: Any, dry_run: bool = False) -> Counts:
     await _messages(db, counts, dry_run)
     await _retained(db, counts, dry_run)
     await _clients(db, counts, dry_run)
+    await _second_keys(db, counts, dry_run)
     if not dry_run:
         await _schema(db)
     return counts

@@ -74,6 +74,7 @@ async def write_as_emqx44(db: Db) -> None:
         }
     )
     await db.mqtt_sub.insert_one({"clientid": "dev1", "topic": "proxy/dev1", "qos": 1})
+    await db.mqtt_sub.insert_one({"clientid": "dev1", "topic": "proxy/dev1", "qos": 1})  # an application wrote it twice
     for counter, name in enumerate(("e1", "e2", "e3"), start=1):
         await db.mqtt_msg.insert_one(
             {
@@ -158,7 +159,7 @@ async def test_migration_converts_is_idempotent_and_resumes_after_any_interrupti
     await write_as_emqx44(mongo)
     before = await snapshot(mongo)
     dry = await migrate_mongo(mongo, dry_run=True)
-    assert (dry.messages, dry.retained, dry.offsets, dry.clients) == (3, 1, 1, 1)
+    assert (dry.messages, dry.retained, dry.offsets, dry.clients, dry.second_keys) == (3, 1, 1, 1, 1)
     assert await snapshot(mongo) == before  # a dry run changes nothing
 
     counts = await migrate_mongo(mongo)
@@ -176,6 +177,8 @@ async def test_migration_converts_is_idempotent_and_resumes_after_any_interrupti
     assert client is not None and client["offline_at"].timestamp() == NOW - 3500
     assert client["event_at"] == client["offline_at"]
     assert [doc["_id"] async for doc in mongo.mqtt_topic.find({})] == ["pubsub/t"]
+    assert await mongo.mqtt_sub.count_documents({}) == 1
+    assert (await mongo.mqtt_sub.index_information())["clientid_topic"]["unique"]
     retain_indexes = await mongo.mqtt_retain.index_information()
     assert retain_indexes["topic"]["unique"] and "topic_1" not in retain_indexes
 
