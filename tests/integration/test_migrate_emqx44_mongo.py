@@ -84,7 +84,8 @@ async def write_as_emqx44(db: Db) -> None:
                 "sender": "emqx-pub",
                 "qos": 1,
                 "retain": False,
-                "payload": name,
+                # e3 as EMQX's payload_format = mongo_json kept a JSON payload: a document
+                "payload": {"n": 3} if name == "e3" else name,
                 "arrived": NOW - 3600,  # the page's seconds
             }
         )
@@ -166,7 +167,7 @@ async def test_migration_converts_is_idempotent_and_resumes_after_any_interrupti
     assert (counts.messages, counts.retained, counts.offsets, counts.clients, counts.unknown) == (3, 1, 1, 1, [])
     messages = [doc async for doc in mongo.mqtt_msg.find({}).sort("_id", 1)]
     assert [doc["_id"] for doc in messages] == [new("e1"), new("e2"), new("e3")]
-    assert [doc["payload"] for doc in messages] == [b"e1", b"e2", b"e3"]
+    assert [doc["payload"] for doc in messages] == [b"e1", b"e2", {"n": 3}]
     assert all(doc["msgid"] == doc["_id"] and doc["seq"] == int(doc["_id"][:16], 16) for doc in messages)
     assert messages[0]["arrived"].timestamp() == NOW - 3600
     offset = await mongo.mqtt_acked.find_one({"clientid": "dev1"})
@@ -222,11 +223,11 @@ async def test_a_bridge_serves_what_emqx44_stored_in_order_with_its_own(
     assert ours is not None and ours["_id"] > new("e3")
 
     # The returning subscriber: its proxy subscription applied on connect, then from its offset
-    # (acked e1) EMQX's e2, e3 and then hookbridge's h4, in one order.
+    # (acked e1) EMQX's e2, e3 (a mongo_json document, delivered as JSON) and then hookbridge's h4.
     dev1 = await Client("dev1", port, clean=False).connect()
     await eventually(lambda: mongo.mqtt_client.find_one({"clientid": "dev1"}), lambda doc: doc["state"] == 1)
     await dev1.subscribe("pubsub/t", qos=1)
-    assert [m.payload for m in await dev1.expect(3)] == [b"e2", b"e3", b"h4"]
+    assert [m.payload for m in await dev1.expect(3)] == [b"e2", b'{"n":3}', b"h4"]
     await publisher.publish("proxy/dev1", b"to-proxy", qos=1)
     assert [m.payload for m in await dev1.expect(1)] == [b"to-proxy"]
     offset = await eventually(
