@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -41,6 +41,10 @@ class Session(Protocol):
     """What the migration needs of actions.cassa.session.AsyncSession."""
 
     async def execute(self, statement: Any, args: Sequence[Any] | None = None) -> list[Any]: ...
+
+    def pages(
+        self, statement: str, args: Sequence[Any] | None = None, size: int = 1000
+    ) -> AsyncIterator[list[Any]]: ...
 
     async def prepare(self, text: str) -> Any: ...
 
@@ -137,8 +141,8 @@ class Migration:
         insert = await self.cql.prepare(
             f"INSERT INTO {self.ks}.{backup} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"
         )
-        rows = await self.cql.execute(f"SELECT {', '.join(names)} FROM {self.ks}.{table}")
-        await self.write_all(insert, [tuple(row) for row in rows])
+        async for rows in self.cql.pages(f"SELECT {', '.join(names)} FROM {self.ks}.{table}"):
+            await self.write_all(insert, [tuple(row) for row in rows])
 
     async def write_all(self, statement: Any, rows: Sequence[Sequence[Any]]) -> None:
         for start in range(0, len(rows), _CONCURRENT):
@@ -154,16 +158,17 @@ class Migration:
             " VALUES (?, ?, ?, ?, ?) USING TIMESTAMP ?"
         )
         client_column = "clientid" if "clientid" in await self.columns(backup) else "client_id"
-        rows = await self.cql.execute(
-            f"SELECT {client_column}, state, node, connected, disconnected FROM {self.ks}.{backup}"
-        )
-        values = []
-        for clientid, state, node, online, offline in rows:
-            times = [t.replace(tzinfo=dt.UTC).timestamp() for t in (online, offline) if t is not None]
-            at = int(max(times) * 1_000_000) if times else int(time.time() * 1_000_000)
-            values.append((clientid, int(state or 0), node, online, offline, at))
-        await self.write_all(insert, values)
-        return len(values)
+        done = 0
+        select = f"SELECT {client_column}, state, node, connected, disconnected FROM {self.ks}.{backup}"
+        async for rows in self.cql.pages(select):
+            values = []
+            for clientid, state, node, online, offline in rows:
+                times = [t.replace(tzinfo=dt.UTC).timestamp() for t in (online, offline) if t is not None]
+                at = int(max(times) * 1_000_000) if times else int(time.time() * 1_000_000)
+                values.append((clientid, int(state or 0), node, online, offline, at))
+            await self.write_all(insert, values)
+            done += len(values)
+        return done
 
     async def convert_messages(self, backup: str) -> int:
         text_payload = (await self.columns(backup)).get("payload", ("blob",))[0] == "text"
@@ -171,23 +176,24 @@ class Migration:
             f"INSERT INTO {self.ks}.msg (topic, bucket, msgid, sender, qos, retain, payload, arrived)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
         )
-        rows = await self.cql.execute(
-            f"SELECT topic, msgid, sender, qos, retain, payload, arrived FROM {self.ks}.{backup}"
-        )
-        values, topics = [], set()
-        for topic, msgid, sender, qos, retain, payload, arrived in rows:
-            new = new_id(msgid)
-            if new is None:
-                self.report.unknown.append(f"msg {topic!r} {msgid!r}")
-                continue
-            if text_payload and payload is not None:
-                payload = payload.encode()
-            bucket = bucket_of(new)
-            values.append((topic, bucket, new, sender or "", int(qos or 0), bool(retain), payload or b"", arrived))
-            topics.add((topic, bucket))
-        await self.write_all(insert, values)
+        done, topics = 0, set()
+        select = f"SELECT topic, msgid, sender, qos, retain, payload, arrived FROM {self.ks}.{backup}"
+        async for rows in self.cql.pages(select):
+            values = []
+            for topic, msgid, sender, qos, retain, payload, arrived in rows:
+                new = new_id(msgid)
+                if new is None:
+                    self.report.unknown.append(f"msg {topic!r} {msgid!r}")
+                    continue
+                if text_payload and payload is not None:
+                    payload = payload.encode()
+                bucket = bucket_of(new)
+                values.append((topic, bucket, new, sender or "", int(qos or 0), bool(retain), payload or b"", arrived))
+                topics.add((topic, bucket))  # one per topic and hour: small beside the messages
+            await self.write_all(insert, values)
+            done += len(values)
         await self.index(topics)
-        return len(values)
+        return done
 
     async def index(self, topics: set[tuple[str, int]]) -> None:
         """The index rows a fetch and a retain lookup find topics and hours by."""

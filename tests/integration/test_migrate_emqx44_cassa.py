@@ -136,6 +136,13 @@ class Recording:
         self.statements.append(str(getattr(statement, "query_string", statement)))
         return list(await self.cql.execute(statement, args))
 
+    async def pages(self, statement: str, args: Sequence[Any] | None = None, size: int = 1000) -> AsyncIterator[Any]:
+        if len(self.statements) == self.stop:
+            raise ConnectionError("interrupted")
+        self.statements.append(statement)
+        async for rows in self.cql.pages(statement, args, size=2):  # pages of two: several per table here
+            yield rows
+
     async def prepare(self, text: str) -> Any:
         return await self.cql.prepare(text)
 
