@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bson.binary import Binary
-from pymongo.errors import CollectionInvalid, DuplicateKeyError
+from pymongo.errors import BulkWriteError, CollectionInvalid, DuplicateKeyError
 
 from actions.mongo import schema
 from actions.mongo.documents import seq_of, when
@@ -35,6 +35,7 @@ from bridge.msgid import HEX_ID, hookbridge_id
 # wrote milliseconds): 1e11 seconds is the year 5138, 1e11 milliseconds 1973.
 _MILLIS_FROM = 100_000_000_000
 _GUID_BASE64_LENGTH = 24  # 16 bytes in base64, with its `==`
+_PAGE = 500  # messages moved by one insert_many and one delete_many
 
 
 def mongo_hookbridge_id(emqx_id: Any) -> str | None:
@@ -133,29 +134,43 @@ def _message(new: str, doc: Mapping[str, Any]) -> dict[str, Any]:
 
 
 async def _messages(db: Any, counts: Counts, dry_run: bool) -> None:
-    """Every document without `seq` (EMQX's) copied to its hookbridge `_id`, then deleted."""
+    """Every document without `seq` (EMQX's) copied to its hookbridge `_id`, then deleted; a page
+    of them at a time (one insert_many, one delete_many)."""
+    page: list[tuple[dict[str, Any], dict[str, Any]]] = []
     async for doc in db.mqtt_msg.find({"seq": {"$exists": False}}):
         new = _new_id(doc.get("msgid"))
         if new is None or not isinstance(doc.get("topic"), str):
             counts.unknown.append(f"mqtt_msg {doc['_id']!r} msgid {doc.get('msgid')!r}")
             continue
+        counts.messages += 1
         if dry_run:
-            counts.messages += 1
             continue
         if doc["_id"] == new:  # keyed by its id already: only the fields change
             await db.mqtt_msg.replace_one({"_id": new}, _message(new, doc))
-            counts.messages += 1
             continue
-        try:
-            await db.mqtt_msg.insert_one(_message(new, doc))
-            counts.messages += 1
-        except DuplicateKeyError:  # copied by an interrupted run, or a second document of the msgid
-            existing = await db.mqtt_msg.find_one({"_id": new}, {"topic": 1})
-            if existing is not None and existing.get("topic") == doc["topic"]:
-                counts.messages += 1
-            else:
-                counts.duplicates += 1
-        await db.mqtt_msg.delete_one({"_id": doc["_id"]})
+        page.append((doc, _message(new, doc)))
+        if len(page) >= _PAGE:
+            await _move_page(db, page, counts)
+            page = []
+    if page:
+        await _move_page(db, page, counts)
+
+
+async def _move_page(db: Any, page: list[tuple[dict[str, Any], dict[str, Any]]], counts: Counts) -> None:
+    try:
+        await db.mqtt_msg.insert_many([new for _, new in page], ordered=False)
+    except (BulkWriteError, KeyError):
+        # Some were there already (copied by an interrupted run, or a second document of one msgid);
+        # FerretDB's reply to a partly failed bulk lacks a count PyMongo reads (KeyError). One by one:
+        for old, new in page:
+            try:
+                await db.mqtt_msg.insert_one(new)
+            except DuplicateKeyError:
+                existing = await db.mqtt_msg.find_one({"_id": new["_id"]}, {"topic": 1})
+                if existing is None or existing.get("topic") != old["topic"]:
+                    counts.messages -= 1
+                    counts.duplicates += 1
+    await db.mqtt_msg.delete_many({"_id": {"$in": [old["_id"] for old, _ in page]}})
 
 
 async def _retained(db: Any, counts: Counts, dry_run: bool) -> None:

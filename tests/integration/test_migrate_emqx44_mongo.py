@@ -89,6 +89,10 @@ async def write_as_emqx44(db: Db) -> None:
                 "arrived": NOW - 3600,  # the page's seconds
             }
         )
+    # The same msgid on a second topic: hookbridge keys messages by msgid, so this second one goes
+    await db.mqtt_msg.insert_one(
+        {"_id": 4, "topic": "pubsub/other", "msgid": EMQX_IDS["e2"], "sender": "emqx-pub", "qos": 1, "payload": "x"}
+    )
     await db.mqtt_acked.insert_one({"clientid": "dev1", "topic": "pubsub/t", "mongo_id": 1})  # acked e1
     await db.mqtt_retain.insert_one(
         {
@@ -160,11 +164,12 @@ async def test_migration_converts_is_idempotent_and_resumes_after_any_interrupti
     await write_as_emqx44(mongo)
     before = await snapshot(mongo)
     dry = await migrate_mongo(mongo, dry_run=True)
-    assert (dry.messages, dry.retained, dry.offsets, dry.clients, dry.second_keys) == (3, 1, 1, 1, 1)
+    assert (dry.messages, dry.retained, dry.offsets, dry.clients, dry.second_keys) == (4, 1, 1, 1, 1)
     assert await snapshot(mongo) == before  # a dry run changes nothing
 
     counts = await migrate_mongo(mongo)
-    assert (counts.messages, counts.retained, counts.offsets, counts.clients, counts.unknown) == (3, 1, 1, 1, [])
+    assert (counts.messages, counts.duplicates, counts.retained, counts.offsets) == (3, 1, 1, 1)
+    assert (counts.clients, counts.unknown) == (1, [])
     messages = [doc async for doc in mongo.mqtt_msg.find({}).sort("_id", 1)]
     assert [doc["_id"] for doc in messages] == [new("e1"), new("e2"), new("e3")]
     assert [doc["payload"] for doc in messages] == [b"e1", b"e2", {"n": 3}]
