@@ -128,7 +128,8 @@ class Recording:
     """A session that counts its statements and fails at statement number `stop` (never: -1)."""
 
     def __init__(self, cql: Any, stop: int = -1) -> None:
-        self.cql, self.stop, self.statements = cql, stop, []  # type: ignore[var-annotated]
+        self.cql, self.stop = cql, stop
+        self.statements: list[str] = []
 
     async def execute(self, statement: Any, args: Sequence[Any] | None = None) -> list[Any]:
         if len(self.statements) == self.stop:
