@@ -94,6 +94,7 @@ async def write_as_emqx44(db: Db) -> None:
         {"_id": 4, "topic": "pubsub/other", "msgid": EMQX_IDS["e2"], "sender": "emqx-pub", "qos": 1, "payload": "x"}
     )
     await db.mqtt_acked.insert_one({"clientid": "dev1", "topic": "pubsub/t", "mongo_id": 1})  # acked e1
+    await db.mqtt_acked.insert_one({"clientid": "dev2", "topic": "pubsub/t", "mongo_id": 99})  # a message gone
     await db.mqtt_retain.insert_one(
         {
             "topic": "status/x",
@@ -164,11 +165,11 @@ async def test_migration_converts_is_idempotent_and_resumes_after_any_interrupti
     await write_as_emqx44(mongo)
     before = await snapshot(mongo)
     dry = await migrate_mongo(mongo, dry_run=True)
-    assert (dry.messages, dry.retained, dry.offsets, dry.clients, dry.second_keys) == (4, 1, 1, 1, 1)
+    assert (dry.messages, dry.retained, dry.offsets, dry.clients, dry.second_keys) == (4, 1, 2, 1, 1)
     assert await snapshot(mongo) == before  # a dry run changes nothing
 
     counts = await migrate_mongo(mongo)
-    assert (counts.messages, counts.duplicates, counts.retained, counts.offsets) == (3, 1, 1, 1)
+    assert (counts.messages, counts.duplicates, counts.retained, counts.offsets) == (3, 1, 1, 2)
     assert (counts.clients, counts.unknown) == (1, [])
     messages = [doc async for doc in mongo.mqtt_msg.find({}).sort("_id", 1)]
     assert [doc["_id"] for doc in messages] == [new("e1"), new("e2"), new("e3")]
@@ -177,6 +178,8 @@ async def test_migration_converts_is_idempotent_and_resumes_after_any_interrupti
     assert messages[0]["arrived"].timestamp() == NOW - 3600
     offset = await mongo.mqtt_acked.find_one({"clientid": "dev1"})
     assert offset is not None and offset["msgid"] == new("e1") and "mongo_id" not in offset
+    gone = await mongo.mqtt_acked.find_one({"clientid": "dev2"})  # at the start: again, never missing
+    assert gone is not None and (gone["msgid"], gone["mid"]) == ("", 0)
     retained = await mongo.mqtt_retain.find_one({"topic": "status/x"})
     assert retained is not None and retained["msgid"] == new("ret") and retained["payload"] == b"retained-by-emqx"
     client = await mongo.mqtt_client.find_one({"clientid": "dev1"})
