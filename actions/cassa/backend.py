@@ -21,7 +21,7 @@ from typing import Any
 from cassandra import DriverException, RequestExecutionException
 from cassandra.query import BatchStatement, BatchType
 
-from actions.cassa import schema
+from actions.cassa import emqx44, schema
 from actions.cassa.coerce import converters
 from actions.cassa.functions import STATEMENTS, WRITERS, Write
 from actions.cassa.reads import QUERIES, CassaStore
@@ -63,6 +63,7 @@ class _Unit:
 
 class CassaBackend(Backend):
     db = "cassa"
+    emqx44_migration = emqx44.migrate  # hookbridge migrate-emqx44 (docs/migrate-from-emqx44.md)
     functions = frozenset(WRITERS) | frozenset(READERS)
 
     @property

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from cassandra import (
@@ -25,7 +25,7 @@ from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, Session
 from cassandra.policies import ConstantReconnectionPolicy, DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.protocol import IsBootstrappingErrorMessage, OverloadedErrorMessage
-from cassandra.query import tuple_factory
+from cassandra.query import SimpleStatement, tuple_factory
 
 from bridge.plugin import PoolConfig, settings_context
 
@@ -110,6 +110,20 @@ class AsyncSession:
 
         future.add_callbacks(page, failed)
         return await result
+
+    async def pages(
+        self, statement: str, args: Sequence[Any] | None = None, size: int = 1000
+    ) -> AsyncIterator[list[Any]]:
+        """The rows of a whole-table read page by page, so that it is never in memory at once
+        (hookbridge migrate-emqx44). Each page is fetched in a worker thread."""
+        query = SimpleStatement(statement, fetch_size=size)
+        state = None
+        while True:
+            result = await asyncio.to_thread(self.session.execute, query, args, paging_state=state)
+            yield list(result.current_rows)
+            state = result.paging_state
+            if state is None:
+                return
 
     async def prepare(self, text: str) -> Any:
         """A prepared statement, prepared once per text (the driver re-prepares after a node restart)."""

@@ -23,7 +23,7 @@ from typing import Any
 from pymongo import AsyncMongoClient
 from pymongo.errors import BulkWriteError, CollectionInvalid, ConnectionFailure, OperationFailure, PyMongoError
 
-from actions.mongo import schema
+from actions.mongo import emqx44, schema
 from actions.mongo.functions import DUPLICATE_KEY, WRITERS, Write
 from actions.mongo.reads import MongoStore
 from actions.mongo.templates import render_writes
@@ -79,6 +79,7 @@ def client_options(pool: Any) -> dict[str, Any]:
 
 class MongoBackend(Backend):
     db = "mongo"
+    emqx44_migration = emqx44.migrate  # hookbridge migrate-emqx44 (docs/migrate-from-emqx44.md)
     functions = frozenset(WRITERS) | frozenset(READERS)
 
     async def connect(self) -> None:

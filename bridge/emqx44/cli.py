@@ -61,7 +61,11 @@ COMMAND = CommandPlugin(
 
 def add_migrate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-c", "--config", default="config/bridge.conf")
-    parser.add_argument("--pool", required=True, help="the Redis pool EMQX 4.4 wrote to, e.g. redis.pool1")
+    parser.add_argument(
+        "--pool",
+        required=True,
+        help="the pool EMQX 4.4 wrote to, e.g. redis.pool1 (Redis, PostgreSQL, MySQL, MongoDB, Cassandra)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="count what would move, change nothing")
 
 
@@ -82,7 +86,8 @@ def run_migrate(args: argparse.Namespace) -> int:
     if pool is None or migration is None:
         known = [name for name, p in config.pools.items() if backend_class(p.db).emqx44_migration is not None]
         print(
-            f"{args.config}: no pool {args.pool!r} that migrate-emqx44 knows (Redis, PostgreSQL, MySQL);"
+            f"{args.config}: no pool {args.pool!r} that migrate-emqx44 knows"
+            " (Redis, PostgreSQL, MySQL, MongoDB, Cassandra);"
             f" those configured: {', '.join(sorted(known)) or 'none'}",
             file=sys.stderr,
         )
@@ -100,7 +105,7 @@ def run_migrate(args: argparse.Namespace) -> int:
 
 MIGRATE_COMMAND = CommandPlugin(
     name="migrate-emqx44",
-    help="give the messages, retained messages and offsets EMQX 4.4 stored in Redis hookbridge's ids",
+    help="bring what EMQX 4.4 stored in Redis, PostgreSQL, MySQL, MongoDB or Cassandra into hookbridge's layout",
     add_arguments=add_migrate_arguments,
     run=run_migrate,
 )
