@@ -45,7 +45,8 @@ class FlowsMixin:
         """Emit message.publish for a client's message, then route it (in msgid order).
 
         `accepted` runs once the bridge has the event, with its kept future (the client's
-        PUBACK / PUBREC waits for that: SPEC 6.3), before routing, which may wait for earlier
+        PUBACK / PUBREC waits for that: docs/architecture.md#acknowledged-means-kept), before routing,
+        which may wait for earlier
         messages. `message.msgid` must have been made by the caller just before.
         """
         if message.expires:
