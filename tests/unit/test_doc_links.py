@@ -3,7 +3,8 @@
 A comment that says "SPEC 6.3" or "issue 14" points to a document a reader of the repository does
 not have; `docs/architecture.md#acknowledged-means-kept` points to one they do. Every such pointer
 (`docs/<page>.md#<anchor>` anywhere in a tracked text file, and every relative link with an anchor
-in a Markdown file) must name a heading that is there, with GitHub's anchor for it.
+in a Markdown file) must name a heading that is there, with GitHub's anchor for it. (Another
+project's issue is cited by its URL.)
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = (".py", ".md", ".sh", ".conf", ".toml", ".mjs", ".js", ".html", ".yml", ".xml")
 
-OUTSIDE = re.compile(r"\bSPEC ?(§|section )?[0-9]|\b[Ii]ssues? #?[0-9]")
+OUTSIDE = re.compile(r"\bSPEC ?(§|section )?[0-9]|\b[Ii]ssues? [0-9]")
 DOCS_REF = re.compile(r"\bdocs/((?:[\w-]+/)*[\w-]+\.md)#([\w-]+)")
 MD_LINK = re.compile(r"\]\(((?:[\w./-]+)?\.md)?#([^)\s]+)\)")
 
