@@ -30,6 +30,7 @@ from bridge.events import (
     SessionUnsubscribed,
 )
 from bridge.mqtt import Disconnect, Pingreq, Pingresp, Puback, Pubcomp, Publish, Pubrec, Pubrel, Will
+from bridge.mqtt.encoder import encode
 from bridge.msgid import MsgIdGenerator
 from tests.integration.conftest import TIMEOUT, PahoClient, RawClient, RecordingSink
 
@@ -543,6 +544,33 @@ async def test_acks_wait_until_kept_and_go_out_in_arrival_order(keeping_env: Env
     pubcomp = await raw.recv()
     assert isinstance(pubcomp, Pubcomp) and pubcomp.packet_id == 2
     assert [e.payload for e in sink.find(MessagePublish, clientid="keeper")] == [b"one", b"two", b"three"]
+
+
+async def test_a_burst_in_one_write_is_acknowledged_routed_and_retained_in_order(keeping_env: Env) -> None:
+    """PUBLISH packets that come in one read are begun together (broker.publish_inbound):
+    each still gets its ack only once kept and after those before it, reaches a subscriber
+    in publish order, and the last retained one is what stays retained."""
+    sink = keeping_env.sink
+    assert isinstance(sink, KeepingSink)
+    watcher = await keeping_env.raw("burst-watcher")
+    await watcher.subscribe(1, ("b/#", 0))
+    raw = await keeping_env.raw("burst")
+    packets = [
+        Publish(f"b/{n % 3}", b"%d" % n, n % 3, retain=n % 10 == 0, packet_id=n % 3 and n + 1) for n in range(100)
+    ]
+    await raw.send_bytes(b"".join(encode(packet, raw.level) for packet in packets))
+    kept = {n: await sink.next_kept() for n in range(100)}  # every event reaches the sink, in order
+    got = [await watcher.recv() for _ in range(100)]
+    assert [p.payload for p in got] == [b"%d" % n for n in range(100)]  # routed before being kept
+    for n in reversed(range(100)):  # kept last to first: no ack may overtake an earlier one
+        kept[n].set_result(None)
+    acked = [n for n in range(100) if n % 3]
+    acks = [await raw.recv() for _ in acked]
+    assert [(type(a), a.packet_id) for a in acks] == [(Puback if n % 3 == 1 else Pubrec, n + 1) for n in acked]
+    assert [e.payload for e in sink.find(MessagePublish, clientid="burst")] == [b"%d" % n for n in range(100)]
+    late = await keeping_env.raw("burst-late")
+    await late.subscribe(1, ("b/0", 0))
+    assert (await late.recv()).payload == b"90"  # n = 90 was the last retained of b/0
 
 
 async def test_a_message_that_was_not_kept_is_never_acknowledged(keeping_env: Env) -> None:

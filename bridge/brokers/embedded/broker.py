@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -24,7 +24,7 @@ from bridge.brokers.embedded.access import Gate, Login, OpenGate, Verdict
 from bridge.brokers.embedded.connection import RECEIVE_MAXIMUM, TOPIC_ALIAS_MAXIMUM, Connection, Inbound
 from bridge.brokers.embedded.deadlines import Deadlines
 from bridge.brokers.embedded.durable import DurableStore, Journal
-from bridge.brokers.embedded.flows import FlowsMixin
+from bridge.brokers.embedded.flows import FlowsMixin, Publishing
 from bridge.brokers.embedded.lane import EventLane, Kept
 from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.router import Message, Router
@@ -367,29 +367,43 @@ class Broker(FlowsMixin):
 
     # -- packets -------------------------------------------------------------------
 
-    async def publish_inbound(self, conn: Connection, item: Inbound) -> None:
+    async def publish_inbound(self, conn: Connection, items: Sequence[Inbound]) -> None:
+        """A client's PUBLISH packets that came in a row, in order: every one is begun (id,
+        retained store, routing turn, event posted) before the first is acknowledged and routed,
+        so a burst costs one pass through the rules and one write to each subscriber rather than
+        a few loop turns per message."""
         state = conn.state
         assert state is not None
-        if item.refused:
-            log.info("client %r may not publish to %r: dropped", state.clientid, item.topic)
-            if item.ack is not None:
-                await conn.accepted(item, None)
-            return
-        message = Message(
-            self.msgids.next(),
-            item.topic,
-            item.payload,
-            item.qos,
-            item.retain,
-            state.clientid,
-            item.properties,
-            item.expires,
-        )
-
-        async def accepted(kept: Kept) -> None:
-            await conn.accepted(item, kept)
-
-        await self._publish(state, conn.peername, message, accepted if item.qos else None)
+        begun: list[tuple[Inbound, Publishing | None]] = []
+        for item in items:
+            if item.refused:
+                log.info("client %r may not publish to %r: dropped", state.clientid, item.topic)
+                begun.append((item, None))
+                continue
+            message = Message(
+                self.msgids.next(),
+                item.topic,
+                item.payload,
+                item.qos,
+                item.retain,
+                state.clientid,
+                item.properties,
+                item.expires,
+            )
+            begun.append((item, self._publish_begin(state, conn.peername, message, item.qos > 0)))
+        ended = 0
+        try:
+            for item, publishing in begun:
+                ended += 1
+                if publishing is None:
+                    if item.ack is not None:
+                        await conn.accepted(item, None)
+                    continue
+                await self._publish_end(publishing, _acceptor(conn, item) if item.qos else None)
+        finally:
+            for _, publishing in begun[ended:]:
+                if publishing is not None:
+                    self._publish_abandon(publishing)
 
     async def subscribe(self, conn: Connection, packet: Subscribe) -> None:
         state = conn.state
@@ -578,3 +592,10 @@ class Broker(FlowsMixin):
 
     def describe(self) -> dict[str, Any]:
         return {"connections": len(self.connections), "sessions": len(self.states)}
+
+
+def _acceptor(conn: Connection, item: Inbound) -> Callable[[Kept], Awaitable[None]]:
+    async def accepted(kept: Kept) -> None:
+        await conn.accepted(item, kept)
+
+    return accepted

@@ -24,6 +24,7 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -81,7 +82,7 @@ class Core(Protocol):
 
     async def connect(self, conn: Connection, packet: Connect) -> None: ...
 
-    async def publish_inbound(self, conn: Connection, item: Inbound) -> None: ...
+    async def publish_inbound(self, conn: Connection, items: Sequence[Inbound]) -> None: ...
 
     async def subscribe(self, conn: Connection, packet: Subscribe) -> None: ...
 
@@ -94,6 +95,10 @@ class Core(Protocol):
 
 # Work items waiting for the connection's task before reading from the socket pauses.
 INBOX_SIZE = 256
+# PUBLISH packets in a row handed to the broker at once (broker.publish_inbound): a burst goes
+# through the rules in one pass and out to each subscriber in one write; bounded so that one
+# busy publisher does not hold the loop for long.
+PUBLISH_RUN = 64
 # Acknowledgements waiting for their messages to be kept, per connection; beyond this the
 # message loop waits too, its inbox fills and reading stops: what waits stays bounded.
 UNACKED_LIMIT = 1024
@@ -488,7 +493,10 @@ class Connection(asyncio.Protocol):
                     self._reading()
                 kind = type(item)
                 if kind is Inbound:
-                    await broker.publish_inbound(self, item)
+                    run = [item]
+                    while inbox and type(inbox[0]) is Inbound and len(run) < PUBLISH_RUN:
+                        run.append(inbox.popleft())
+                    await broker.publish_inbound(self, run)
                 elif item is END:
                     await broker.teardown(self)
                     return

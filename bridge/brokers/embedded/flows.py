@@ -22,6 +22,24 @@ from bridge.msgid import MsgIdGenerator
 _QOS = (0, 1, 2)
 
 
+class Publishing:
+    """A publish between _publish_begin and _publish_end."""
+
+    __slots__ = ("message", "stored", "taken", "ticket")
+
+    def __init__(
+        self,
+        message: Message,
+        ticket: int,
+        stored: asyncio.Future[None] | None,
+        taken: asyncio.Future[Kept] | None,
+    ) -> None:
+        self.message = message
+        self.ticket = ticket
+        self.stored = stored  # durable sessions: done once the journal committed the message
+        self.taken = taken  # done once the rules took the event (its result: the kept future)
+
+
 class FlowsMixin:
     node: str
     msgids: MsgIdGenerator
@@ -49,38 +67,60 @@ class FlowsMixin:
         which may wait for earlier
         messages. `message.msgid` must have been made by the caller just before.
         """
+        await self._publish_end(self._publish_begin(state, peername, message, accepted is not None), accepted)
+
+    def _publish_begin(self, state: SessionState, peername: str, message: Message, acked: bool) -> Publishing:
+        """The part of a publish that does not wait: its place in the retained store, the
+        routing order and the client's event stream. A run of a client's PUBLISH packets begins
+        them all before the first ends, so their events reach the rules in one turn of the loop
+        and their messages go out in one write (the QoS 1 path with rules, issue 25)."""
         if message.expires:
             self.expiring[message.msgid] = message.expires
         if message.retain:
             # Stored in the same step as the id is made: a subscription whose
             # live_from is later than this id gets the message as retained.
             self.router.store_retained(message)
-        sequencer = self.router.sequencer
-        ticket = sequencer.enter()
+        ticket = self.router.sequencer.enter()
         journal = self.router.journal
         # Durable sessions: the ack also waits for the commit that logs the message for them.
-        stored = asyncio.get_running_loop().create_future() if journal is not None and accepted else None
+        stored = asyncio.get_running_loop().create_future() if journal is not None and acked else None
+        lane = state.lane
+        # Nothing takes the event (no rule for this topic, no fetch page waiting): with the
+        # lane idle, skipping it keeps the client's event order and saves a task and two loop
+        # turns per message; the event is still counted (wants).
+        taken = None
+        if not lane.idle or self.wants(Hookpoint.MESSAGE_PUBLISH, state.clientid, message.topic):
+            taken = lane.post(self._publish_event(state, peername, message), wait=True)
+        return Publishing(message, ticket, stored, taken)
+
+    async def _publish_end(self, publishing: Publishing, accepted: Callable[[Kept], Awaitable[None]] | None) -> None:
+        """Acknowledge (once kept) and route a begun publish; must follow every _publish_begin."""
+        sequencer = self.router.sequencer
+        ticket, stored = publishing.ticket, publishing.stored
         try:
-            lane = state.lane
-            # Nothing takes the event (no rule for this topic, no fetch page waiting): with the
-            # lane idle, skipping it keeps the client's event order and saves a task and two loop
-            # turns per message; the event is still counted (wants).
-            if lane.idle and not self.wants(Hookpoint.MESSAGE_PUBLISH, state.clientid, message.topic):
-                kept: Kept = None
-            else:
-                kept = await lane.emit(self._publish_event(state, peername, message))
+            kept: Kept = None
+            if publishing.taken is not None:
+                kept = await publishing.taken
             if accepted is not None:
                 await accepted(kept if stored is None else both(kept, stored))
             if not sequencer.ready(ticket):
                 await sequencer.wait(ticket)
-            self.router.route(message)
+            self.router.route(publishing.message)
             if stored is not None:
+                journal = self.router.journal
                 _chain(journal.committed() if journal is not None else None, stored)
                 stored = None
         finally:
             sequencer.leave(ticket)
             if stored is not None:
                 stored.cancel()  # not routed: the client is not told it was kept
+
+    def _publish_abandon(self, publishing: Publishing) -> None:
+        """A begun publish that will not end (its connection's task was cancelled): it gives up
+        its place in the routing order, unrouted and unacknowledged."""
+        self.router.sequencer.leave(publishing.ticket)
+        if publishing.stored is not None:
+            publishing.stored.cancel()
 
     def _publish_event(self, state: SessionState, peername: str, message: Message) -> MessagePublish:
         return MessagePublish(
