@@ -82,7 +82,8 @@ def main() -> int:
             )
         broker = None
         if "broker" in chosen:
-            # issue 14's figures: 20,000 messages and 10,000 idle clients per run, at most 3 runs
+            # the broker benchmark's figures (docs/benchmarks.md#embedded-broker-against-mosquitto):
+            # 20,000 messages and 10,000 idle clients per run, at most 3 runs
             broker = run("broker_bench", ["--runs", str(min(args.runs, 3))], Path(tmp) / "broker")
             if broker is None:
                 failed.append("broker")

@@ -1,4 +1,4 @@
-"""The embedded broker against Mosquitto, in one run: the "Speed" of issue 14.
+"""The embedded broker against Mosquitto, in one run: docs/benchmarks.md#embedded-broker-against-mosquitto.
 
 Throughput: QoS 1, 100 B payloads, one publisher to one subscriber, both Mosquitto's own C
 clients. `mosquitto_sub -q 1 -C N+1` subscribes first (to the benchmark topic and to a topic
@@ -12,7 +12,7 @@ fresh process per run, in rounds so that a busy moment of the machine hits them 
   client like the embedded broker, since its default of 1,000 loses messages in this test);
 - the embedded broker with no rules (`hookbridge run` with an empty rules directory);
 - the embedded broker with the shipped rules/redis.conf into a Redis this script starts through
-  scripts/redis.sh on a free port (acknowledgement once kept, SPEC 6.3, as shipped).
+  scripts/redis.sh on a free port (acknowledgement once kept, docs/architecture.md#acknowledged-means-kept, as shipped).
 
 Idle connections: N raw MQTT 3.1.1 clients (CONNECT without keepalive, wait for CONNACK), opened
 from this process with up to --window handshakes at a time: the connect rate, and the resident
@@ -57,7 +57,8 @@ PUBLISHER_CONNECT = 0.5
 # Idle clients' RSS is read once their handshakes are over and the broker has settled.
 SETTLE = 1.0
 STALL = 20.0  # seconds without a message arriving before a throughput run counts as failed
-TARGETS = {"no_rules": 0.7, "persisted": 0.5}  # share of Mosquitto's msg/s (issue 25, item 5)
+# share of Mosquitto's msg/s (docs/benchmarks.md#embedded-broker-against-mosquitto)
+TARGETS = {"no_rules": 0.7, "persisted": 0.5}
 TARGET_KB_PER_CONNECTION = 20
 
 Start = Callable[[Path], AbstractContextManager[Server]]
@@ -227,7 +228,7 @@ def limit_setting(clients: int) -> int | None:
     """broker.max_connections above the idle clients, where this version of the bridge has it."""
     from bridge.conf.schema import GLOBAL
 
-    # Builds before issue 14's limits have no such setting, and no limit to raise.
+    # Builds before the broker's limits have no such setting, and no limit to raise.
     return clients + 100 if "broker.max_connections" in GLOBAL else None
 
 

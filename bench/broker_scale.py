@@ -1,4 +1,4 @@
-"""The embedded broker at fleet scale, against Mosquitto in the same run (issue 25).
+"""The embedded broker at fleet scale, against Mosquitto in the same run (docs/benchmarks.md#fleet-scale).
 
 A fleet's shape: every device is a connection subscribed to its own `dev/<id>/cmd/#` and to a
 broadcast topic. For each fleet size (0, 2,000, 15,000 devices by default) and each broker

@@ -1,4 +1,4 @@
-"""Durable sessions of the embedded broker, in one run: the "Speed" of issue 16.
+"""Durable sessions of the embedded broker, in one run: docs/benchmarks.md#durable-sessions.
 
 Three brokers, each a fresh process per run on a free port: Mosquitto with `persistence true`
 (the baseline; it writes its persistence file only at its autosave, every 1,800 s by default,
@@ -32,7 +32,7 @@ from bench.broker_bench import INFLIGHT, PAYLOAD, publish_through
 from bench.durable_disk import Disk, Restart, brokers, measure_disk, measure_restart, stores
 from bench.machine import describe, table
 
-COST_GOAL = 0.30  # issue 16: durable on costs at most 30% of the throughput with it off
+COST_GOAL = 0.30  # docs/benchmarks.md#durable-sessions: durable on costs at most 30% of the throughput with it off
 SECTIONS = ("throughput", "disk", "restart")
 FULL = {
     "messages": 20_000,

@@ -3,7 +3,8 @@
 
 Both fill a broker through the broker itself, with the sessions offline: they are opened and
 left (clean session 0, subscribed at QoS 1), then one raw client publishes the messages at QoS 1
-with up to 1,000 unacknowledged (a PUBACK means stored, SPEC 6.3). No faster way in: writing
+with up to 1,000 unacknowledged (a PUBACK means stored, docs/architecture.md#acknowledged-means-kept).
+No faster way in: writing
 the store's files directly would measure a store the broker never wrote.
 
 - Disk: `k` sessions of one topic, M messages; the store's bytes per message stored, while the

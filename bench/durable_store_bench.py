@@ -1,4 +1,5 @@
-"""Which embedded engine should hold the embedded broker's durable sessions (issue 16)?
+"""Which embedded engine should hold the embedded broker's durable sessions?
+(docs/benchmarks.md#choosing-the-durable-store)
 
 SQLite in WAL mode, LMDB and RocksDB (through rocksdict) on the same workload, each set up as
 bench/durable_stores.py says (durable against `kill -9`, not against a power cut):

@@ -7,7 +7,7 @@ One run prints, for each database, one table of these configurations, each on a 
    -r ...` as a user starts it;
 3. the same with `--workers N` (default: the machine's cores) and `broker.shared_group` set;
 4. the hand-tuned sketch (bench/mqtt_sketch.py): gmqtt, PUBACK on receipt, the bridge's writes
-   pipelined per batch; the baseline of issue 18's target (N workers >= 1.3x this);
+   pipelined per batch; the baseline of the workers' target (N workers >= 1.3x this; docs/benchmarks.md#results);
 5. the naive paho subscriber (bench/mqtt_naive.py), one write per message, fewer messages.
 
 Publishers: `mosquitto_pub -l -q 1 -M 1000` processes, one topic each (four reach about 58,000

@@ -1,4 +1,4 @@
-"""Time to decode an MQTT 5 property block of N user properties (issue 29 item 1).
+"""Time to decode an MQTT 5 property block of N user properties (tests/unit/test_mqtt_user_properties.py).
 
     .venv/bin/python bench/properties_bench.py [N]      # default 40,000
 

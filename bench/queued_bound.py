@@ -1,4 +1,5 @@
-"""One bound for all queued messages (issue 24, `broker.max_queued_bytes`), measured.
+"""One bound for all queued messages (`broker.max_queued_bytes`), measured
+(docs/benchmarks.md#one-bound-for-all-queued-messages-embedded-broker).
 
 1. Memory: `python -m bridge run` (no rules, durable sessions off unless --durable) with
    `broker.max_queued_bytes = --bound`; 10,000 persistent sessions (clean session 0, QoS 1, a

@@ -115,7 +115,8 @@ class Bridge:
             else:
                 log.info("pool %s is configured but no rule uses it; not connecting", pool_id)
         self._gauges()
-        # Brokers ack a message once every job of it is done (SPEC 6.3): the dispatcher then
+        # Brokers ack a message once every job of it is done
+        # (docs/architecture.md#acknowledged-means-kept): the dispatcher then
         # returns a future per event, resolved through the runners' commit hooks.
         self.dispatcher.track_commits = self.broker.acks_after_commit
         listener = self.config["metrics.listener"]

@@ -105,7 +105,8 @@ def backend_class(db: str) -> type[Backend]:
 
 class Backend(abc.ABC):
     db: ClassVar[str]
-    # The functions (SPEC 5, bridge/functions.py) this backend implements, by implementation name;
+    # The functions (docs/rules.md#function-the-built-in-function-set, bridge/functions.py)
+    # this backend implements, by implementation name;
     # a rule naming another one is refused when the rules load.
     functions: ClassVar[frozenset[str]] = frozenset()
     # Set when a rule of the pool has `expired_time`: maintenance then trims.

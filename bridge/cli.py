@@ -195,7 +195,7 @@ def _freeze_startup_objects() -> None:
     """Keep what start-up built (modules, rules, pools: ~50,000 objects) out of every later full
     garbage collection. Messages in flight outlive the young generations, so full collections
     come every few seconds under load, and each walked all of those objects: a 30-45 ms pause
-    of the event loop, in the p99 of publish-to-commit (issue 18)."""
+    of the event loop, in the p99 of publish-to-commit (docs/benchmarks.md#results)."""
     gc.collect()
     gc.freeze()
 

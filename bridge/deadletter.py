@@ -2,7 +2,8 @@
 
 An action fails for good when the database refuses it for a reason that retrying will not
 change (a constraint, a wrong type, a statement error). Its message was acknowledged by then
-(SPEC 6.3), so it is written here, one JSON line per action, to `<deadletter.dir>/<pool>.jsonl`:
+(docs/architecture.md#acknowledged-means-kept), so it is written here, one JSON line per action,
+to `<deadletter.dir>/<pool>.jsonl`:
 when it failed, the pool, the rule (id and `path:line`), the reason, and the event with its
 payload in base64 (docs/operations.md, "Dead letters", says how to read and replay it).
 

@@ -19,7 +19,8 @@ class Dispatcher:
         self.runners = runners
         self.metrics = metrics
         self.pager = FetchPager(self.resubmit)
-        # Every broker mode acks a message only once all its jobs are done (SPEC 6.3): with
+        # Every broker mode acks a message only once all its jobs are done
+        # (docs/architecture.md#acknowledged-means-kept): with
         # `track_commits`, each call returns a future for that. Off only for sources that
         # need no such future per event (tests of a source alone).
         self.track_commits = False

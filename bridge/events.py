@@ -21,7 +21,7 @@ def event_class(cls: type[_T]) -> type[_T]:
 
     At run time a frozen dataclass pays a generic object.__setattr__ call per field in __init__:
     a message.publish event was 3x dearer to build that way than with plain slot stores (timeit,
-    issue 18), on the path every message takes. So the class is built unfrozen, hashable as a
+    docs/benchmarks.md#results), on the path every message takes. So the class is built unfrozen, hashable as a
     frozen one is."""
     return dataclass(slots=True, unsafe_hash=True)(cls)
 

@@ -1,4 +1,5 @@
-"""The function set (SPEC 5): names, the hookpoints each may bind to, what each needs.
+"""The function set (docs/rules.md#function-the-built-in-function-set): names, the hookpoints each may
+bind to, what each needs.
 
 One table for every backend: the rules loader resolves every `function` here
 when the rules load, and each backend supplies an implementation per name.

@@ -68,7 +68,7 @@ class BackendPlugin:
 
     @property
     def functions(self) -> frozenset[str]:
-        """The functions (SPEC 5) this backend implements."""
+        """The functions (docs/rules.md#function-the-built-in-function-set) this backend implements."""
         return frozenset(self.backend_class().functions)
 
     def statement_problem(self, text: str) -> str | None:
@@ -103,7 +103,7 @@ class ModePlugin:
 
     name: str
     summary: str  # for the docs: "embedded broker"
-    capabilities: frozenset[Capability]  # what its source can do for the functions (SPEC 6.2)
+    capabilities: frozenset[Capability]  # what its source can do for the functions (docs/brokers.md)
     # "module:function" making its BrokerSource from (config, rules, msgids), imported only in this mode
     source: str
     # "module:function" checking the settings this mode reads, as `run` would use them: (path,

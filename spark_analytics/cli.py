@@ -102,7 +102,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="spark_analytics", description="hookbridge's Spark reports (SPEC 8)")
+    parser = argparse.ArgumentParser(prog="spark_analytics", description="hookbridge's Spark reports (docs/reports.md)")
     add_arguments(parser)
     return run(parser.parse_args(glue_times(sys.argv[1:] if argv is None else argv)))
 

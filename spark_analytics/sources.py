@@ -15,7 +15,7 @@ from spark_analytics.errors import ReportError
 
 SUPPORTED = ("pgsql", "cassa", "mongo", "mysql")
 
-# The report's tables under each backend's names (SPEC 5.2-5.4).
+# The report's tables under each backend's names (docs/backends/<db>.md).
 TABLES: dict[str, dict[str, str]] = {
     "pgsql": {"event_log": "mqtt_event_log", "msg": "mqtt_msg", "acked": "mqtt_acked"},
     "mysql": {"event_log": "mqtt_event_log", "msg": "mqtt_msg", "acked": "mqtt_acked"},

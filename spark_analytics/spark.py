@@ -48,7 +48,7 @@ def build_session(
     if master:
         builder = builder.master(master)
     elif "SPARK_ENV_LOADED" not in os.environ and "PYSPARK_GATEWAY_PORT" not in os.environ:
-        builder = builder.master("local[*]")  # SPEC 8: local[*] unless told otherwise
+        builder = builder.master("local[*]")  # docs/reports.md#running-it: local[*] unless told otherwise
     settings = {
         "spark.jars": ",".join(jars if jars is not None else jar_paths()),
         "spark.sql.session.timeZone": "UTC",

@@ -1,4 +1,4 @@
-"""Cassandra backend (SPEC 5.4): backend.py runs batches; functions.py writes; reads.py reads then acts.
+"""Cassandra backend (docs/backends/cassa.md): backend.py runs batches; functions.py writes; reads.py reads then acts.
 
 PLUGIN is its declaration (the `hookbridge.backends` entry point in pyproject.toml); importing this
 package does not import the driver.

@@ -1,4 +1,5 @@
-"""The Cassandra keyspace and tables of SPEC 5.4, created idempotently (`schema --apply`, `auto_schema = on`).
+"""The Cassandra keyspace and tables (docs/backends/cassa.md#keyspace-and-tables), created idempotently
+(`schema --apply`, `auto_schema = on`).
 
 Every statement is safe to run again. Table names are qualified with the pool's
 keyspace; the keyspace name is checked to be a plain identifier when the config

@@ -1,4 +1,4 @@
-"""MongoDB backend (SPEC 5.3): backend.py runs batches; functions.py writes; reads.py reads then acts.
+"""MongoDB backend (docs/backends/mongo.md): backend.py runs batches; functions.py writes; reads.py reads then acts.
 
 PLUGIN is its declaration (the `hookbridge.backends` entry point in pyproject.toml); importing this
 package does not import the driver.

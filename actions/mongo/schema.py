@@ -1,4 +1,5 @@
-"""The MongoDB collections of SPEC 5.3 and their indexes (`schema --apply`, `auto_schema = on`).
+"""The MongoDB collections (docs/backends/mongo.md#collections) and their indexes
+(`schema --apply`, `auto_schema = on`).
 
 Collections are created by their first index. Creating an index that exists is a no-op, so
 applying twice, or from two bridges at once, changes nothing; a migration is a new line here.

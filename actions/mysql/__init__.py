@@ -1,4 +1,4 @@
-"""MySQL / MariaDB backend (SPEC 5.5): backend.py runs batches; functions.py writes; reads.py holds
+"""MySQL / MariaDB backend (docs/backends/mysql.md): backend.py runs batches; functions.py writes; reads.py holds
 the store queries of the read-then-act functions (the protocol: bridge/fetch.py).
 
 PLUGIN is its declaration (the `hookbridge.backends` entry point in pyproject.toml); importing this

@@ -1,8 +1,8 @@
 """Bring the MySQL tables EMQX 4.4 Enterprise created (etc/sql/emqx_backend_mysql.sql) to
 hookbridge's (`hookbridge migrate-emqx44 --pool mysql.<pool>`).
 
-Same table names, other types (docs/migrate-from-emqx44.md#mysql): utf8 with a case-insensitive
-collation (hookbridge: utf8mb4, binary: `a/B` and `a/b` are two topics), `state` as text,
+Same table names, other types (docs/migrate-from-emqx44.md#mysql-etcsqlemqx_backend_mysqlsql): utf8 with a
+case-insensitive collation (hookbridge: utf8mb4, binary: `a/B` and `a/b` are two topics), `state` as text,
 `mqtt_msg.msgid` neither unique nor padded, times in the server's zone (hookbridge: UTC),
 `mqtt_acked` with `mid` only. MySQL commits each DDL statement on its own, so a table is not
 altered in place: it is copied into a new table of hookbridge's shape (`INSERT IGNORE`, keyed by

@@ -1,4 +1,4 @@
-"""The MySQL / MariaDB tables of SPEC 5.5 (5.2's tables in MySQL types), created idempotently.
+"""The MySQL / MariaDB tables (docs/backends/mysql.md#tables: PostgreSQL's tables in MySQL types), created idempotently.
 
 Every statement is safe to run again: a migration is a new `IF NOT EXISTS` line
 appended here, never an edit of an old one.

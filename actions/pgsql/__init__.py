@@ -1,4 +1,4 @@
-"""PostgreSQL backend (SPEC 5.2): backend.py runs batches; functions.py writes; reads.py reads then acts.
+"""PostgreSQL backend (docs/backends/pgsql.md): backend.py runs batches; functions.py writes; reads.py reads then acts.
 
 PLUGIN is its declaration (the `hookbridge.backends` entry point in pyproject.toml); importing this
 package does not import the driver.

@@ -2,9 +2,9 @@
 hookbridge's (`hookbridge migrate-emqx44 --pool pgsql.<pool>`).
 
 The tables have the same names and mostly the same columns, but not the same types or
-constraints (docs/migrate-from-emqx44.md#postgresql): `payload` is text (ours bytea, byte-exact),
-the timestamps have no time zone, `retain` is an integer, `mqtt_msg.msgid` is neither unique nor
-indexed, `mqtt_acked` keeps the offset as `mid` (a row id) only, and `mqtt_topic` is missing. The
+constraints (docs/migrate-from-emqx44.md#postgresql-etcsqlemqx_backend_pgsqlsql): `payload` is text
+(ours bytea, byte-exact), the timestamps have no time zone, `retain` is an integer, `mqtt_msg.msgid` is
+neither unique nor indexed, `mqtt_acked` keeps the offset as `mid` (a row id) only, and `mqtt_topic` is missing. The
 statements below change what differs and nothing else, then apply hookbridge's schema (every
 statement `IF NOT EXISTS`). They run in one transaction: stopped anywhere, nothing is changed
 (PostgreSQL's DDL is transactional), and run again they find nothing left to do.

@@ -1,4 +1,4 @@
-"""The PostgreSQL tables of SPEC 5.2, created idempotently (`schema --apply`, `auto_schema = on`).
+"""The PostgreSQL tables (docs/backends/pgsql.md#tables), created idempotently (`schema --apply`, `auto_schema = on`).
 
 Every statement is safe to run again: a migration is a new `IF NOT EXISTS` line
 appended here, never an edit of an old one.

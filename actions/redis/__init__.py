@@ -1,4 +1,4 @@
-"""Redis backend (SPEC 5.1): backend.py runs batches; functions.py writes; reads.py reads then acts;
+"""Redis backend (docs/backends/redis.md): backend.py runs batches; functions.py writes; reads.py reads then acts;
 connection.py opens a pool's connections (one server, or the primary that Sentinels name).
 PLUGIN is its declaration (the `hookbridge.backends` entry point in pyproject.toml); importing this
 package does not import the driver.

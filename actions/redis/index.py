@@ -1,6 +1,6 @@
 """The topic index: which topics have stored or retained messages (beside the seed-003 keys).
 
-The SPEC 5.1 layout has no list of its topics, so without this a wildcard fetch or retain
+The key layout (docs/backends/redis.md#keys) has no list of its topics, so without this a wildcard fetch or retain
 lookup would SCAN the whole keyspace. Two sorted sets list them, every score 0 and every
 member a topic's raw bytes, so that ZRANGEBYLEX walks exactly the topics under a filter's
 literal prefix:

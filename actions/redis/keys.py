@@ -1,4 +1,4 @@
-"""The Redis key layout of SPEC 5.1 (seed 003), in one place."""
+"""The Redis key layout (docs/backends/redis.md#keys; EMQX 4's, seed 003), in one place."""
 
 from __future__ import annotations
 

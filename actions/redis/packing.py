@@ -9,7 +9,8 @@
 - `pipeline`: a batch's commands in one write, and their replies read under ONE timeout.
   redis-py's Pipeline enters an asyncio timeout, looks up a reply callback and re-raises
   for every reply; in the mqtt mode's profile that was about a tenth of the bridge's CPU per
-  message (py-spy, 100,000 messages through Mosquitto, issue 18). The connection is still
+  message (py-spy, 100,000 messages through Mosquitto,
+  docs/benchmarks.md#external-broker-qos-1-through-mosquitto-into-redis-and-postgresql). The connection is still
   redis-py's (pool, AUTH, SELECT, TLS, health checks), and so are the reply parser and its
   error classes.
 """

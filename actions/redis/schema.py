@@ -1,4 +1,4 @@
-"""Redis needs no schema; `hookbridge schema` prints the key layout it writes (SPEC 5.1)."""
+"""Redis needs no schema; `hookbridge schema` prints the key layout it writes (docs/backends/redis.md#keys)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Each script names every key it touches in KEYS, except the hashes of older
 retained messages in `retain_set` / `retain_clear`, whose ids are only known
-inside the script (single-node deployments; SPEC 5.1 layout).
+inside the script (single-node deployments; the docs/backends/redis.md#keys layout).
 
 The scripts that create or empty a topic's sorted set also add or remove the topic in the
 topic index (index.py) in the same script, so the index never disagrees with the data.

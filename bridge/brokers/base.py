@@ -79,7 +79,8 @@ class BrokerSource(abc.ABC):
 
     mode: str = ""  # what it can do for the functions is its mode's declaration (bridge/registry.py)
     # A source that acknowledges a message only after its rules committed (or spooled; every
-    # mode, SPEC 6.3) has the dispatcher return a "done" future per event (see EventSink).
+    # mode, docs/architecture.md#acknowledged-means-kept) has the dispatcher return a "done"
+    # future per event (see EventSink).
     acks_after_commit: bool = False
 
     @abc.abstractmethod

@@ -141,7 +141,7 @@ GLOBAL: dict[str, Setting] = {
         "embedded mode: QoS 1/2 messages sent to a client and not yet acknowledged, per session; more "
         "wait in its queue, in order",
     ),
-    # -- the embedded broker's listeners and anonymous access (SPEC 6.2, docs/security.md) ------
+    # -- the embedded broker's listeners and anonymous access (docs/security.md) ------
     "broker.allow_anonymous": Setting(
         v.parse_bool,
         None,
@@ -226,7 +226,7 @@ GLOBAL: dict[str, Setting] = {
         "embedded mode: seconds; above 0, MQTT 5 clients asking for a longer keepalive (or none) are "
         "told this one and held to it; 0: each client's own keepalive",
     ),
-    # -- the embedded broker's users (SPEC 6.2; bridge/brokers/embedded/auth/) --
+    # -- the embedded broker's users (docs/security.md; bridge/brokers/embedded/auth/) --
     "broker.auth.password_file": Setting(
         password_file,
         "",
@@ -246,7 +246,7 @@ GLOBAL: dict[str, Setting] = {
         "embedded mode: how the database's `password` field was made from the password and its `salt` "
         "field, as EMQX 4 (`salt,sha256`: salt before the password, `sha256,salt`: after it)",
     ),
-    # -- who may publish and subscribe (SPEC 6.2; the embedded broker) ----------------------
+    # -- who may publish and subscribe (docs/security.md; the embedded broker) ----------------------
     "broker.acl.file": Setting(
         v.parse_str,
         "",

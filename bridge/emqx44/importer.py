@@ -3,7 +3,7 @@
 EMQX 4.4 Enterprise keeps each backend in `etc/plugins/emqx_backend_<db>.conf`: pool lines
 (`backend.<db>.<pool>.<key>`; Cassandra's pools are `backend.ecql.<pool>.<key>`), a few backend-wide
 keys (`backend.pgsql.max_returned_count`, `backend.redis.msg.expired_after`, ...) and hook lines
-(`backend.<db>.hook.<hookpoint>.<n> = {JSON}`), which are hookbridge's own rule syntax (SPEC 4).
+(`backend.<db>.hook.<hookpoint>.<n> = {JSON}`), which are hookbridge's own rule syntax (docs/rules.md).
 
 Every key is accounted for: mapped onto a hookbridge setting (EMQX's name when it differs, its
 value as written), honoured by what hookbridge always does (a comment in the output says so), a

@@ -3,13 +3,13 @@ every length against the end of the packet, and writers.
 
 Readers take `(buf, pos, end)` and return `(value, new_pos)`; they never read past `end`, the
 end the fixed header declared, so a field that claims more bytes than the packet holds is a
-malformed packet rather than a read into the next packet (the desynchronisation issue 14 shows in
-amqtt).
+malformed packet rather than a read into the next packet (the desynchronisation amqtt showed:
+docs/brokers.md#the-broker-core-what-comes-from-where).
 
 Text: strict UTF-8 (no surrogates, no overlong forms), no U+0000 (a MUST in both versions), no
 Unicode non-characters (which both versions allow a receiver to refuse). Control characters
 U+0001-U+001F and U+007F-U+009F are accepted although a receiver may refuse them too (Mosquitto
-does): a client id or topic holding a newline is stored as data, byte for byte (SPEC 7, the
+does): a client id or topic holding a newline is stored as data, byte for byte (docs/architecture.md#bad-input, the
 conformance suite's hostile input), which is the bridge's promise.
 """
 

@@ -1,4 +1,5 @@
-"""The on-disk spool behind each pool's runner queues (SPEC 7).
+"""The on-disk spool behind each pool's runner queues
+(docs/operations.md#the-spool-what-keeps-actions-across-an-outage-and-a-restart).
 
     <spool.dir>/<pool>/layout        how many lanes wrote it (a different count redistributes)
     <spool.dir>/<pool>/lane-<n>/     one LaneSpool per ordering lane (segments.py)

@@ -1,4 +1,5 @@
-"""The spool's byte bound, shared by every pool of the bridge (SPEC 7).
+"""The spool's byte bound, shared by every pool of the bridge
+(docs/operations.md#the-spool-what-keeps-actions-across-an-outage-and-a-restart).
 
 Only the lane spools (segments.py) change `used`: every byte a segment file gains or loses is
 charged or released here at that moment, so `used` is the size of the open pools' spool files.

@@ -1,4 +1,4 @@
-"""The sessions report (SPEC 8): sessions, online clients over time, reconnect storms, nodes."""
+"""The sessions report (docs/reports.md#sessions): sessions, online clients over time, reconnect storms, nodes."""
 
 from __future__ import annotations
 

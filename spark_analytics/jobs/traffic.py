@@ -1,4 +1,4 @@
-"""The traffic report (SPEC 8): per topic, prefix, publisher and time; QoS and retained mix;
+"""The traffic report (docs/reports.md#traffic): per topic, prefix, publisher and time; QoS and retained mix;
 delivery and ack latency; per-subscriber backlog from the pubsub offsets."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Broker behaviour suite: every feature SPEC 6.1 lists, tested with real clients over TCP.
+"""Broker behaviour suite: every feature docs/brokers.md#what-it-guarantees lists, tested with real clients over TCP.
 
 paho-mqtt v2 speaks both MQTT 3.1.1 and 5.0; gmqtt is a second 5.0 client where forwarding is
 checked; raw bytes (`raw.py`) only where a library refuses to misbehave as the test needs.

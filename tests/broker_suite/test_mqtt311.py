@@ -1,4 +1,4 @@
-"""MQTT 3.1.1 behaviour SPEC 6.1 lists, with paho-mqtt v2 speaking 3.1.1 (raw bytes only where paho refuses).
+"""MQTT 3.1.1 behaviour docs/brokers.md#what-it-guarantees lists, with paho-mqtt v2 speaking 3.1.1 (raw bytes only where paho refuses).
 
 Negative checks ("nothing else arrived") publish a marker afterwards and wait for it: deliveries
 to one client keep publish order, so anything the broker sent in between arrives first.

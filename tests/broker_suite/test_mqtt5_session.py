@@ -1,4 +1,4 @@
-"""MQTT 5.0 connection and session behaviour (SPEC 6.1), with paho-mqtt v2 speaking 5.0.
+"""MQTT 5.0 connection and session behaviour (docs/brokers.md#what-it-guarantees), with paho-mqtt v2 speaking 5.0.
 
 Where time is the feature (session expiry, message expiry, will delay) the intervals are one or
 two seconds and the test sleeps past them; everything else waits on packets.

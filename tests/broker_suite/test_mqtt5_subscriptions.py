@@ -23,7 +23,7 @@ Clients = Callable[..., Client]
 async def test_suback_reason_codes(clients: Clients) -> None:
     root = unique("suback")
     sub, _ = await connect_v5(clients, unique("sub"))
-    # reason codes 0x00-0x02: granted QoS (failure codes need an ACL or a limit: see issue 14)
+    # reason codes 0x00-0x02: granted QoS (failure codes need an ACL or a limit: tests/integration/test_broker_acl.py, test_broker_limits.py)
     assert [await sub.subscribe(f"{root}/{qos}", qos) for qos in (0, 1, 2)] == [[0], [1], [2]]
     assert await sub.subscribe(f"$share/{root}/{root}/#", 2) == [2]
 
@@ -118,7 +118,7 @@ async def test_shared_subscription_delivers_each_message_to_one_member(broker: B
 
 
 async def test_shared_subscription_from_a_311_client(clients: Clients) -> None:
-    """`$share/<group>/<filter>` from MQTT 3.1.1 clients too (SPEC 6.1); the only member gets every message."""
+    """`$share/<group>/<filter>` from MQTT 3.1.1 clients too (docs/brokers.md#what-it-guarantees); the only member gets every message."""
     topic, group = unique("shared311"), unique("g")
     member = clients(unique("m311"), version=V311)
     assert (await member.connect()).reason == 0

@@ -85,7 +85,7 @@ class Store(abc.ABC):
 def rules_for(
     db: str, extra: str = "", max_returned_count: int = 100, expired_time: int | None = None, time_range: str = ""
 ) -> str:
-    """The same rule set on any backend: every function of SPEC 5."""
+    """The same rule set on any backend: every function of docs/rules.md#function-the-built-in-function-set."""
     expiry = f', "expired_time": {expired_time}' if expired_time else ""
     window = f', "time_range": "{time_range}"' if time_range else ""
     lines = [

@@ -1,4 +1,4 @@
-"""Every function of SPEC 5, through the embedded broker, against every backend."""
+"""Every function (docs/rules.md#function-the-built-in-function-set), through the embedded broker, against every backend."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC 7 on every backend: its server stopped for 30 s while 20,000 QoS 1 messages flow."""
+"""At least once (docs/architecture.md#at-least-once-nothing-dropped-silently) on every backend: its server stopped for 30 s while 20,000 QoS 1 messages flow."""
 
 from __future__ import annotations
 

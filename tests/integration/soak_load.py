@@ -2,7 +2,7 @@
 
 - `Publisher`s connect (3.1.1 or 5.0, clean session), subscribe to a live topic, publish QoS 0/1/2
   at random while they stay, and leave (DISCONNECT or a dropped socket), again and again. Every
-  message the broker acknowledged (PUBACK; for QoS 2, PUBREC: SPEC 6.3) goes into the `Ledger`.
+  message the broker acknowledged (PUBACK; for QoS 2, PUBREC: docs/architecture.md#acknowledged-means-kept) goes into the `Ledger`.
 - `DurableSubscriber`s hold a persistent session (3.1.1, clean session 0) on `soak/d/#` at QoS 2,
   come and go at random, and count what they receive as a careful client does: a QoS 2 message
   once per packet id until its PUBREL, whatever the broker sends again (MQTT 4.3.3, method B).
@@ -167,7 +167,7 @@ class Publisher:
             self.ledger.acked[payload] = (topic, qos)
             return
         await session.expect(Pubrec, pid)
-        self.ledger.acked[payload] = (topic, qos)  # PUBREC: the broker has it (SPEC 6.3)
+        self.ledger.acked[payload] = (topic, qos)  # PUBREC: the broker has it (acknowledged means kept)
         await session.client.send(Pubrel(pid))
         await session.expect(Pubcomp, pid)
 

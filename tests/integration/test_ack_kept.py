@@ -1,4 +1,4 @@
-"""Acknowledgement means kept (SPEC 6.3, 7), with the bridge in its own process and its own Redis.
+"""Acknowledgement means kept (docs/architecture.md#acknowledged-means-kept), with the bridge in its own process and its own Redis.
 
 A PUBACK from the embedded broker means every rule's action for the message is committed or
 spooled: a `kill -9` right after the last PUBACK loses nothing, even while the database is stalled

@@ -1,4 +1,4 @@
-"""One payload that does not parse never costs other messages (issue 29 item 2): 5 KB of nested
+"""One payload that does not parse never costs other messages (docs/architecture.md#bad-input): 5 KB of nested
 `[` made the JSON parser raise RecursionError, which escaped `parse_json_payload`, failed the
 backend's plan and with it the whole batch: acknowledged messages of other publishers were lost.
 Here, real Redis and PostgreSQL, several publishers' QoS 1 messages around the bad one (QoS 0, as

@@ -1,9 +1,9 @@
 """ACLs and session takeover of the embedded broker, with real paho clients (3.1.1 and 5.0)
-against a real bridge running the shipped rules/redis.conf on the test Redis (SPEC 6.2).
+against a real bridge running the shipped rules/redis.conf on the test Redis (docs/security.md#4-who-may-publish-and-subscribe-acl-file-database-acls).
 
 Negative checks publish a marker afterwards: deliveries to one client keep publish order, so a
 message that should not arrive would come before the marker (no sleeps). Publishes are QoS 1:
-the PUBACK means the rules have committed (SPEC 6.3), so what Redis holds is final by then.
+the PUBACK means the rules have committed (docs/architecture.md#acknowledged-means-kept), so what Redis holds is final by then.
 """
 
 from __future__ import annotations
@@ -482,7 +482,7 @@ async def test_a_shared_group_gives_a_message_to_a_member_that_may_read_it(conne
 async def test_will_on_a_denied_topic_refuses_the_connect(
     connect: Clients, redis_db: redis_sync.Redis, bridge: Bridge, version: Any
 ) -> None:
-    """Issue 29.4: a will is checked with the publish permission at CONNECT (as Mosquitto 2):
+    """docs/security.md#4-who-may-publish-and-subscribe-acl-file-database-acls: a will is checked with the publish permission at CONNECT (as Mosquitto 2):
     CONNACK 5 (3.1.1) / 0x87 (5.0), then closed; never delivered, retained nor stored. A will on
     a topic the client may publish to is accepted and sent when the connection drops."""
     reader = await connect("r-will", "reader")

@@ -1,4 +1,4 @@
-"""Who may log in to the embedded broker (SPEC 6.2): users from a password file written by the real
+"""Who may log in to the embedded broker (docs/security.md): users from a password file written by the real
 `mosquitto_passwd` and from a real Redis with every EMQX 4 password hash, real paho clients, the
 lookup cache counted by Redis itself, and a user database that is down."""
 

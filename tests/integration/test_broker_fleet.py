@@ -1,4 +1,4 @@
-"""The embedded broker in a fleet's shape, at a size CI affords (issue 25).
+"""The embedded broker in a fleet's shape, at a size CI affords (docs/brokers.md#a-fleet-in-one-process).
 
 2,000 devices, each a raw MQTT 3.1.1 connection subscribed to its own `dev/<id>/cmd/#` and to a
 broadcast topic, plus a shared group and a wildcard watcher: every device gets its own commands

@@ -1,5 +1,5 @@
 """The `broker.*` limit settings reach the embedded broker of a whole bridge, and what they refuse
-or drop is counted in /metrics (SPEC 6.1 "Limits", issue 14). Clients here are bare sockets
+or drop is counted in /metrics (docs/brokers.md#limits). Clients here are bare sockets
 speaking the project's codec, in both protocol versions; the broker's own tests cover every
 limit in detail, these check the path config -> Limits -> broker -> /metrics."""
 
@@ -221,7 +221,7 @@ def user_properties(count: int) -> Properties:
 async def test_a_connect_with_many_user_properties_is_refused_while_others_are_served(
     clients: Dialer, make_bridge: BridgeFactory, tmp_path: Path, count: int, settings: str, code: int
 ) -> None:
-    """Issue 29 item 1: user properties decoded in quadratic time froze the whole broker (40,000:
+    """A regression (docs/brokers.md#limits): user properties decoded in quadratic time froze the whole broker (40,000:
     seconds; 150,000: over a minute) before the wrong password was even checked. Over the
     default limit the CONNECT is refused with 0x95 and counted; with no limit (0) it is decoded,
     in linear time, and refused for its password. Meanwhile a client already connected gets its
@@ -270,14 +270,14 @@ async def test_a_connect_with_many_user_properties_is_refused_while_others_are_s
     assert refused(bridge)["login_bad_credentials"] == (0 if too_many else 1)
 
 
-# -- the work of one SUBSCRIBE (issue 29.9) ----------------------------------------------------
+# -- the work of one SUBSCRIBE (docs/brokers.md#limits) ----------------------------------------------------
 
 RETAINED = 10_000
 COPIES = 10_000
 
 
 async def test_repeated_filter_walks_the_retained_messages_once(clients: Dialer, make_bridge: BridgeFactory) -> None:
-    """Issue 29.9: one SUBSCRIBE repeating `#` 10,000 times beside 10,000 retained messages."""
+    """docs/brokers.md#limits (`broker.max_subscribe_filters`): one SUBSCRIBE repeating `#` 10,000 times beside 10,000 retained messages."""
     bridge = await make_bridge(rules="")
     port = mqtt_port(bridge)
     publisher = await clients.accepted(port, "sb-pub", MQTT_3_1_1)

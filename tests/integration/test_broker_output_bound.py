@@ -1,4 +1,4 @@
-"""A client that sends without reading cannot grow the broker's memory (issue 29.5): past
+"""A client that sends without reading cannot grow the broker's memory (docs/operations.md#memory-of-the-embedded-broker-what-bounds-it): past
 `broker.max_output_bytes` written and not taken, the broker stops reading from it (PUBACKs,
 PINGRESPs, pongs no longer pile up), counts the pause, serves the other clients meanwhile, and
 answers everything once the client reads again.

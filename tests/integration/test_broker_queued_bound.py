@@ -1,4 +1,4 @@
-"""One bound for all queued messages (issue 24, `broker.max_queued_bytes`) on a real `hookbridge run`
+"""One bound for all queued messages (`broker.max_queued_bytes`, docs/operations.md#memory-of-the-embedded-broker-what-bounds-it) on a real `hookbridge run`
 with real (bare socket) clients: 200 offline persistent sessions, QoS 1, each owed distinct messages
 until all of them together are past a 2 MB bound.
 

@@ -187,7 +187,7 @@ def test_run_serves_metrics_health_reloads_and_stops(home: Path, redis_db: redis
     assert "hookbridge stopped" in stderr
 
 
-# Issue 13 item 4: what `run` would refuse, `check` refuses first, with the same lines from both.
+# docs/architecture.md#bad-input: what `run` would refuse, `check` refuses first, with the same lines from both.
 ITEM4_CONFIG = (
     "broker.listener.tcp = [::1\n"
     "broker.max_offline_messages = 0\n"
@@ -222,7 +222,7 @@ def test_check_and_run_refuse_item_4_values_with_the_same_lines(home: Path, redi
         "rules/r.conf:2:72: bad JSON: nested deeper than 32 levels",
         "2 problems found",
     ]
-    # Issue 24: the rules are checked too when the config has errors, all reported in one run.
+    # docs/architecture.md#bad-input: the rules are checked too when the config has errors, all reported in one run.
     both = [*config_lines, *rule_lines[:-1], "9 problems found"]
     for command in ("check", "run"):
         result = hookbridge(command, cwd=home)
@@ -282,7 +282,7 @@ def test_run_on_ipv6_with_no_offline_limit_and_a_deeply_nested_reload(home: Path
 
 
 def test_check_and_run_refuse_colliding_listeners_and_unusable_directories(home: Path, redis_port: int) -> None:
-    """Issue 29 item 8: `check` said ok where `run` then failed (exit 1): a second listener on the
+    """A regression (docs/architecture.md#bad-input): `check` said ok where `run` then failed (exit 1): a second listener on the
     MQTT listener's address, and directories `run` cannot create (/proc as root passes os.access)."""
     mqtt = free_port()
     (home / "config" / "bridge.conf").write_text(
@@ -308,7 +308,7 @@ def test_check_and_run_refuse_colliding_listeners_and_unusable_directories(home:
 
 
 def test_a_bad_config_and_bad_rules_are_reported_together(home: Path, redis_port: int) -> None:
-    """Issue 24: every config error and every rule error in one run, the rules checked against
+    """docs/architecture.md#bad-input: every config error and every rule error in one run, the rules checked against
     what the config could be read into (its pool is known, its bad value has the default)."""
     (home / "config" / "bridge.conf").write_text(
         f"backend.redis.pool1.server = 127.0.0.1:{redis_port}\nbackend.redis.pool1.batch_size = many\nnosuch.key = 1\n"
@@ -335,7 +335,7 @@ def _nofile(soft: int, hard: int) -> Callable[[], None]:
 
 
 def test_open_file_limit_refused_by_check_and_run_raised_by_run(home: Path, redis_port: int) -> None:
-    """Issue 29.7: with `ulimit -n 1024` the bridge started and failed at about 1,000 clients.
+    """A regression (docs/brokers.md#limits, `broker.max_connections`): with `ulimit -n 1024` the bridge started and failed at about 1,000 clients.
     A hard limit that cannot hold broker.max_connections (plus the reserve) is refused by both
     `check` and `run` at that setting; `run` raises the soft limit to the hard one."""
     mqtt, _ = ports(home)

@@ -1,4 +1,4 @@
-"""The dashboard at / (bridge/api/static/, issue 26 item 6) in a real browser: headless Chromium
+"""The dashboard at / (bridge/api/static/, docs/operations.md#the-dashboard-) in a real browser: headless Chromium
 driven over the DevTools protocol (tests/support/cdp.py) against a real running bridge (the
 embedded broker, the shipped rules on the test Redis) with real paho clients. The page asks for
 the API key, then shows the charts, rules, pools, clients, a session and retained messages; a

@@ -1,4 +1,4 @@
-"""Durable restart in seconds (issue 25 item 4): after a restart each durable session's queue is
+"""Durable restart in seconds (docs/benchmarks.md#restart-with-sessions-read-back-lazily): after a restart each durable session's queue is
 read back from the store when it is first needed, not all of them before the listener opens.
 
 Against a real `hookbridge run` with `broker.durable_sessions = on`, raw clients: 2,000 device

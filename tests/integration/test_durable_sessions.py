@@ -1,4 +1,4 @@
-"""Durable sessions (issue 16) against a real `hookbridge run` with `broker.durable_sessions = on`.
+"""Durable sessions (docs/brokers.md#durable-sessions) against a real `hookbridge run` with `broker.durable_sessions = on`.
 
 Sessions with an expiry (3.1.1 clean session 0, 5.0 session expiry > 0), their subscriptions,
 queued and in-flight messages, unreleased incoming QoS 2 ids and the retained messages survive

@@ -295,7 +295,7 @@ async def test_max_offline_messages_0_keeps_every_message(
     paho_clients: Callable[..., PahoClient],
     raw_connect: Callable[..., Awaitable[tuple[RawClient, Any]]],
 ) -> None:
-    """0 means no count limit (as Mosquitto's max_queued_messages 0 and SPEC 6.1), not "keep none"."""
+    """0 means no count limit (as Mosquitto's max_queued_messages 0 and docs/brokers.md#limits), not "keep none"."""
     broker, sink = await start_broker(limits=Limits(max_offline_messages=0))
     env = Env(broker, sink, paho_clients, raw_connect)
     sub = await env.client("ol", clean_session=False)
@@ -478,7 +478,7 @@ async def test_incoming_qos2_released_by_pubrel_after_reconnect(env: Env) -> Non
     assert len(env.sink.find(MessagePublish, clientid="q2pub")) == 1
 
 
-# -- acknowledgement means kept (SPEC 6.3) ------------------------------------------------
+# -- acknowledgement means kept (docs/architecture.md#acknowledged-means-kept) ------------------------------------------------
 
 
 class KeepingSink(RecordingSink):

@@ -1,4 +1,4 @@
-"""The embedded broker's TLS and WebSocket listeners (SPEC 6.2, issue 15), with real clients.
+"""The embedded broker's TLS and WebSocket listeners (docs/security.md#5-tls-and-client-certificates, #6-websocket-browsers-mqttjs), with real clients.
 
 Certificates are made per module with openssl (support/tls.py): a CA, a server certificate for
 127.0.0.1, client certificates it signed, and one a second CA signed (the wrong one). paho-mqtt

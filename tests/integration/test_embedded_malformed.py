@@ -1,4 +1,4 @@
-"""Strict framing of the embedded broker (issue 14, SPEC 6.1): malformed input on a raw socket.
+"""Strict framing of the embedded broker (docs/brokers.md#what-it-guarantees, strict framing): malformed input on a raw socket.
 
 Every case runs against a real bridge process (embedded broker, rules that store each publish,
 connection and subscription in Redis), in MQTT 3.1.1 and, where the answer differs, 5.0. Each
@@ -54,7 +54,7 @@ MAX_PACKET_SIZE = 64 << 10
 LIMITS = "broker.max_packet_size = 64KB\nbroker.connect_timeout = 1s\n"
 
 MALFORMED = frozenset({0x81, 0x82})
-"""5.0 DISCONNECT reason codes for a packet that breaks the protocol (SPEC 6.1)."""
+"""5.0 DISCONNECT reason codes for a packet that breaks the protocol (docs/brokers.md#what-it-guarantees)."""
 PACKET_TOO_LARGE = frozenset({0x95})
 
 

@@ -1,4 +1,4 @@
-"""The bridge's functions for MQTT 5.0 sessions (issue 14, SPEC 5 and 6.1): offline fetch, pubsub
+"""The bridge's functions for MQTT 5.0 sessions (docs/rules.md#function-the-built-in-function-set, docs/brokers.md#what-it-guarantees): offline fetch, pubsub
 offsets, proxy subscription, retain lookup (and retain handling), paging and message expiry, and
 what 5.0 adds around them (subscription identifiers on what the bridge sends, a PUBACK that
 refuses, topic aliases), through the embedded broker, real Redis and the shipped

@@ -122,7 +122,7 @@ def test_a_full_spool_disk_is_reported_and_loses_nothing(
     bridge = BridgeProcess(tmp_path, POOL, RULES)
     bridges.append(bridge.start(file_size_limit=64 << 10))  # no file of the bridge may pass 64 KB
     sent = [(f"t/{n % 10}", b"%05d" % n + b"." * 200) for n in range(3000)]  # about 200 KB per lane to spool
-    # A PUBACK means kept (SPEC 6.3): with the spool full and the database down, publishers wait.
+    # A PUBACK means kept (docs/architecture.md#acknowledged-means-kept): with the spool full and the database down, publishers wait.
     publishing = threading.Thread(target=publish, args=(bridge.mqtt_port, sent))
     publishing.start()
 

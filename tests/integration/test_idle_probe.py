@@ -1,4 +1,4 @@
-"""A stalled database with no traffic is seen (issue 24): each pool is probed while idle (Redis
+"""A stalled database with no traffic is seen (docs/operations.md#health-get-healthz): each pool is probed while idle (Redis
 PING, PostgreSQL `SELECT 1`), so /healthz turns 503 with the pool down within `request_timeout`
 of a stall, and 200 once it answers again. The stall is a SIGSTOP of this module's own servers
 (never the shared ones on the standard ports); the bridge is a real process serving /healthz."""

@@ -4,7 +4,7 @@
   message is stored, none twice (the packet-id ledger gives a redelivered message
   the msgid it had, docs/brokers.md "Message identity");
 - a stalled database (SIGSTOP of its Redis): within `request_timeout` the pool is
-  down and the bridge acknowledges from its spool (SPEC 6.3, 7); what it holds in
+  down and the bridge acknowledges from its spool (docs/architecture.md#acknowledged-means-kept); what it holds in
   flight stays bounded by the receive maximum, its memory stays under a bound, and
   after SIGCONT everything is stored, once.
 

@@ -1,5 +1,5 @@
 """Pubsub offsets keyed `mqtt:acked:<clientid>:<filter>` (seed 003) when a `:` makes two keys one
-(issue 13.8): another client can neither move, read nor delete an offset it does not own.
+(docs/backends/redis.md#client-ids-and-filters-with-a-): another client can neither move, read nor delete an offset it does not own.
 Real MQTT clients, the embedded broker, real Redis, the shipped rules."""
 
 from __future__ import annotations

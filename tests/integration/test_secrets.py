@@ -1,5 +1,5 @@
 """Passwords never shown, names stay readable, and a reload that cannot log in is refused cleanly,
-against a real PostgreSQL and Redis, with the bridge run as a user runs it (issues 12.5, 13.5, 13.6)."""
+against a real PostgreSQL and Redis, with the bridge run as a user runs it (docs/architecture.md#bad-input)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def process(tmp_path: Path) -> Iterator[list[BridgeProcess]]:
 
 
 def test_check_and_run_refuse_a_password_in_a_server_url(tmp_path: Path, redis_port: int) -> None:
-    """Issue 13.5: refused with its position, the password never echoed (docs/configuration.md says why)."""
+    """A regression: refused with its position, the password never echoed (docs/configuration.md says why)."""
     (tmp_path / "rules").mkdir()
     (tmp_path / "rules" / "r.conf").write_text(REDIS_RULE)
     (tmp_path / "bridge.conf").write_text(
@@ -74,7 +74,7 @@ def test_check_and_run_refuse_a_password_in_a_server_url(tmp_path: Path, redis_p
 def test_pgsql_password_equal_to_the_user_name_leaves_names_readable(
     tmp_path: Path, postgres: int, process: list[BridgeProcess], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 12.5: PGPASSWORD=hookbridge (scripts/postgres.sh) no longer turns the log into `*** ***@127.0.0.1`."""
+    """A regression: PGPASSWORD=hookbridge (scripts/postgres.sh) no longer turns the log into `*** ***@127.0.0.1`."""
     monkeypatch.setenv("PGPASSWORD", "hookbridge")
     rule = 'backend.pgsql.hook.client.connected.1 = {"action": {"function": "on_client_connected"}}\n'
     bridge = BridgeProcess(tmp_path, pg_pool("pool1", "${PGPASSWORD:-}"), rule)
@@ -91,7 +91,7 @@ def test_pgsql_password_equal_to_the_user_name_leaves_names_readable(
 def test_a_reload_whose_new_pool_cannot_log_in_is_refused_in_one_line(
     tmp_path: Path, postgres: int, redis_db: redis_sync.Redis, redis_port: int, process: list[BridgeProcess]
 ) -> None:
-    """Issue 13.6 (and 13.5's running bridge): one clear line, no traceback, no password in the
+    """A reload that cannot log in (and a running bridge's bad value): one clear line, no traceback, no password in the
     log or /healthz; the old rules keep running; a corrected reload then adds the pool."""
     pools = f"backend.redis.pool1.server = 127.0.0.1:{redis_port}\n"
     bridge = BridgeProcess(tmp_path, pools, REDIS_RULE)
@@ -135,7 +135,7 @@ def test_a_reload_whose_new_pool_cannot_log_in_is_refused_in_one_line(
 async def test_a_pool_added_by_reload_trims_when_the_new_rules_say_so(
     make_bridge: BridgeFactory, postgres: int
 ) -> None:
-    """Issue 13.6: `trim_enabled` of a pool added by reload comes from the rules being loaded."""
+    """A regression: `trim_enabled` of a pool added by reload comes from the rules being loaded."""
     bridge: Bridge = await make_bridge(REDIS_RULE)
     paths: Paths = bridge.paths
     paths.config.write_text(paths.config.read_text() + pg_pool("pool1", "hookbridge"))

@@ -1,4 +1,4 @@
-"""A full or read-only database is unavailable, not a permanent failure (issue 29 item 3): its
+"""A full or read-only database is unavailable, not a permanent failure (docs/operations.md#what-happens-when-a-database-is-down): its
 actions wait in the spool and are written once it accepts writes again; an action that fails for
 good lands in the dead-letter file with its reason, never silently dropped. Real servers: this
 module's own Redis and PostgreSQL (their state is changed here, so not the shared instances),

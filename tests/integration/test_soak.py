@@ -1,4 +1,4 @@
-"""Soak (issue 24, item 3): the embedded broker under churn, with Redis and the bridge failing.
+"""Soak (docs/operations.md#soak-test-load-outages-and-a-crash-together): the embedded broker under churn, with Redis and the bridge failing.
 
 `HOOKBRIDGE_SOAK_SECONDS` (default 120; docs/operations.md "Soak test" runs it for 600) of load
 (soak_load.py): 2,000 clients connecting, subscribing, publishing QoS 0/1/2 and leaving at random,

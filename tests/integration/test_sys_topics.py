@@ -1,4 +1,4 @@
-"""`$SYS/broker/...` of the embedded broker (issue 26 item 5), read with real paho clients as
+"""`$SYS/broker/...` of the embedded broker (docs/operations.md#broker-status-sysbroker), read with real paho clients as
 Mosquitto's users read them: the values after known traffic are exact, the ACL decides who reads
 them, `broker.sys_interval` sets how often they come (0: never)."""
 

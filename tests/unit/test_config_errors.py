@@ -81,7 +81,7 @@ def test_secret_never_in_errors_or_repr(monkeypatch: pytest.MonkeyPatch) -> None
     assert "hunter2" not in repr(config.pools["redis.pool1"])
 
 
-# Issue 13 item 4: every value `run` (or a driver) would refuse is refused by `check`, pinned here.
+# docs/architecture.md#bad-input: every value `run` (or a driver) would refuse is refused by `check`, pinned here.
 VALUE_CASES = [
     ("broker.listener.tcp = [::1", "1:23: broker.listener.tcp: expected [IPv6 address]:port, got '[::1'"),
     (
@@ -103,7 +103,7 @@ VALUE_CASES = [
         "broker.max_offline_messages = -1",
         "1:31: broker.max_offline_messages: expected an integer from 0 to 100000000, got '-1'",
     ),
-    # the embedded broker's limits (SPEC 6.1)
+    # the embedded broker's limits (docs/brokers.md#limits)
     (
         "broker.max_packet_size = 268435461",
         "1:26: broker.max_packet_size: expected a size from 128B to 268435460B, got '268435461'",

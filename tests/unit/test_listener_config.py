@@ -1,6 +1,6 @@
 """The embedded broker's listeners in the config: TLS files loaded by `check` as `run` loads them,
 `broker.allow_anonymous` and its loopback default, and the start-up refusal of a listener that
-faces a network with nothing to authenticate its clients (SPEC 6.2). Messages are pinned."""
+faces a network with nothing to authenticate its clients (docs/security.md#1-anonymous-access-and-the-start-up-check). Messages are pinned."""
 
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ def setup_text_log() -> None:
 
 
 def test_a_secret_equal_to_a_name_leaves_the_name_readable(text_log: Callable[[], str]) -> None:
-    """Issue 12.5: with PGPASSWORD=hookbridge the node name and the program name stay as they are."""
+    """A regression: with PGPASSWORD=hookbridge the node name and the program name stay as they are."""
     setup_text_log()
     log = logging.getLogger("bridge.app")
     log.info("hookbridge %s running: %d rules, pools %s", "hookbridge@127.0.0.1", 3, "pgsql.pool1")

@@ -1,4 +1,4 @@
-"""`${proto_ver}` and `${user_property.<name>}` (SPEC 6.1): allowed where the table says, rendered
+"""`${proto_ver}` and `${user_property.<name>}` (docs/rules.md#hookpoints-and-their-placeholders): allowed where the table says, rendered
 as bound values in Redis commands, SQL / CQL and Jinja2 templates, kept by the spool."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Strict framing (SPEC 6.1, issue 14): malformed bytes are refused with the MQTT 5.0 reason code
+"""Strict framing (docs/brokers.md#what-it-guarantees): malformed bytes are refused with the MQTT 5.0 reason code
 to disconnect with, before anything of the packet is returned; nothing after a bad packet is read
 as a packet of its own. Every case is raw bytes assembled by hand."""
 
@@ -48,7 +48,7 @@ def refused(data: bytes, level: int = MQTT_3_1_1, role: str = "server") -> Codec
 
 
 CASES: list[tuple[str, int, bytes, ReasonCode, str]] = [
-    # -- issue 14's framing list --
+    # -- the strict framing list (docs/brokers.md#what-it-guarantees) --
     ("publish topic not UTF-8", 4, packet(0x30, s(b"a/\xff\xfe") + b"x"), MALFORMED, "not valid UTF-8"),
     ("publish topic with U+0000", 4, packet(0x30, s(b"a\x00b") + b"x"), MALFORMED, "U+0000"),
     ("publish topic with U+0000 (5.0)", 5, packet(0x30, s(b"a\x00") + b"\x00x"), MALFORMED, "U+0000"),
@@ -329,7 +329,7 @@ def test_a_client_side_decoder_checks_what_servers_send(data: bytes, message: st
     ],
 )
 def test_a_refused_first_connect_tells_the_level_it_announced(data: bytes, level: int) -> None:
-    """So a server can answer a refused 5.0 CONNECT with a CONNACK >= 0x80 (issue 14)."""
+    """So a server can answer a refused 5.0 CONNECT with a CONNACK >= 0x80 (MQTT 5.0 3.2.2.2)."""
     decoder = Decoder(max_packet_size=1024)
     with pytest.raises(CodecError) as caught:
         decoder.feed(data)
@@ -426,7 +426,7 @@ def test_unsupported_version_names_the_connack_to_send() -> None:
 
 def test_control_characters_are_data_but_nul_is_refused() -> None:
     """A receiver may refuse U+0001-U+001F and U+007F-U+009F; the bridge keeps them as data (a
-    client id or topic with a newline is stored byte for byte, SPEC 7). U+0000 is a MUST."""
+    client id or topic with a newline is stored byte for byte, docs/architecture.md#bad-input). U+0000 is a MUST."""
     decoder = Decoder(level=4)
     [publish] = decoder.feed(packet(0x30, s(b"line\nbreak") + b"x") + packet(0x30, s("c1\x85".encode()) + b"y"))[:1]
     assert publish.topic == "line\nbreak"

@@ -1,4 +1,4 @@
-"""MQTT 5 user properties at the byte level (issue 29 item 1): decoding is linear in the number of
+"""MQTT 5 user properties at the byte level (docs/brokers.md#limits): decoding is linear in the number of
 properties (it rebuilt a tuple per property: 40,000 took seconds), and the decoder refuses a
 packet, or a will, with more than `max_user_properties` of them with reason 0x95."""
 

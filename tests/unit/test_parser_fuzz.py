@@ -1,5 +1,5 @@
 """Fuzzing the config and rules parsers: no input crashes them, every rejection is `path:line:col: message`,
-and whatever they accept builds into what `hookbridge run` constructs (issue 13 item 4).
+and whatever they accept builds into what `hookbridge run` constructs (docs/architecture.md#bad-input).
 
 Inputs are built from the pieces real files are made of (keys, `=`, JSON fragments, placeholders,
 topic filters, comments, odd characters), so that hypothesis reaches deep into the parsers rather

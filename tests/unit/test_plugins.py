@@ -225,7 +225,7 @@ def test_backends_import_only_the_published_interface() -> None:
 
 def test_a_driver_loads_only_where_its_backend_is_used(tmp_path: Path) -> None:
     """`run` with Redis rules only, in embedded mode: no other driver, no external broker client
-    (aiohttp is loaded: it is the HTTP server of /metrics and the API, issue 26)."""
+    (aiohttp is loaded: it is the HTTP server of /metrics and the API, docs/operations.md#management-api-apiv1)."""
     paths = _write(
         tmp_path,
         f"broker.listener.tcp = 127.0.0.1:0\nmetrics.listener = off\nspool.dir = {tmp_path}\n"

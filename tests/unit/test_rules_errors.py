@@ -99,7 +99,7 @@ def test_broken_line_is_pinned(line: str, expected: str) -> None:
 PUBLISH = "backend.redis.hook.message.publish.1 = "
 FETCH = 'backend.redis.hook.session.subscribed.1 = {"action": {"function": "on_message_fetch_for_pubsub"}, '
 
-# Issue 13 item 4: values `run` would refuse (at start or on every event) are refused when the rules load.
+# docs/architecture.md#bad-input: values `run` would refuse (at start or on every event) are refused when the rules load.
 VALUE_CASES = [
     (
         PUBLISH + '{"action": {"commands": ["FOOBAR k:${clientid} v"]}}',

@@ -4,7 +4,7 @@ The core asks a `Gate` once per CONNECT (`login`); the verdict carries the clien
 `Permissions`, which the core then asks synchronously on every SUBSCRIBE, PUBLISH and delivery
 (so a database-held ACL is read once per login, not once per message). `OpenGate` is the
 anonymous, allow-everything gate of a broker on loopback; bridge/brokers/embedded/auth/ builds
-the real ones from `broker.auth.*` / `broker.acl.*` (SPEC 6.2).
+the real ones from `broker.auth.*` / `broker.acl.*` (docs/security.md).
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ session's queue bounds apply) and so does reading from the socket, since every p
 be answered (PUBACK, PINGRESP, PUBREL, PUBCOMP, a WebSocket pong), until the client has taken
 all but a quarter of it; outgoing QoS 1/2 messages are bounded by the in-flight window.
 
-Acknowledgement means kept (SPEC 6.3): a PUBACK / PUBREC goes out once every rule's action for
+Acknowledgement means kept (docs/architecture.md#acknowledged-means-kept): a PUBACK / PUBREC goes out once every
+rule's action for
 the message is committed or spooled, in the order the messages came in [MQTT-4.6.0-2].
 """
 
@@ -140,7 +141,7 @@ class Ended:
     """Set once a connection's teardown is over; what a takeover or a stop waits on.
 
     An asyncio.Event made only when someone waits: its waiter deque is about 600 bytes, and a
-    fleet's connections are mostly never waited on (issue 25: 3 KB per idle connection)."""
+    fleet's connections are mostly never waited on (docs/benchmarks.md#fleet-scale: 3 KB per idle connection)."""
 
     __slots__ = ("_event", "_set")
 
@@ -166,7 +167,7 @@ class Ended:
 
 class Connection(asyncio.Protocol):
     # Slots, and the queues below made only while they hold something: a fleet's idle
-    # connection costs what it holds, not a dict and four empty deques (issue 25).
+    # connection costs what it holds, not a dict and four empty deques (docs/benchmarks.md#fleet-scale).
     __slots__ = (
         "_ack_room",
         "_flush_soon",

@@ -63,8 +63,8 @@ class FlowsMixin:
         """Emit message.publish for a client's message, then route it (in msgid order).
 
         `accepted` runs once the bridge has the event, with its kept future (the client's
-        PUBACK / PUBREC waits for that: SPEC 6.3), before routing, which may wait for earlier
-        messages. `message.msgid` must have been made by the caller just before.
+        PUBACK / PUBREC waits for that: docs/architecture.md#acknowledged-means-kept), before routing,
+        which may wait for earlier messages. `message.msgid` must have been made by the caller just before.
         """
         await self._publish_end(self._publish_begin(state, peername, message, accepted is not None), accepted)
 
@@ -72,7 +72,7 @@ class FlowsMixin:
         """The part of a publish that does not wait: its place in the retained store, the
         routing order and the client's event stream. A run of a client's PUBLISH packets begins
         them all before the first ends, so their events reach the rules in one turn of the loop
-        and their messages go out in one write (the QoS 1 path with rules, issue 25)."""
+        and their messages go out in one write (the QoS 1 path with rules: docs/benchmarks.md)."""
         if message.expires:
             self.expiring[message.msgid] = message.expires
         if message.retain:

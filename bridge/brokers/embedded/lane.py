@@ -9,7 +9,7 @@ at a time. `emit()` posts and then waits until the sink has returned for that
 event, which is how back-pressure from the sink reaches the client.
 
 The sink's return value is the event's "kept" future (done once every rule's action for
-it is committed or spooled, SPEC 6.3); `emit()` and the futures of `post(wait=True)`
+it is committed or spooled, docs/architecture.md#acknowledged-means-kept); `emit()` and the futures of `post(wait=True)`
 pass it on, so a publish can be acknowledged once its message is kept. When the sink
 fails, the kept future is a cancelled one: that message is not kept.
 """
@@ -40,7 +40,7 @@ class EventLane:
         # discarded session until its last event (client.disconnected) is out.
         self._busy = busy if busy is not None else set()
         # Made when an event comes and dropped when the lane is idle again: an empty deque costs
-        # about 600 bytes, and most of a fleet's connections are idle (issue 25: 3 KB each).
+        # about 600 bytes, and most of a fleet's connections are idle (docs/benchmarks.md#fleet-scale: 3 KB each).
         self._queue: deque[tuple[Event, asyncio.Future[Kept] | None]] | None = None
         self._pump: asyncio.Task[None] | None = None
 
@@ -67,7 +67,7 @@ class EventLane:
         # task switch per message, but with `spool.overflow = drop_oldest` and the pool down the
         # runner's put then waited for good on a spool segment its lane was reading, and the
         # publisher got no more PUBACKs (test_spool_overflow.py); through the pump it does not.
-        # Not understood to the end: noted in the issue 14 closing note.
+        # Not understood to the end.
         future = self.post(event, wait=True)
         assert future is not None
         return await future

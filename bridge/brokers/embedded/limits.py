@@ -1,4 +1,4 @@
-"""What the embedded broker holds per client, bounded (SPEC 6.1 "Limits").
+"""What the embedded broker holds per client, bounded (docs/brokers.md#limits).
 
 One frozen value built from the `broker.*` settings (bridge/conf/schema.py holds their ranges
 and documentation); the broker core reads it, never the config. Every refusal a limit causes is
@@ -27,7 +27,7 @@ REFUSALS = (
     "offline_messages",  # a queued message dropped: the session held max_offline_messages
     "offline_bytes",  # a queued message dropped: the session held max_offline_bytes
     "queued_bytes",  # a queued message dropped: all sessions together held max_queued_bytes
-    # who may connect, publish and subscribe (access.py, SPEC 6.2)
+    # who may connect, publish and subscribe (access.py, docs/security.md)
     "login_bad_credentials",
     "login_not_authorized",
     "login_backend_down",

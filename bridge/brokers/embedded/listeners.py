@@ -1,7 +1,7 @@
 """Where the embedded broker listens: MQTT over TCP, TLS, WebSocket and WebSocket over TLS.
 
 `broker.listener.tcp` is always open; `broker.listener.ssl`, `.ws` and `.wss` are opened when
-set (SPEC 6.2). Every listener serves the same core `Connection`, told which listener accepted
+set (docs/security.md). Every listener serves the same core `Connection`, told which listener accepted
 it (`Login.listener`): TLS is asyncio's, WebSocket the `websocket` module's framing.
 
 Who may connect without a user name is decided here too, because it depends on where the

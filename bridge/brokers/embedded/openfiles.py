@@ -1,4 +1,4 @@
-"""The open-file limit the embedded broker needs (issue 29.7): one descriptor per client
+"""The open-file limit the embedded broker needs (docs/brokers.md#a-fleet-in-one-process): one descriptor per client
 connection, plus a reserve for everything else the process holds open.
 
 `run` raises the soft RLIMIT_NOFILE to the hard limit at start (a process may, without

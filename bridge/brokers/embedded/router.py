@@ -147,7 +147,7 @@ class _Group:
     def pick(self, message: Message) -> tuple[SessionState, Subscription] | None:
         """The member that gets `message`: in turn among the members that will queue it, so a
         member the ACL denies (or an offline one, for QoS 0) never takes a message from the
-        group (issue 29 item 6: such a pick lost the message for every member)."""
+        group (such a pick once lost the message for every member)."""
         msgid, topic = message.msgid, message.topic
         candidates = [
             member

@@ -257,7 +257,7 @@ class SessionState:
     """What the broker knows about one client id, connected or not."""
 
     # Slots: a fleet holds one of these per device, and a dict of 25 attributes costs about a
-    # kilobyte more than the slots do (issue 25: 3 KB per idle connection).
+    # kilobyte more than the slots do (docs/benchmarks.md#fleet-scale: 3 KB per idle connection).
     __slots__ = (
         "_last_drop_log",
         "_packet_id",

@@ -40,7 +40,7 @@ class EmbeddedBroker(BrokerSource):
 
     mode = "embedded"
     # A PUBACK / PUBREC goes out once every rule's action for the message is committed or
-    # spooled (SPEC 6.3): a kill -9 at any moment loses no acknowledged message.
+    # spooled (docs/architecture.md#acknowledged-means-kept): a kill -9 at any moment loses no acknowledged message.
     acks_after_commit = True
 
     def __init__(

@@ -1,9 +1,10 @@
 """Messages received from the broker and not yet acknowledged, acknowledged in arrival order.
 
-MQTT requires PUBACKs in the order the PUBLISHes arrived (3.1.1 4.6, 5.0 4.6), and SPEC 6.3
-allows one only once every rule for the message has committed. Rules of different messages
-commit in any order (different lanes, different pools), so each message waits here until it
-and every message before it are done; then the whole run at the head leaves at once.
+MQTT requires PUBACKs in the order the PUBLISHes arrived (3.1.1 4.6, 5.0 4.6), and
+docs/architecture.md#acknowledged-means-kept allows one only once every rule for the message has
+committed. Rules of different messages commit in any order (different lanes, different pools), so
+each message waits here until it and every message before it are done; then the whole run at the
+head leaves at once.
 
 This replaced a chain of futures (each message's ack future waited on the previous one): a
 chain of n resolves over n event-loop turns, one PUBACK write each. Here a committed batch

@@ -18,7 +18,7 @@ const v5 = protocolVersion === 5
 const url = process.env.MQTTJS_URL || `mqtt://127.0.0.1:${port}`
 
 // What a 5.0 publisher attaches to each message; the broker must forward all of it unchanged
-// (MQTT 5.0 section 3.3.2.3, SPEC 6.1), the message expiry interval lowered by the time it waited.
+// (MQTT 5.0 section 3.3.2.3, docs/brokers.md#what-it-guarantees), the message expiry interval lowered by the time it waited.
 const SENT_PROPERTIES = {
   userProperties: { origin: 'mqtt.js', tags: ['first', 'second'] },
   contentType: 'text/plain; charset=utf-8',

@@ -1,4 +1,4 @@
-"""Authentication of the embedded broker (SPEC 6.2): `make_gate(config)` builds its Gate.
+"""Authentication of the embedded broker (docs/security.md): `make_gate(config)` builds its Gate.
 
 Users come from `broker.auth.password_file` (Mosquitto's format, passwords.py) and
 `broker.auth.backend` (a database, as EMQX 4 kept them: users.py, hashes.py); gate.py decides.
@@ -64,7 +64,8 @@ def _loopback(host: str) -> bool:
 
 
 def allow_anonymous(config: Config) -> bool:
-    """`broker.allow_anonymous`, or its default (SPEC 6.2): only when every listener is loopback."""
+    """`broker.allow_anonymous`, or its default (docs/security.md#1-anonymous-access-and-the-start-up-check):
+    only when every listener is loopback."""
     value = config.settings.get("broker.allow_anonymous")
     if value is not None:
         return bool(value)

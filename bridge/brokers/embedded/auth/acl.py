@@ -1,4 +1,5 @@
-"""ACL entries and the `Permissions` one client gets from them (SPEC 6.2).
+"""ACL entries and the `Permissions` one client gets from them
+(docs/security.md#4-who-may-publish-and-subscribe-acl-file-database-acls).
 
 Entries come from the ACL file (aclfile.py, Mosquitto's `acl_file` format) and from a database
 (acldb.py, EMQX 4's layouts). Both end as `Entry` rows; `ClientPermissions` compiles the rows

@@ -1,4 +1,5 @@
-"""`broker.acl.backend`: ACL entries held in a database, in EMQX 4's layouts (SPEC 6.2).
+"""`broker.acl.backend`: ACL entries held in a database, in EMQX 4's layouts
+(docs/security.md#4-who-may-publish-and-subscribe-acl-file-database-acls).
 
 - Redis: `HGETALL mqtt_acl:<username>`; field = topic filter, value 1 subscribe, 2 publish,
   3 both (grants only).
@@ -27,8 +28,8 @@ from bridge.brokers.embedded.auth.acl import READ, READWRITE, WRITE, Entry
 from bridge.conf.config import PoolConfig
 from bridge.errors import HookbridgeError
 
-ACL_CACHE_TTL = 30.0  # seconds: how stale a database ACL may be (issue 15: at most 30 s)
-ACL_CACHE_SIZE = 10_000  # entries (issue 15: at most 10,000)
+ACL_CACHE_TTL = 30.0  # seconds: how stale a database ACL may be (docs/security.md: at most 30 s)
+ACL_CACHE_SIZE = 10_000  # entries (docs/security.md: at most 10,000)
 ALL_USERS = "$all"  # EMQX: a row for every client
 _ACCESS = {1: READ, 2: WRITE, 3: READWRITE}
 

@@ -8,7 +8,7 @@ cost one copy of each message plus one small row each, rewritten when they ackno
 
 Writes are batched: everything the broker does in one event-loop step goes in one commit,
 scheduled with `call_soon`. A publisher's PUBACK waits for the commit that holds its message
-(`committed()`), as it waits for the rules (SPEC 6.3).
+(`committed()`), as it waits for the rules (docs/architecture.md#acknowledged-means-kept).
 
 At start `restore()` reads back the sessions' metadata (subscriptions, position, will and expiry
 timers, QoS 2 ids) and the retained messages, not their queues: the listener opens in about the
