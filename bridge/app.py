@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bridge import registry
 from bridge.api.routes import Api
 from bridge.backend import FunctionContext, backend_class
 from bridge.brokers.base import BrokerSource
+from bridge.conf import registry
 from bridge.conf.config import Config, load_config
 from bridge.conf.errors import ConfError, ConfErrors
 from bridge.conf.schema import GLOBAL

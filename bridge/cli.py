@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from bridge import ctl as ctl_commands
-from bridge import logs, registry
+from bridge import logs
 from bridge.app import Bridge, Paths, load_all
 from bridge.brokers.embedded.openfiles import open_file_problems, raise_soft_limit
+from bridge.conf import registry
 from bridge.conf.config import Config, load_config
 from bridge.conf.errors import ConfErrors
 from bridge.redact import Redactor

@@ -21,10 +21,10 @@ from bridge.brokers.embedded.auth.users import BackendDown as UserStoreDown
 from bridge.brokers.embedded.auth.users import UserRecord, user_record
 from bridge.conf import addresses, values
 from bridge.conf.config import PoolConfig
+from bridge.conf.registry import BackendPlugin
 from bridge.conf.setting import Setting
 from bridge.conf.tls import client_context, settings_context
 from bridge.events import ordering_key
-from bridge.registry import BackendPlugin
 from bridge.render import MARK_RE, StatementTemplate, Values, to_bytes
 from bridge.rules import CommandsAction, FunctionAction, SqlAction, TemplateAction
 from bridge.sql import cql_marker, render_sql

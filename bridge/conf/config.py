@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bridge import registry
 from bridge.conf import addresses as a
+from bridge.conf import registry
 from bridge.conf.errors import ConfError, ConfErrors, Position
 from bridge.conf.lexer import Entry, read_entries
 from bridge.conf.schema import GLOBAL, pool_settings
@@ -185,7 +185,7 @@ _ANY_HOST = frozenset({"", "0.0.0.0", "::", "*"})
 def _api_errors(path: str, settings: dict[str, Any], values_at: dict[str, Position]) -> list[ConfError]:
     """The management API (api.*) as `run` would serve it: refused when it would be reachable from
     the network with no key (as the broker refuses an anonymous listener off loopback)."""
-    from bridge.api.keys import is_loopback
+    from bridge.conf.apikeys import is_loopback
 
     if not settings.get("api.enabled"):
         return []

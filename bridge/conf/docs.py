@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bridge import registry
+from bridge.conf import registry
 from bridge.conf.schema import GLOBAL, POOL_COMMON
 from bridge.conf.setting import Setting
 

@@ -1,13 +1,13 @@
 """The declared settings: one table drives validation, defaults and the docs.
 
 Global keys are listed in GLOBAL; pool keys (`backend.<db>.<pool>.<key>`) in
-POOL_COMMON plus the table each backend declares with its plug-in (bridge/registry.py).
+POOL_COMMON plus the table each backend declares with its plug-in (bridge/conf/registry.py).
 """
 
 from __future__ import annotations
 
-from bridge import registry
 from bridge.conf import addresses as a
+from bridge.conf import registry
 from bridge.conf import values as v
 from bridge.conf.setting import Setting
 from bridge.mqtt.decoder import DEFAULT_MAX_PACKET_SIZE as MQTT_MAX_PACKET  # the largest MQTT can frame
@@ -15,7 +15,7 @@ from bridge.topics import filter_error
 
 
 def api_keys(text: str) -> dict[str, str]:
-    from bridge.api.keys import parse_api_keys
+    from bridge.conf.apikeys import parse_api_keys
 
     return parse_api_keys(v.parse_str(text))
 

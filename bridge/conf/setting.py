@@ -1,6 +1,6 @@
 """One declared setting: how its text is parsed, its default, and how the docs describe it.
 
-On its own so that a backend's declaration (bridge/registry.py) can hold settings without
+On its own so that a backend's declaration (bridge/conf/registry.py) can hold settings without
 importing the global table in schema.py.
 """
 

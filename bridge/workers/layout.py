@@ -17,8 +17,8 @@ import re
 import shutil
 from pathlib import Path
 
+from bridge.brokers.clientids import worker_clientid
 from bridge.conf.config import Config
-from bridge.workers.names import worker_clientid
 
 _WORKER_DIR = re.compile(r"^worker-([1-9][0-9]*)$")
 MIN_SPOOL_SHARE = 64 << 10  # the least spool.max_bytes takes

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.app import Paths
+from bridge.brokers.clientids import worker_clientid
 from bridge.conf.config import Config
 from bridge.conf.tls import http_listener_context
 from bridge.http import StatusServer
@@ -43,7 +44,6 @@ from bridge.workers.channel import SupervisorEnd, families_from_json
 from bridge.workers.child import RETIRE
 from bridge.workers.layout import worker_spool_dir
 from bridge.workers.merge import combined_health, counts_only, merge_families
-from bridge.workers.names import worker_clientid
 
 log = logging.getLogger("hookbridge.supervisor")
 

@@ -16,11 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge import registry
 from bridge.app import Bridge, Paths
 from bridge.backend import FunctionContext, backend_class
 from bridge.brokers.embedded.source import EmbeddedBroker, split_listen
-from bridge.conf import docs
+from bridge.conf import docs, registry
 from bridge.conf.config import Config, parse_config
 from bridge.conf.errors import ConfErrors
 from bridge.conf.schema import GLOBAL, pool_settings

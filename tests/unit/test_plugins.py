@@ -1,4 +1,4 @@
-"""Backends and broker modes are plug-ins (bridge/registry.py): the core names none of them.
+"""Backends and broker modes are plug-ins (bridge/conf/registry.py): the core names none of them.
 
 A backend from another installed package (a real distribution on sys.path with its entry
 point, written here) is configured, documented, checked in the rules and run like the four of
@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from bridge import registry
 from bridge.app import Bridge, Paths, load_all
-from bridge.conf import docs
+from bridge.conf import docs, registry
 from bridge.conf.config import parse_config
 from bridge.conf.errors import ConfErrors
 from bridge.errors import HookbridgeError
@@ -183,7 +182,7 @@ def test_a_command_of_another_package_joins_the_cli(tmp_path: Path, monkeypatch:
     (site / "hello_plugin" / "__init__.py").write_text(
         textwrap.dedent(
             """
-            from bridge.registry import CommandPlugin
+            from bridge.conf.registry import CommandPlugin
 
             def add_arguments(parser):
                 parser.add_argument("--name")

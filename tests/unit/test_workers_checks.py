@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from bridge.brokers.clientids import same_bridge, worker_clientid
 from bridge.cli import main
 from bridge.conf.config import parse_config
 from bridge.metrics import Family, Metrics, Sample, render_families
@@ -20,7 +21,6 @@ from bridge.workers.layout import (
     worker_spool_dir,
 )
 from bridge.workers.merge import combined_health, counts_only, merge_families
-from bridge.workers.names import same_bridge, worker_clientid
 
 POOL = "backend.redis.pool1.server = 127.0.0.1:6391\n"
 MQTT = "broker.mode = mqtt\nbroker.server = 127.0.0.1:1885\nbroker.clientid = hb\n"

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from bridge.brokers.base import BrokerSource, Capability
+from bridge.brokers.base import BrokerSource
 from bridge.conf.errors import ConfError, Position
-from bridge.registry import ModePlugin
+from bridge.conf.registry import ModePlugin
+from bridge.functions import Capability
 
 if TYPE_CHECKING:
     from bridge.conf.config import Config

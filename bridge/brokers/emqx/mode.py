@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bridge.brokers.base import Capability
-from bridge.registry import ModePlugin
+from bridge.conf.registry import ModePlugin
+from bridge.functions import Capability
 
 MODE = ModePlugin(
     name="emqx",

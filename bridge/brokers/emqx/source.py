@@ -9,12 +9,12 @@ to one session, so fetch and retain lookup are refused at load (its capabilities
 
 from __future__ import annotations
 
+from bridge.brokers.clientids import same_bridge
 from bridge.brokers.emqx.mapping import SYS_ROOT, rule_event, sys_event, sys_filter
 from bridge.brokers.emqx.rest import EmqxApi
 from bridge.brokers.mqtt.source import MqttSource
 from bridge.events import Event
 from bridge.topics import matches
-from bridge.workers.names import same_bridge
 
 
 class EmqxSource(MqttSource):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bridge.registry import ModePlugin
+from bridge.conf.registry import ModePlugin
 
 MODE = ModePlugin(
     name="mqtt",

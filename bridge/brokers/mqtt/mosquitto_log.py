@@ -14,6 +14,7 @@ import re
 import time
 from typing import NamedTuple
 
+from bridge.brokers.clientids import same_bridge
 from bridge.events import (
     DEFAULT_PROTO_VER,
     ClientConnected,
@@ -22,7 +23,6 @@ from bridge.events import (
     SessionSubscribed,
     SessionUnsubscribed,
 )
-from bridge.workers.names import same_bridge
 
 LOG_TOPICS = ("$SYS/broker/log/N", "$SYS/broker/log/M/subscribe", "$SYS/broker/log/M/unsubscribe")
 

@@ -22,8 +22,8 @@ import time
 from collections import OrderedDict
 from typing import Any, Protocol
 
-from bridge import registry
 from bridge.brokers.embedded.auth.acl import READ, READWRITE, WRITE, Entry
+from bridge.conf import registry
 from bridge.conf.config import PoolConfig
 from bridge.errors import HookbridgeError
 

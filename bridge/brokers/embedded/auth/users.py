@@ -20,7 +20,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from bridge import registry
+from bridge.conf import registry
 from bridge.conf.config import PoolConfig
 from bridge.errors import HookbridgeError
 

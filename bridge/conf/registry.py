@@ -23,9 +23,9 @@ from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the registry sits below everything that asks it: it imports no more than these
-    from bridge.brokers.base import Capability
     from bridge.conf.errors import ConfError, Position
     from bridge.conf.setting import Setting
+    from bridge.functions import Capability
 
 BACKENDS_GROUP = "hookbridge.backends"
 MODES_GROUP = "hookbridge.modes"
