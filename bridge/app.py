@@ -21,7 +21,7 @@ from bridge.brokers.base import BrokerSource
 from bridge.conf import registry
 from bridge.conf.config import Config, load_config
 from bridge.conf.errors import ConfError, ConfErrors
-from bridge.conf.schema import GLOBAL
+from bridge.conf.schema import global_settings
 from bridge.conf.tls import http_listener_context
 from bridge.deadletter import DeadLetters
 from bridge.delivery import DeliveryLog
@@ -108,7 +108,9 @@ class Bridge:
         for pool_id in sorted(self.engine.pools):
             self.runners[pool_id] = await self._start_pool(pool_id, self.engine.rules)
         unused = set(self.config.pools) - self.engine.pools
-        read_by = {self.config[key]: key for key, setting in GLOBAL.items() if setting.pool_ref and self.config[key]}
+        read_by = {
+            self.config[key]: key for key, setting in global_settings().items() if setting.pool_ref and self.config[key]
+        }
         for pool_id in sorted(unused):
             if pool_id in read_by:  # the broker's users or ACL: read on their own connection, when needed
                 log.info("pool %s: no rule writes to it; %s reads from it", pool_id, read_by[pool_id])

@@ -13,7 +13,7 @@ from bridge.conf import addresses as a
 from bridge.conf import registry
 from bridge.conf.errors import ConfError, ConfErrors, Position
 from bridge.conf.lexer import Entry, read_entries
-from bridge.conf.schema import GLOBAL, pool_settings
+from bridge.conf.schema import global_settings, pool_settings
 from bridge.conf.setting import Setting
 from bridge.conf.tls import load_problem, server_files_context, tls_problems
 from bridge.conf.values import substitute_env
@@ -89,7 +89,8 @@ def _parse_value(entry: Entry, setting: Setting, errors: list[ConfError], secret
 def parse_config(path: str, text: str) -> Config:
     """Parse and validate a config file; raises ConfErrors listing every problem."""
     entries, errors = read_entries(path, text)
-    settings: dict[str, Any] = {key: setting.default for key, setting in GLOBAL.items()}
+    known_keys = global_settings()  # the core's and every broker mode's
+    settings: dict[str, Any] = {key: setting.default for key, setting in known_keys.items()}
     pools: dict[str, PoolConfig] = {}
     secrets: list[str] = []
     seen: dict[str, Position] = {}
@@ -102,15 +103,15 @@ def parse_config(path: str, text: str) -> Config:
             continue
         seen[entry.key] = entry.key_at
         values_at[entry.key] = entry.value_at
-        if entry.key in GLOBAL:
-            settings[entry.key] = _parse_value(entry, GLOBAL[entry.key], errors, secrets)
+        if entry.key in known_keys:
+            settings[entry.key] = _parse_value(entry, known_keys[entry.key], errors, secrets)
             continue
         match = _POOL_KEY.match(entry.key)
         if match and match.group(2) == "hook":
             errors.append(ConfError(entry.key_at, "hook lines belong in rules/*.conf, not in the config file"))
             continue
         if not match:
-            errors.append(ConfError(entry.key_at, f"unknown key {entry.key}{_suggest(entry.key, list(GLOBAL))}"))
+            errors.append(ConfError(entry.key_at, f"unknown key {entry.key}{_suggest(entry.key, list(known_keys))}"))
             continue
         db, pool_name, key = match.groups()
         if db not in registry.backends():
@@ -147,7 +148,7 @@ def parse_config(path: str, text: str) -> Config:
 def _partial(path: str, settings: dict[str, Any], pools: dict[str, PoolConfig]) -> Config:
     """The config as far as it parsed, defaults in place of the values in error: what the rules
     are checked against when the config has errors (a rule's pool is known if its pool is)."""
-    good = {key: GLOBAL[key].default if value is None else value for key, value in settings.items()}
+    good = {key: global_settings()[key].default if value is None else value for key, value in settings.items()}
     for pool in pools.values():
         known = pool_settings(pool.db)
         for key, value in pool.settings.items():
@@ -170,7 +171,7 @@ def _pool_reference_errors(
 ) -> list[ConfError]:
     """Settings that name a pool (`broker.auth.backend = redis.pool1`) name one that is configured."""
     errors: list[ConfError] = []
-    for key, setting in GLOBAL.items():
+    for key, setting in global_settings().items():
         value = settings.get(key)
         if setting.pool_ref and value and value not in pools:
             known = sorted(pools)
@@ -216,7 +217,7 @@ def _listener_collisions(path: str, settings: dict[str, Any], values_at: dict[st
     host or one of them on every address. Port 0 (any free port) never collides."""
     errors: list[ConfError] = []
     taken: dict[int, list[tuple[str, str]]] = {}
-    for key, setting in GLOBAL.items():
+    for key, setting in global_settings().items():
         value = settings.get(key)
         if setting.parse not in (a.parse_listener, a.optional_listener) or not value or not value[1]:
             continue

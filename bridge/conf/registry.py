@@ -112,6 +112,9 @@ class ModePlugin:
     # True when several bridge processes can share its events through one shared subscription
     # (`$share/<group>/...`), so that `hookbridge run --workers N` may run N of them.
     shared_subscriptions: bool = False
+    # The global settings this mode reads (`broker.*`), validated and documented from this one
+    # declaration in every mode, like a backend's pool settings; modes may share one (the same Setting).
+    settings: Mapping[str, Setting] = field(default_factory=dict)
 
     def source_factory(self) -> Callable[..., Any]:
         factory: Callable[..., Any] = load_object(self.source)

@@ -222,6 +222,17 @@ def test_backends_import_only_the_published_interface() -> None:
     assert found == []
 
 
+def test_a_backend_loads_neither_the_broker_nor_its_codec() -> None:
+    """The plug-in face is neutral: a backend names the users' and ACL records (bridge/accounts.py)
+    without loading the embedded broker or the MQTT codec."""
+    script = (
+        "import json, sys, actions.redis; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('bridge.mqtt', 'bridge.brokers.embedded')))))"
+    )
+    shown = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert json.loads(shown.stdout) == []
+
+
 def test_a_driver_loads_only_where_its_backend_is_used(tmp_path: Path) -> None:
     """`run` with Redis rules only, in embedded mode: no other driver, no external broker client
     (aiohttp is loaded: it is the HTTP server of /metrics and the API, issue 26)."""

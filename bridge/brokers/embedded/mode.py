@@ -6,6 +6,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from bridge.brokers.base import BrokerSource
+from bridge.brokers.embedded.settings import SETTINGS
 from bridge.conf.errors import ConfError, Position
 from bridge.conf.registry import ModePlugin
 from bridge.functions import Capability
@@ -22,6 +23,7 @@ MODE = ModePlugin(
     capabilities=frozenset({Capability.PROXY_SUBSCRIBE, Capability.DELIVER_TO_SESSION}),
     source="bridge.brokers.embedded.mode:make_source",
     config_check="bridge.brokers.embedded.mode:config_problems",
+    settings=SETTINGS,
 )
 
 
