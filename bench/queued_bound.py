@@ -33,11 +33,22 @@ from typing import Any
 from bench.broker_bench import raise_fd_limit
 from bench.broker_servers import HOST, Launch, Server, free_port
 from bench.machine import describe, table
+from bridge.brokers.embedded.codec import (
+    MQTT_3_1_1,
+    Connack,
+    Connect,
+    Decoder,
+    Disconnect,
+    Puback,
+    Publish,
+    Suback,
+    Subscribe,
+    encode,
+)
+from bridge.brokers.embedded.codec import Subscription as Sub
 from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.sessions import MESSAGE_OVERHEAD, Outgoing, QueuedBytes, SessionState
 from bridge.conf import values
-from bridge.mqtt import MQTT_3_1_1, Connack, Connect, Decoder, Disconnect, Puback, Publish, Suback, Subscribe, encode
-from bridge.mqtt import Subscription as Sub
 
 WINDOW = 2000  # the publisher's QoS 1 messages in flight
 SAMPLE_EVERY = 20_000  # messages between two RSS samples

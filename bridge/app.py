@@ -18,13 +18,13 @@ from typing import Any
 from bridge.api.routes import Api
 from bridge.backend import FunctionContext, backend_class
 from bridge.brokers.base import BrokerSource
+from bridge.brokers.delivery import DeliveryLog
 from bridge.conf import registry
 from bridge.conf.config import Config, load_config
 from bridge.conf.errors import ConfError, ConfErrors
 from bridge.conf.schema import global_settings
 from bridge.conf.tls import http_listener_context
 from bridge.deadletter import DeadLetters
-from bridge.delivery import DeliveryLog
 from bridge.dispatcher import Dispatcher
 from bridge.engine import Engine
 from bridge.http import StatusServer

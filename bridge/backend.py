@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from bridge.brokers.base import BrokerSource, Delivery, DeliveryError
+from bridge.brokers.delivery import DeliveryLog
 from bridge.conf import registry
 from bridge.conf.config import PoolConfig
-from bridge.delivery import DeliveryLog
 from bridge.errors import HookbridgeError
 from bridge.events import Event, SessionSubscribed
 from bridge.render import Values

@@ -277,7 +277,7 @@ class Api:
         return _json(self._client(broker, state))
 
     async def kick(self, request: web.Request) -> web.Response:
-        from bridge.mqtt.reasons import R
+        from bridge.brokers.embedded.codec.reasons import R
 
         broker, state = self._state(request)
         conn = broker.active.get(state.clientid)

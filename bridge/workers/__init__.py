@@ -1,5 +1,5 @@
 """`hookbridge run --workers N`: N bridge processes on one shared subscription, one supervisor.
-(Each worker's broker client id, and which client ids are the bridge's own: bridge/brokers/clientids.py.)
+(Each worker's broker client id, and which client ids are the bridge's own: bridge/brokers/external/clientids.py.)
 
 - layout.py: each worker's spool directory and settings; state left by a run with more workers
 - checks.py: what `check` and `run` refuse (config errors) and warn about (rules needing order)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.app import Paths
-from bridge.brokers.clientids import worker_clientid
+from bridge.brokers.external.clientids import worker_clientid
 from bridge.conf.config import Config
 from bridge.conf.tls import http_listener_context
 from bridge.http import StatusServer

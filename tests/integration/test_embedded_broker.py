@@ -18,6 +18,7 @@ import pytest
 
 from bridge.brokers.base import Delivery, DeliveryError
 from bridge.brokers.embedded import EmbeddedBroker
+from bridge.brokers.embedded.codec import Disconnect, Pingreq, Pingresp, Puback, Pubcomp, Publish, Pubrec, Pubrel, Will
 from bridge.brokers.embedded.limits import Limits
 from bridge.conf import registry
 from bridge.events import (
@@ -30,7 +31,6 @@ from bridge.events import (
     SessionUnsubscribed,
 )
 from bridge.functions import Capability
-from bridge.mqtt import Disconnect, Pingreq, Pingresp, Puback, Pubcomp, Publish, Pubrec, Pubrel, Will
 from bridge.msgid import MsgIdGenerator
 from tests.integration.conftest import TIMEOUT, PahoClient, RawClient, RecordingSink
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.brokers.clientids import same_bridge, worker_clientid
+from bridge.brokers.external.clientids import same_bridge, worker_clientid
 from bridge.cli import main
 from bridge.conf.config import parse_config
 from bridge.metrics import Family, Metrics, Sample, render_families
@@ -217,7 +217,7 @@ def test_a_retired_workers_directory_goes_unless_its_spool_holds_actions(tmp_pat
 
 
 def test_every_workers_session_is_the_bridges_own_in_mosquittos_log() -> None:
-    from bridge.brokers.mqtt.mosquitto_log import MosquittoLog
+    from bridge.brokers.external.mqtt.mosquitto_log import MosquittoLog
 
     log = MosquittoLog("n", "hb-w1")
 
@@ -242,8 +242,8 @@ def test_run_refuses_what_check_refuses_before_starting_anything(
 @pytest.mark.parametrize("mode", ["mqtt", "emqx"])
 def test_only_worker_zero_subscribes_to_client_events(tmp_path: Path, mode: str) -> None:
     from bridge.app import Paths, load_all
-    from bridge.brokers.external import make_external_source
-    from bridge.brokers.mqtt.source import MqttSource
+    from bridge.brokers.external.factory import make_external_source
+    from bridge.brokers.external.mqtt.source import MqttSource
     from bridge.msgid import MsgIdGenerator
 
     config_text = MQTT.replace("mqtt", mode, 1) + "broker.shared_group = g\n" + POOL

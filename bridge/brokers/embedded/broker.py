@@ -21,17 +21,7 @@ from typing import Any
 
 from bridge.brokers.base import EventSink
 from bridge.brokers.embedded.access import Gate, Login, OpenGate, Verdict
-from bridge.brokers.embedded.connection import RECEIVE_MAXIMUM, TOPIC_ALIAS_MAXIMUM, Connection, Inbound
-from bridge.brokers.embedded.deadlines import Deadlines
-from bridge.brokers.embedded.durable import DurableStore, Journal
-from bridge.brokers.embedded.flows import FlowsMixin
-from bridge.brokers.embedded.lane import EventLane, Kept
-from bridge.brokers.embedded.limits import Limits
-from bridge.brokers.embedded.router import Message, Router
-from bridge.brokers.embedded.sessions import NEVER, PendingWill, QueuedBytes, SessionState, Subscription
-from bridge.brokers.embedded.traffic import Traffic
-from bridge.events import ClientConnected, ClientDisconnected, Hookpoint
-from bridge.mqtt import (
+from bridge.brokers.embedded.codec import (
     EMPTY,
     MQTT_5,
     Connack,
@@ -47,6 +37,16 @@ from bridge.mqtt import (
     encode,
     split_shared,
 )
+from bridge.brokers.embedded.connection import RECEIVE_MAXIMUM, TOPIC_ALIAS_MAXIMUM, Connection, Inbound
+from bridge.brokers.embedded.deadlines import Deadlines
+from bridge.brokers.embedded.durable import DurableStore, Journal
+from bridge.brokers.embedded.flows import FlowsMixin
+from bridge.brokers.embedded.lane import EventLane, Kept
+from bridge.brokers.embedded.limits import Limits
+from bridge.brokers.embedded.router import Message, Router
+from bridge.brokers.embedded.sessions import NEVER, PendingWill, QueuedBytes, SessionState, Subscription
+from bridge.brokers.embedded.traffic import Traffic
+from bridge.events import ClientConnected, ClientDisconnected, Hookpoint
 from bridge.msgid import MsgIdGenerator
 
 log = logging.getLogger("bridge.brokers.embedded")

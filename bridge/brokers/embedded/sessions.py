@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bridge.brokers.embedded.access import ALLOW_ALL, Permissions
-from bridge.mqtt import EMPTY, MQTT_3_1_1, Properties, Will
+from bridge.brokers.embedded.codec import EMPTY, MQTT_3_1_1, Properties, Will
 
 if TYPE_CHECKING:
     from bridge.brokers.embedded.lane import EventLane, Kept

@@ -4,11 +4,13 @@ documented from this one table, like a backend's pool settings (bridge/conf/sche
 
 from __future__ import annotations
 
+from bridge.brokers.embedded.codec.decoder import (
+    DEFAULT_MAX_PACKET_SIZE as MQTT_MAX_PACKET,  # the largest MQTT can frame
+)
 from bridge.conf import addresses as a
 from bridge.conf import registry
 from bridge.conf import values as v
 from bridge.conf.setting import Setting
-from bridge.mqtt.decoder import DEFAULT_MAX_PACKET_SIZE as MQTT_MAX_PACKET  # the largest MQTT can frame
 
 
 def password_file(text: str) -> str:

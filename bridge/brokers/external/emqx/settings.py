@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from bridge.brokers.mqtt.settings import SETTINGS as MQTT_SETTINGS
+from bridge.brokers.external.mqtt.settings import SETTINGS as MQTT_SETTINGS
 from bridge.conf import addresses as a
 from bridge.conf import values as v
 from bridge.conf.setting import Setting

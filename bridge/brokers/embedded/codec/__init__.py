@@ -9,9 +9,9 @@ writes bytes out.
 Where each part comes from, and why not a library: docs/brokers.md, "The broker core".
 """
 
-from bridge.mqtt.decoder import DEFAULT_MAX_PACKET_SIZE, Decoder
-from bridge.mqtt.encoder import encode, encode_puback, encode_publish
-from bridge.mqtt.errors import (
+from bridge.brokers.embedded.codec.decoder import DEFAULT_MAX_PACKET_SIZE, Decoder
+from bridge.brokers.embedded.codec.encoder import encode, encode_puback, encode_publish
+from bridge.brokers.embedded.codec.errors import (
     CodecError,
     MalformedPacket,
     PacketTooLarge,
@@ -19,9 +19,9 @@ from bridge.mqtt.errors import (
     TooManyUserProperties,
     UnsupportedProtocolVersion,
 )
-from bridge.mqtt.filters import split_shared
-from bridge.mqtt.kinds import PacketType
-from bridge.mqtt.packets import (
+from bridge.brokers.embedded.codec.filters import split_shared
+from bridge.brokers.embedded.codec.kinds import PacketType
+from bridge.brokers.embedded.codec.packets import (
     MQTT_3_1,
     MQTT_3_1_1,
     MQTT_5,
@@ -45,8 +45,8 @@ from bridge.mqtt.packets import (
     Unsubscribe,
     Will,
 )
-from bridge.mqtt.properties import EMPTY, DataType, Properties, PropertyId, PropertySpec
-from bridge.mqtt.reasons import ConnectReturnCode, ReasonCode
+from bridge.brokers.embedded.codec.properties import EMPTY, DataType, Properties, PropertyId, PropertySpec
+from bridge.brokers.embedded.codec.reasons import ConnectReturnCode, ReasonCode
 
 __all__ = [
     "DEFAULT_MAX_PACKET_SIZE",

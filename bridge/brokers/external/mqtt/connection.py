@@ -27,7 +27,7 @@ from gmqtt.mqtt.handler import MqttPackageHandler
 
 from bridge.events import UserProperties
 
-log = logging.getLogger("bridge.brokers.mqtt")
+log = logging.getLogger("bridge.brokers.external.mqtt")
 
 # (topic, payload, qos, dup, retain, packet id or None, user properties) -> for QoS 0 and 2, a
 # future done when the message may be acknowledged (None: at once). A QoS 1 message is

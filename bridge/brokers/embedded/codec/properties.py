@@ -13,9 +13,9 @@ from dataclasses import dataclass, fields
 from enum import Enum, IntEnum
 from typing import Any
 
-from bridge.mqtt import wire
-from bridge.mqtt.errors import MalformedPacket, ProtocolError
-from bridge.mqtt.kinds import WILL, PacketType, context_name
+from bridge.brokers.embedded.codec import wire
+from bridge.brokers.embedded.codec.errors import MalformedPacket, ProtocolError
+from bridge.brokers.embedded.codec.kinds import WILL, PacketType, context_name
 
 P = PacketType
 CONNECT, CONNACK, PUBLISH, SUBSCRIBE = P.CONNECT, P.CONNACK, P.PUBLISH, P.SUBSCRIBE

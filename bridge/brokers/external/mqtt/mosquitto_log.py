@@ -14,7 +14,7 @@ import re
 import time
 from typing import NamedTuple
 
-from bridge.brokers.clientids import same_bridge
+from bridge.brokers.external.clientids import same_bridge
 from bridge.events import (
     DEFAULT_PROTO_VER,
     ClientConnected,

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from bridge.brokers.base import BrokerSource
-from bridge.brokers.emqx.rest import EmqxApi
-from bridge.brokers.emqx.source import EmqxSource
-from bridge.brokers.mqtt.filters import subscription_filters
-from bridge.brokers.mqtt.source import MqttSource, Upstream
+from bridge.brokers.external.emqx.rest import EmqxApi
+from bridge.brokers.external.emqx.source import EmqxSource
+from bridge.brokers.external.mqtt.filters import subscription_filters
+from bridge.brokers.external.mqtt.source import MqttSource, Upstream
 from bridge.conf.config import Config
 from bridge.conf.tls import settings_context
 from bridge.events import Hookpoint

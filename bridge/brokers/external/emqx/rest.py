@@ -20,7 +20,7 @@ import aiohttp
 
 from bridge.errors import HookbridgeError
 
-log = logging.getLogger("bridge.brokers.emqx")
+log = logging.getLogger("bridge.brokers.external.emqx")
 
 
 class EmqxApiError(HookbridgeError):

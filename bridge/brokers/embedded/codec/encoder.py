@@ -12,9 +12,9 @@ from collections.abc import Callable
 from struct import Struct
 from typing import Any
 
-from bridge.mqtt import properties
-from bridge.mqtt.kinds import PacketType
-from bridge.mqtt.packets import (
+from bridge.brokers.embedded.codec import properties
+from bridge.brokers.embedded.codec.kinds import PacketType
+from bridge.brokers.embedded.codec.packets import (
     MQTT_3_1,
     MQTT_5,
     Auth,
@@ -34,8 +34,8 @@ from bridge.mqtt.packets import (
     Unsuback,
     Unsubscribe,
 )
-from bridge.mqtt.properties import EMPTY
-from bridge.mqtt.wire import MAX_VARINT, binary, string, varint
+from bridge.brokers.embedded.codec.properties import EMPTY
+from bridge.brokers.embedded.codec.wire import MAX_VARINT, binary, string, varint
 
 _ACK = Struct(">BBH")
 _U16 = Struct(">H")

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from bridge.mqtt.kinds import PacketType
-from bridge.mqtt.properties import EMPTY, Properties
+from bridge.brokers.embedded.codec.kinds import PacketType
+from bridge.brokers.embedded.codec.properties import EMPTY, Properties
 
 MQTT_3_1, MQTT_3_1_1, MQTT_5 = 3, 4, 5
 """Protocol levels as CONNECT carries them."""

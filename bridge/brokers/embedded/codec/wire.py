@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from bridge.mqtt.errors import MalformedPacket
+from bridge.brokers.embedded.codec.errors import MalformedPacket
 
 _NON_CHARACTERS = "".join(f"{chr(plane << 16 | 0xFFFE)}{chr(plane << 16 | 0xFFFF)}" for plane in range(17))
 _BAD_TEXT = re.compile(f"[\x00\ufdd0-\ufdef{_NON_CHARACTERS}]")

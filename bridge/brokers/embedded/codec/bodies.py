@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bridge.mqtt import properties, reasons, wire
-from bridge.mqtt.errors import MalformedPacket, ProtocolError, UnsupportedProtocolVersion
-from bridge.mqtt.filters import subscription_filter_error, topic_name_error
-from bridge.mqtt.kinds import WILL, PacketType
-from bridge.mqtt.packets import (
+from bridge.brokers.embedded.codec import properties, reasons, wire
+from bridge.brokers.embedded.codec.errors import MalformedPacket, ProtocolError, UnsupportedProtocolVersion
+from bridge.brokers.embedded.codec.filters import subscription_filter_error, topic_wildcard_error
+from bridge.brokers.embedded.codec.kinds import WILL, PacketType
+from bridge.brokers.embedded.codec.packets import (
     MQTT_3_1,
     MQTT_3_1_1,
     MQTT_5,
@@ -33,7 +33,7 @@ from bridge.mqtt.packets import (
     Unsubscribe,
     Will,
 )
-from bridge.mqtt.properties import EMPTY, Properties
+from bridge.brokers.embedded.codec.properties import EMPTY, Properties
 
 Parser = Callable[[bytes, int, int, int], tuple[Packet, int]]
 PROTOCOLS = {b"MQTT": (MQTT_3_1_1, MQTT_5), b"MQIsdp": (MQTT_3_1,)}
@@ -99,7 +99,7 @@ def connect(buf: bytes, pos: int, end: int, level: int) -> tuple[Packet, int]:
     if will_flag:
         will_props, pos = _props(buf, pos, end, level, WILL)
         topic, pos = wire.read_string(buf, pos, end)
-        problem = topic_name_error(topic) if topic else "will topic is empty"
+        problem = topic_wildcard_error(topic) if topic else "will topic is empty"
         if problem:
             raise MalformedPacket(problem)
         payload, pos = wire.read_binary(buf, pos, end)

@@ -22,15 +22,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bridge.brokers.base import BrokerSource, EventSink, callback_sink
-from bridge.brokers.mqtt.acks import AckWindow, Unacked
-from bridge.brokers.mqtt.connection import Connection, MessageHandler
-from bridge.brokers.mqtt.filters import covers
-from bridge.brokers.mqtt.ledger import PacketLedger, digest, ledger_path
-from bridge.brokers.mqtt.mosquitto_log import LOG_TOPICS, MosquittoLog
+from bridge.brokers.external.mqtt.acks import AckWindow, Unacked
+from bridge.brokers.external.mqtt.connection import Connection, MessageHandler
+from bridge.brokers.external.mqtt.filters import covers
+from bridge.brokers.external.mqtt.ledger import PacketLedger, digest, ledger_path
+from bridge.brokers.external.mqtt.mosquitto_log import LOG_TOPICS, MosquittoLog
 from bridge.events import Event, MessagePublish, UserProperties
 from bridge.msgid import MsgIdGenerator, timestamp_us
 
-log = logging.getLogger("bridge.brokers.mqtt")
+log = logging.getLogger("bridge.brokers.external.mqtt")
 
 _STOP_TIMEOUT = 5.0
 # Retiring waits longer than a plain stop: a stalled database has its actions moved to the spool

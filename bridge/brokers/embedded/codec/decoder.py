@@ -23,11 +23,17 @@ from __future__ import annotations
 
 from typing import Literal
 
-from bridge.mqtt.bodies import connect_level
-from bridge.mqtt.dispatch import handlers
-from bridge.mqtt.errors import CodecError, MalformedPacket, PacketTooLarge, ProtocolError, TooManyUserProperties
-from bridge.mqtt.packets import Connect, Packet
-from bridge.mqtt.properties import EMPTY, Properties
+from bridge.brokers.embedded.codec.bodies import connect_level
+from bridge.brokers.embedded.codec.errors import (
+    CodecError,
+    MalformedPacket,
+    PacketTooLarge,
+    ProtocolError,
+    TooManyUserProperties,
+)
+from bridge.brokers.embedded.codec.handlers import handlers
+from bridge.brokers.embedded.codec.packets import Connect, Packet
+from bridge.brokers.embedded.codec.properties import EMPTY, Properties
 
 DEFAULT_MAX_PACKET_SIZE = 268_435_460
 """The largest packet MQTT can frame: 1 + 4 length bytes + 268,435,455."""

@@ -32,7 +32,7 @@ def subscription_filter_error(topic_filter: str) -> str | None:
     return None if problem is None else f"shared subscription {topic_filter!r}: {problem}"
 
 
-def topic_name_error(topic: str) -> str | None:
+def topic_wildcard_error(topic: str) -> str | None:
     """Why a topic name in PUBLISH or a will is not valid (text rules are checked on decoding)."""
     if "+" in topic or "#" in topic:
         return f"topic name {topic!r} contains a wildcard"

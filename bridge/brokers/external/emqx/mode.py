@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bridge.brokers.emqx.settings import SETTINGS
+from bridge.brokers.external.emqx.settings import SETTINGS
 from bridge.conf.registry import ModePlugin
 from bridge.functions import Capability
 
@@ -13,6 +13,6 @@ MODE = ModePlugin(
     # session, so fetch and retain lookup are refused in emqx mode.
     capabilities=frozenset({Capability.PROXY_SUBSCRIBE}),
     shared_subscriptions=True,  # `--workers N`: N sessions in one `$share/<group>`
-    source="bridge.brokers.external:make_external_source",  # gmqtt and aiohttp load only in this mode
+    source="bridge.brokers.external.factory:make_external_source",  # gmqtt and aiohttp load only in this mode
     settings=SETTINGS,
 )

@@ -11,12 +11,12 @@ import functools
 import re
 from collections.abc import Callable
 
-from bridge.mqtt import properties, wire
-from bridge.mqtt.bodies import PARSERS, Parser
-from bridge.mqtt.errors import CodecError, MalformedPacket, ProtocolError
-from bridge.mqtt.kinds import PacketType
-from bridge.mqtt.packets import MQTT_5, Packet, Publish
-from bridge.mqtt.properties import EMPTY
+from bridge.brokers.embedded.codec import properties, wire
+from bridge.brokers.embedded.codec.bodies import PARSERS, Parser
+from bridge.brokers.embedded.codec.errors import CodecError, MalformedPacket, ProtocolError
+from bridge.brokers.embedded.codec.kinds import PacketType
+from bridge.brokers.embedded.codec.packets import MQTT_5, Packet, Publish
+from bridge.brokers.embedded.codec.properties import EMPTY
 
 P = PacketType
 Handler = Callable[[bytes, int, int, int], Packet]

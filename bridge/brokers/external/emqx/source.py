@@ -9,10 +9,10 @@ to one session, so fetch and retain lookup are refused at load (its capabilities
 
 from __future__ import annotations
 
-from bridge.brokers.clientids import same_bridge
-from bridge.brokers.emqx.mapping import SYS_ROOT, rule_event, sys_event, sys_filter
-from bridge.brokers.emqx.rest import EmqxApi
-from bridge.brokers.mqtt.source import MqttSource
+from bridge.brokers.external.clientids import same_bridge
+from bridge.brokers.external.emqx.mapping import SYS_ROOT, rule_event, sys_event, sys_filter
+from bridge.brokers.external.emqx.rest import EmqxApi
+from bridge.brokers.external.mqtt.source import MqttSource
 from bridge.events import Event
 from bridge.topics import matches
 

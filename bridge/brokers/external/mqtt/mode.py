@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bridge.brokers.mqtt.settings import SETTINGS
+from bridge.brokers.external.mqtt.settings import SETTINGS
 from bridge.conf.registry import ModePlugin
 
 MODE = ModePlugin(
@@ -10,6 +10,6 @@ MODE = ModePlugin(
     summary="any MQTT broker",
     capabilities=frozenset(),  # a generic broker can neither subscribe a client nor deliver to one session
     shared_subscriptions=True,  # `--workers N`: N sessions in one `$share/<group>`
-    source="bridge.brokers.external:make_external_source",  # gmqtt loads only in this mode
+    source="bridge.brokers.external.factory:make_external_source",  # gmqtt loads only in this mode
     settings=SETTINGS,
 )

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bridge.brokers.embedded.codec.reasons import ReasonCode
 from bridge.errors import HookbridgeError
-from bridge.mqtt.reasons import ReasonCode
 
 
 class CodecError(HookbridgeError):
@@ -23,7 +23,7 @@ class CodecError(HookbridgeError):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
-        # bridge.mqtt.packets.Packet objects; not imported here: packets.py -> properties.py
+        # bridge.brokers.embedded.codec.packets.Packet objects; not imported here: packets.py -> properties.py
         # -> errors.py already, and the codec keeps its modules free of import circles.
         self.packets: list[Any] = []
         # The protocol level of a CONNECT refused before the decoder knew the connection's
