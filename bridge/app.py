@@ -24,16 +24,16 @@ from bridge.conf.config import Config, load_config
 from bridge.conf.errors import ConfError, ConfErrors
 from bridge.conf.schema import global_settings
 from bridge.conf.tls import http_listener_context
-from bridge.deadletter import DeadLetters
-from bridge.dispatcher import Dispatcher
-from bridge.engine import Engine
-from bridge.http import StatusServer
-from bridge.metrics import Metrics
 from bridge.msgid import MsgIdGenerator
-from bridge.redact import Redactor
+from bridge.ops.http import StatusServer
+from bridge.ops.metrics import Metrics
+from bridge.ops.redact import Redactor
+from bridge.pipeline.deadletter import DeadLetters
+from bridge.pipeline.dispatcher import Dispatcher
+from bridge.pipeline.engine import Engine
+from bridge.pipeline.runner import Runner
+from bridge.pipeline.spool import Budget
 from bridge.rules import Rule, RuleContext, load_rules
-from bridge.runner import Runner
-from bridge.spool import Budget
 
 log = logging.getLogger(__name__)
 

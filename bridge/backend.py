@@ -1,6 +1,6 @@
 """What every backend is: connect, write a batch, say which errors are worth retrying, close.
 
-The runner (bridge/runner.py) owns queueing, batching, in-flight limits,
+The runner (bridge/pipeline/runner.py) owns queueing, batching, in-flight limits,
 retries and ordering; a backend only turns a batch of jobs into database
 calls and says which errors are worth retrying. A backend package subclasses
 `Backend` and declares itself with a `BackendPlugin` (bridge/conf/registry.py);

@@ -18,7 +18,7 @@ from bridge.accounts import BackendDown as UserStoreDown
 from bridge.accounts import Entry as AclEntry
 from bridge.accounts import UserRecord, acl_row, user_record
 from bridge.backend import Backend, FunctionContext, Job, Pager, PermanentError
-from bridge.conf import addresses, values
+from bridge.conf import addresses, parsers
 from bridge.conf.config import PoolConfig
 from bridge.conf.registry import BackendPlugin
 from bridge.conf.setting import Setting
@@ -72,9 +72,9 @@ __all__ = [
     "client_context",
     "cql_marker",
     "ordering_key",
+    "parsers",
     "render_sql",
     "settings_context",
     "to_bytes",
     "user_record",
-    "values",
 ]

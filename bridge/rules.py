@@ -19,7 +19,7 @@ from bridge.conf import registry
 from bridge.conf.config import Config
 from bridge.conf.errors import ConfError, ConfErrors, Position
 from bridge.conf.lexer import Entry, read_entries
-from bridge.conf.values import JsonProblem, duration_in, load_json
+from bridge.conf.parsers import JsonProblem, duration_in, load_json
 from bridge.events import Hookpoint
 from bridge.functions import FETCH_FUNCTIONS, FUNCTIONS, Capability, FunctionSpec
 from bridge.render import CommandTemplate, RenderError, StatementTemplate

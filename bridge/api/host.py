@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from bridge.brokers.base import BrokerSource
     from bridge.conf.config import Config
-    from bridge.engine import Engine
-    from bridge.metrics import Metrics
-    from bridge.runner import Runner
+    from bridge.ops.metrics import Metrics
+    from bridge.pipeline.engine import Engine
+    from bridge.pipeline.runner import Runner
 
 
 class Host(Protocol):

@@ -1,4 +1,4 @@
-"""The management API, /api/v1/ on the bridge's HTTP listener (bridge/http.py): JSON in and out.
+"""The management API, /api/v1/ on the bridge's HTTP listener (bridge/ops/http.py): JSON in and out.
 
 Embedded mode: clients, sessions, subscriptions, retained messages and publish read the broker's
 state and call its existing operations (bridge/brokers/embedded/: proxy subscription, a

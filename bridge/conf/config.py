@@ -13,10 +13,10 @@ from bridge.conf import addresses as a
 from bridge.conf import registry
 from bridge.conf.errors import ConfError, ConfErrors, Position
 from bridge.conf.lexer import Entry, read_entries
+from bridge.conf.parsers import substitute_env
 from bridge.conf.schema import global_settings, pool_settings
 from bridge.conf.setting import Setting
 from bridge.conf.tls import load_problem, server_files_context, tls_problems
-from bridge.conf.values import substitute_env
 
 _POOL_KEY = re.compile(r"^backend\.([a-z]+)\.([A-Za-z0-9_\-]+)\.(.+)$")
 

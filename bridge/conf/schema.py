@@ -11,15 +11,15 @@ from __future__ import annotations
 import functools
 
 from bridge.conf import addresses as a
+from bridge.conf import parsers as p
 from bridge.conf import registry
-from bridge.conf import values as v
 from bridge.conf.setting import Setting
 
 
 def api_keys(text: str) -> dict[str, str]:
     from bridge.conf.apikeys import parse_api_keys
 
-    return parse_api_keys(v.parse_str(text))
+    return parse_api_keys(p.parse_str(text))
 
 
 api_keys.__doc__ = "`<name>:sha256:<hex>`, comma-separated"
@@ -27,10 +27,10 @@ api_keys.__doc__ = "`<name>:sha256:<hex>`, comma-separated"
 
 CORE: dict[str, Setting] = {
     "node.name": Setting(
-        v.string(required=True, max_bytes=255), "hookbridge@127.0.0.1", "name of this bridge node; stored as `node`"
+        p.string(required=True, max_bytes=255), "hookbridge@127.0.0.1", "name of this bridge node; stored as `node`"
     ),
     "broker.mode": Setting(
-        v.late_choice(lambda: registry.modes()),
+        p.late_choice(lambda: registry.modes()),
         "embedded",
         "where events come from: embedded broker, EMQX 5, any MQTT broker",
     ),
@@ -38,16 +38,16 @@ CORE: dict[str, Setting] = {
         a.optional_listener, ("127.0.0.1", 9100), "GET /metrics and /healthz; `off` disables", example="127.0.0.1:9100"
     ),
     "metrics.listener.certfile": Setting(
-        v.parse_str,
+        p.parse_str,
         "",
         "HTTPS on `metrics.listener` (/metrics, /healthz, the API): the server's certificate (PEM); empty: plain HTTP",
         example="etc/server.crt",
     ),
     "metrics.listener.keyfile": Setting(
-        v.parse_str, "", "its private key (PEM, no passphrase)", example="etc/server.key"
+        p.parse_str, "", "its private key (PEM, no passphrase)", example="etc/server.key"
     ),
     "api.enabled": Setting(
-        v.parse_bool,
+        p.parse_bool,
         False,
         "the management API under /api/v1/ on `metrics.listener` (docs/operations.md); off by default",
     ),
@@ -61,48 +61,48 @@ CORE: dict[str, Setting] = {
         example="",  # none: shown as (empty)
     ),
     "api.allow_anonymous_loopback": Setting(
-        v.parse_bool,
+        p.parse_bool,
         False,
         "API requests from loopback (127.0.0.1, ::1) without a key; off: every request needs a key",
     ),
-    "api.max_body": Setting(v.size_in(1024, 16 * 1024 * 1024), 64 * 1024, "largest API request body (413 above)"),
-    "api.max_page": Setting(v.int_in(1, 10000), 1000, "largest `limit` of an API list (400 above)"),
+    "api.max_body": Setting(p.size_in(1024, 16 * 1024 * 1024), 64 * 1024, "largest API request body (413 above)"),
+    "api.max_page": Setting(p.int_in(1, 10000), 1000, "largest `limit` of an API list (400 above)"),
     "api.sample_interval": Setting(
-        v.duration_in(0.1, 600),
+        p.duration_in(0.1, 600),
         10.0,
         "how often the throughput the dashboard charts (GET /api/v1/stats: connections, messages/s) is "
         "sampled; the last hour is kept",
         example="10s",
     ),
     "spool.dir": Setting(
-        v.writable_dir,
+        p.writable_dir,
         "data/spool",
         "on-disk spool for actions a pool cannot write now (database down, queue full); relative to the "
         "working directory",
     ),
     "deadletter.dir": Setting(
-        v.writable_dir,
+        p.writable_dir,
         "data/deadletter",
         "where actions that failed for good (after their message was acknowledged) are kept, one JSON "
         "line each in `<pool>.jsonl` (docs/operations.md, Dead letters); relative to the working directory",
     ),
     "deadletter.max_bytes": Setting(
-        v.size_in(4 << 10, 16 << 40),
+        p.size_in(4 << 10, 16 << 40),
         1 << 30,
         "bound of the dead-letter files together; past it a failed action is logged and counted as dropped",
         example="1GB",
     ),
     "spool.max_bytes": Setting(
-        v.size_in(64 << 10, 16 << 40), 1 << 30, "bound of the spool, all pools together", example="1GB"
+        p.size_in(64 << 10, 16 << 40), 1 << 30, "bound of the spool, all pools together", example="1GB"
     ),
     "spool.overflow": Setting(
-        v.enum_of("block", "drop_oldest"),
+        p.enum_of("block", "drop_oldest"),
         "block",
         "when the spool is full: `block` (actions wait: back-pressure to the broker) or `drop_oldest` "
         "(the oldest spooled actions are deleted and counted `dropped`)",
     ),
-    "log.level": Setting(v.enum_of("debug", "info", "warning", "error"), "info", "log level"),
-    "log.format": Setting(v.enum_of("text", "json"), "text", "log line format on stderr"),
+    "log.level": Setting(p.enum_of("debug", "info", "warning", "error"), "info", "log level"),
+    "log.format": Setting(p.enum_of("text", "json"), "text", "log line format on stderr"),
 }
 
 
@@ -122,29 +122,29 @@ def global_settings() -> dict[str, Setting]:
 
 POOL_COMMON: dict[str, Setting] = {
     "server": Setting(a.parse_hostport, None, "database address", example="127.0.0.1:6379"),
-    "pool_size": Setting(v.int_in(1, 1024), 8, "connections in the pool"),
-    "username": Setting(v.parse_str, "", "login name"),
-    "password": Setting(v.parse_str, "", "password", secret=True),
-    "auto_schema": Setting(v.parse_bool, True, "create missing tables / keyspace / indexes at start"),
-    "ssl": Setting(v.parse_bool, False, "TLS to the database"),
-    "ssl.cafile": Setting(v.parse_str, "", "CA bundle to verify the server"),
-    "ssl.certfile": Setting(v.parse_str, "", "client certificate"),
-    "ssl.keyfile": Setting(v.parse_str, "", "client key"),
-    "ssl.verify": Setting(v.parse_bool, True, "verify the server certificate and host name"),
-    "batch_size": Setting(v.int_in(1, 100_000), 2000, "most actions written in one batch"),
-    "batch_time": Setting(v.duration_in(0, 60), 0.005, "longest wait to fill a batch", example="5ms"),
-    "max_inflight": Setting(v.int_in(1, 256), 4, "batches written concurrently (ordering lanes)"),
-    "queue_size": Setting(v.int_in(1, 100_000_000), 100_000, "actions waiting in memory before back-pressure"),
-    "retry_backoff_max": Setting(v.duration_in(0.01, 3600), 5.0, "longest pause between retries", example="5s"),
+    "pool_size": Setting(p.int_in(1, 1024), 8, "connections in the pool"),
+    "username": Setting(p.parse_str, "", "login name"),
+    "password": Setting(p.parse_str, "", "password", secret=True),
+    "auto_schema": Setting(p.parse_bool, True, "create missing tables / keyspace / indexes at start"),
+    "ssl": Setting(p.parse_bool, False, "TLS to the database"),
+    "ssl.cafile": Setting(p.parse_str, "", "CA bundle to verify the server"),
+    "ssl.certfile": Setting(p.parse_str, "", "client certificate"),
+    "ssl.keyfile": Setting(p.parse_str, "", "client key"),
+    "ssl.verify": Setting(p.parse_bool, True, "verify the server certificate and host name"),
+    "batch_size": Setting(p.int_in(1, 100_000), 2000, "most actions written in one batch"),
+    "batch_time": Setting(p.duration_in(0, 60), 0.005, "longest wait to fill a batch", example="5ms"),
+    "max_inflight": Setting(p.int_in(1, 256), 4, "batches written concurrently (ordering lanes)"),
+    "queue_size": Setting(p.int_in(1, 100_000_000), 100_000, "actions waiting in memory before back-pressure"),
+    "retry_backoff_max": Setting(p.duration_in(0.01, 3600), 5.0, "longest pause between retries", example="5s"),
     "request_timeout": Setting(
-        v.duration_in(0.1, 3600),
+        p.duration_in(0.1, 3600),
         5.0,
         "a request the database has not answered within this time means the pool is down (a stalled "
         "server, a dead network path): /healthz reports it and its actions go to the spool",
         example="5s",
     ),
     "trim_interval": Setting(
-        v.duration_in(0.1, 86400),
+        p.duration_in(0.1, 86400),
         60.0,
         "how often expired messages are removed (rules with expired_time)",
         example="60s",

@@ -23,8 +23,8 @@ from bridge.conf import docs, registry
 from bridge.conf.config import Config, parse_config
 from bridge.conf.errors import ConfErrors
 from bridge.conf.schema import global_settings, pool_settings
+from bridge.pipeline.runner import Runner
 from bridge.rules import Rule, parse_rules
-from bridge.runner import Runner
 from support.conf import make_config, rule_context
 
 ERROR_LINE = re.compile(r"^(?P<path>[^:\n]+):(?P<line>\d+):(?P<col>\d+): \S.*$")

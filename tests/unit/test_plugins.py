@@ -34,12 +34,12 @@ FAKE_PACKAGE = '''
 """A backend of another package: a list in memory (what a plug-in test needs, not a database)."""
 
 from bridge.plugin import BackendPlugin, Setting
-from bridge.plugin import values as v
+from bridge.plugin import parsers as p
 
 PLUGIN = BackendPlugin(
     name="listdb",
     title="ListDB",
-    settings={"bucket": Setting(v.string(required=True), "events", "where the events go")},
+    settings={"bucket": Setting(p.string(required=True), "events", "where the events go")},
     default_port=7777,
     backend="listdb_plugin.backend:ListBackend",
 )
@@ -220,6 +220,15 @@ def test_backends_import_only_the_published_interface() -> None:
         if (name == "bridge" or name.startswith("bridge.")) and name not in PUBLISHED
     ]
     assert found == []
+
+
+def test_the_root_of_bridge_holds_what_a_plug_in_may_import() -> None:
+    """bridge/ is grouped by kind (conf/, pipeline/, brokers/, ops/, ...); at its root stand the
+    published modules, the rule model bridge.plugin re-exports, and the program's entry."""
+    entry = {"bridge", "bridge.__main__", "bridge.cli", "bridge.app", "bridge.errors"}
+    reexported = {"bridge.rules", "bridge.render", "bridge.functions"}
+    root = {"bridge" if path.stem == "__init__" else f"bridge.{path.stem}" for path in (ROOT / "bridge").glob("*.py")}
+    assert root - PUBLISHED - entry - reexported == set()
 
 
 def test_a_backend_loads_neither_the_broker_nor_its_codec() -> None:

@@ -10,7 +10,7 @@ import pytest
 from bridge.brokers.external.clientids import same_bridge, worker_clientid
 from bridge.cli import main
 from bridge.conf.config import parse_config
-from bridge.metrics import Family, Metrics, Sample, render_families
+from bridge.ops.metrics import Family, Metrics, Sample, render_families
 from bridge.workers.channel import families_from_json, families_to_json
 from bridge.workers.checks import worker_problems
 from bridge.workers.layout import (

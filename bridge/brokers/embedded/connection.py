@@ -52,8 +52,8 @@ from bridge.brokers.embedded.codec import (
     encode_puback,
     encode_publish,
 )
-from bridge.brokers.embedded.lane import Kept
 from bridge.brokers.embedded.sessions import IncomingQos2, Outgoing
+from bridge.brokers.embedded.stream import Kept
 from bridge.events import Hookpoint, MessageAcked, MessageDelivered
 
 if TYPE_CHECKING:

@@ -13,9 +13,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from bridge.brokers.base import Delivery, DeliveryError
 from bridge.brokers.embedded.codec import split_shared
 from bridge.brokers.embedded.codec.filters import subscription_filter_error
-from bridge.brokers.embedded.lane import Kept
 from bridge.brokers.embedded.router import Message, Router, target_of
 from bridge.brokers.embedded.sessions import Outgoing, SessionState, Subscription
+from bridge.brokers.embedded.stream import Kept
 from bridge.events import Hookpoint, MessagePublish, SessionSubscribed, SessionUnsubscribed
 from bridge.msgid import MsgIdGenerator
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from bridge.brokers.external.mqtt.settings import SETTINGS as MQTT_SETTINGS
 from bridge.conf import addresses as a
-from bridge.conf import values as v
+from bridge.conf import parsers as p
 from bridge.conf.setting import Setting
 from bridge.topics import filter_error
 
 
 def topic_filter(text: str) -> str:
-    value = v.string(required=True)(text)
+    value = p.string(required=True)(text)
     problem = filter_error(value)
     if problem:
         raise ValueError(problem if problem.startswith("bad") else f"bad topic filter: {problem}")
@@ -25,10 +25,10 @@ topic_filter.__doc__ = "MQTT topic filter"
 SETTINGS: dict[str, Setting] = {
     **MQTT_SETTINGS,
     "broker.emqx.api": Setting(a.http_url, "http://127.0.0.1:18083", "emqx mode: REST API base URL"),
-    "broker.emqx.api_key": Setting(v.parse_str, "", "emqx mode: API key", secret=True),
-    "broker.emqx.api_secret": Setting(v.parse_str, "", "emqx mode: API secret", secret=True),
+    "broker.emqx.api_key": Setting(p.parse_str, "", "emqx mode: API key", secret=True),
+    "broker.emqx.api_secret": Setting(p.parse_str, "", "emqx mode: API secret", secret=True),
     "broker.emqx.api_version": Setting(
-        v.enum_of("v5", "v4"),
+        p.enum_of("v5", "v4"),
         "v5",
         "emqx mode: the REST API's version, v5 (EMQX 5) or v4 (EMQX 4.4: AppID / AppSecret as key / secret)",
     ),

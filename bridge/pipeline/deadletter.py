@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.backend import Job
-from bridge.metrics import Metrics
+from bridge.ops.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def dead_letter_line(job: Job, reason: BaseException, now: float) -> bytes:
 
 
 class DeadLetters:
-    """Appends failed actions to the pool's file; a runner commit hook (`bridge/runner.py`)."""
+    """Appends failed actions to the pool's file; a runner commit hook (`bridge/pipeline/runner.py`)."""
 
     def __init__(self, directory: Path, max_bytes: int, metrics: Metrics) -> None:
         self.directory = directory

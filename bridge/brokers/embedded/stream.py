@@ -30,10 +30,10 @@ Kept = asyncio.Future[None] | None
 log = logging.getLogger("bridge.brokers.embedded")
 
 
-class EventLane:
+class EventStream:
     __slots__ = ("__weakref__", "_busy", "_clientid", "_pump", "_queue", "_sink")
 
-    def __init__(self, sink: EventSink, clientid: str, busy: set[EventLane] | None = None) -> None:
+    def __init__(self, sink: EventSink, clientid: str, busy: set[EventStream] | None = None) -> None:
         self._sink = sink
         self._clientid = clientid
         # The broker's set of lanes with events in flight; a lane outlives a

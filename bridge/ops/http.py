@@ -1,5 +1,5 @@
 """The bridge's HTTP listener (`metrics.listener`) on aiohttp.web: GET /metrics (Prometheus text,
-through prometheus_client: bridge/metrics.py), GET /healthz (JSON), and the management API under
+through prometheus_client: bridge/ops/metrics.py), GET /healthz (JSON), and the management API under
 /api/v1/ when it is enabled (bridge/api/).
 
 aiohttp parses the requests and answers them. In front of each connection a small guard keeps the
@@ -31,7 +31,7 @@ from typing import Any, TypeVar, cast
 from aiohttp import web
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from bridge.redact import Redactor
+from bridge.ops.redact import Redactor
 
 log = logging.getLogger(__name__)
 

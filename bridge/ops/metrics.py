@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 
 RULE_COUNTERS = ("matched", "succeeded", "failed", "retried", "spooled", "dropped")
 # Exported from 0 like the others, but held in a rule's counts only once it happened (most rules
-# never fail for good): actions kept in the dead-letter store (bridge/deadletter.py).
+# never fail for good): actions kept in the dead-letter store (bridge/pipeline/deadletter.py).
 RARE_RULE_COUNTERS = ("deadlettered",)
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 

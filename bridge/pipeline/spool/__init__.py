@@ -18,9 +18,9 @@ import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from bridge.spool.budget import Budget
-from bridge.spool.codec import Record, RecordError, decode, encode
-from bridge.spool.segments import LaneSpool
+from bridge.pipeline.spool.budget import Budget
+from bridge.pipeline.spool.codec import Record, RecordError, decode, encode
+from bridge.pipeline.spool.segments import LaneSpool
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ one batch at a time and retries it in place (exponential backoff) on
 recoverable errors, so nothing behind it overtakes. Each lane's queue is
 bounded; a full queue makes `submit` wait (policy `block`), which is how
 back-pressure reaches the broker. Behind each memory queue is the lane's on-disk
-spool (bridge/spool/), used while the pool is down or the queue is full.
+spool (bridge/pipeline/spool/), used while the pool is down or the queue is full.
 
 A pool is down from its first failed batch, from the moment a batch has gone
 `request_timeout` without an answer (a stalled server looks like no error at all), or,
@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING
 from bridge.backend import Backend, Job
 from bridge.conf.config import PoolConfig
 from bridge.events import Event, Hookpoint, ordering_key
-from bridge.lanes import Lane
-from bridge.metrics import Metrics
-from bridge.spool import Budget, PoolSpool
+from bridge.ops.metrics import Metrics
+from bridge.pipeline.lanes import Lane
+from bridge.pipeline.spool import Budget, PoolSpool
 
 if TYPE_CHECKING:
     from bridge.rules import Rule
@@ -189,7 +189,7 @@ class Runner:
         if written:
             asyncio.get_running_loop().create_task(self._notify_publishes())
 
-    # -- what the lanes report (bridge/lanes.py LaneOwner) -------------------
+    # -- what the lanes report (bridge/pipeline/lanes.py LaneOwner) -------------------
 
     @property
     def spool_error(self) -> str:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from bridge.backend import Job
-from bridge.spool import LaneSpool, Record, RecordError, decode, encode
+from bridge.pipeline.spool import LaneSpool, Record, RecordError, decode, encode
 
 if TYPE_CHECKING:
     from bridge.rules import Rule
@@ -45,7 +45,7 @@ _DROP_OLDEST = "spool full (overflow policy drop_oldest)"
 
 
 class LaneOwner(Protocol):
-    """What a lane needs of the runner of its pool (bridge/runner.py): the lane owns its queue and
+    """What a lane needs of the runner of its pool (bridge/pipeline/runner.py): the lane owns its queue and
     its spool; the runner owns writing, the pool's health and the counters."""
 
     pool_id: str

@@ -6,11 +6,11 @@ import asyncio
 from collections.abc import Callable
 
 from bridge.backend import Job
-from bridge.engine import Engine
 from bridge.events import Event, Hookpoint
-from bridge.metrics import Metrics
-from bridge.pager import FetchPager
-from bridge.runner import Runner
+from bridge.ops.metrics import Metrics
+from bridge.pipeline.engine import Engine
+from bridge.pipeline.pager import FetchPager
+from bridge.pipeline.runner import Runner
 
 
 class Dispatcher:

@@ -1,4 +1,4 @@
-"""Logging to stderr, one line per event, text or JSON; secrets redacted (bridge/redact.py)."""
+"""Logging to stderr, one line per event, text or JSON; secrets redacted (bridge/ops/redact.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 import sys
 import time
 
-from bridge.redact import MASK, Redactor
+from bridge.ops.redact import MASK, Redactor
 
 
 class _Redact(logging.Filter):

@@ -30,7 +30,7 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
-from bridge.spool.budget import Budget
+from bridge.pipeline.spool.budget import Budget
 
 MAGIC = b"HBSPOOL1"
 _RECORD = struct.Struct("<II")  # body length, crc32 of the body
