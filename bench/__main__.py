@@ -108,7 +108,8 @@ def main() -> int:
         print(broker_summary(broker))
     if codec is not None:
         print(
-            f"\nMQTT codec (bridge/mqtt/), CPU us per QoS 1 PUBLISH decoded: {codec['decode_311']:.2f} (3.1.1), "
+            f"\nMQTT codec (bridge/brokers/embedded/codec/), CPU us per QoS 1 PUBLISH decoded: "
+            f"{codec['decode_311']:.2f} (3.1.1), "
             f"{codec['decode_5']:.2f} (5.0) (target: under 5 us)"
         )
     print(

@@ -226,10 +226,10 @@ def raise_fd_limit(clients: int) -> None:
 
 def limit_setting(clients: int) -> int | None:
     """broker.max_connections above the idle clients, where this version of the bridge has it."""
-    from bridge.conf.schema import GLOBAL
+    from bridge.conf.schema import global_settings
 
     # Builds before the broker's limits have no such setting, and no limit to raise.
-    return clients + 100 if "broker.max_connections" in GLOBAL else None
+    return clients + 100 if "broker.max_connections" in global_settings() else None
 
 
 def rows(args: argparse.Namespace, redis_port: int) -> list[Row]:

@@ -52,7 +52,7 @@ from bench.broker_bench import (
 from bench.broker_servers import HOST, Server, hookbridge, mosquitto
 from bench.broker_servers import mosquitto_version as version
 from bench.machine import describe, table
-from bridge.mqtt import MQTT_3_1_1, Connect, Publish, Subscribe, Subscription, encode
+from bridge.brokers.embedded.codec import MQTT_3_1_1, Connect, Publish, Subscribe, Subscription, encode
 
 BROADCAST = "fleet/broadcast"
 CONNACK, SUBACK_TYPE, PUBLISH_TYPE, PUBACK_TYPE = 0x20, 0x90, 0x30, 0x40

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.services import ROOT
-from bridge.mqtt import MQTT_3_1_1, Connect, encode
+from bridge.brokers.embedded.codec import MQTT_3_1_1, Connect, encode
 
 HOST = "127.0.0.1"
 # CONNACK of MQTT 3.1.1: type 2, remaining length 2, no session present, return code 0 (accepted).

@@ -1,4 +1,4 @@
-"""The broker core's MQTT codec (bridge/mqtt/), and a Rust codec beside it when installed.
+"""The broker core's MQTT codec (bridge/brokers/embedded/codec/), and a Rust codec beside it when installed.
 
 What a broker does per QoS 1 message: decode the publisher's PUBLISH, encode a PUBACK to it,
 encode the PUBLISH to the subscriber, decode the subscriber's PUBACK. Each is timed over N
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.machine import describe, table
-from bridge.mqtt import MQTT_3_1_1, MQTT_5, Decoder, Puback, Publish, encode_puback, encode_publish
+from bridge.brokers.embedded.codec import MQTT_3_1_1, MQTT_5, Decoder, Puback, Publish, encode_puback, encode_publish
 
 CHUNK = 65536
 PAYLOAD = b"x" * 100
@@ -95,14 +95,17 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     count, runs = args.messages, args.runs
-    columns = {"bridge.mqtt 3.1.1": ours(MQTT_3_1_1, count, runs), "bridge.mqtt 5.0": ours(MQTT_5, count, runs)}
-    ours_decode = columns["bridge.mqtt 3.1.1"]["decode PUBLISH"]
-    summary = {"decode_311": ours_decode, "decode_5": columns["bridge.mqtt 5.0"]["decode PUBLISH"]}
+    columns = {
+        "bridge.brokers.embedded.codec 3.1.1": ours(MQTT_3_1_1, count, runs),
+        "bridge.brokers.embedded.codec 5.0": ours(MQTT_5, count, runs),
+    }
+    ours_decode = columns["bridge.brokers.embedded.codec 3.1.1"]["decode PUBLISH"]
+    summary = {"decode_311": ours_decode, "decode_5": columns["bridge.brokers.embedded.codec 5.0"]["decode PUBLISH"]}
     figures = rust_mqtt5(count, runs)
     if figures is not None:
         columns[f"mqtt5 {importlib.metadata.version('mqtt5')} (5.0, Rust)"] = figures
         summary["decode_mqtt5"] = figures["decode PUBLISH"]
-    operations = list(columns["bridge.mqtt 3.1.1"])
+    operations = list(columns["bridge.brokers.embedded.codec 3.1.1"])
     rows = [(op, *(f"{figures[op]:.2f}" for figures in columns.values())) for op in operations]
     print(f"machine: {describe()}")
     print(f"{count:,} QoS 1 PUBLISH (100 B payload) and PUBACK; CPU microseconds per packet, best of {runs}\n")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bench.broker_servers import HOST
-from bridge.mqtt import (
+from bridge.brokers.embedded.codec import (
     MQTT_3_1_1,
     Connack,
     Connect,

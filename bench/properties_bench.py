@@ -10,8 +10,8 @@ from __future__ import annotations
 import sys
 import time
 
-from bridge.mqtt import properties, wire
-from bridge.mqtt.kinds import PacketType
+from bridge.brokers.embedded.codec import properties, wire
+from bridge.brokers.embedded.codec.kinds import PacketType
 
 
 def main(count: int) -> None:

@@ -34,11 +34,22 @@ from typing import Any
 from bench.broker_bench import raise_fd_limit
 from bench.broker_servers import HOST, Launch, Server, free_port
 from bench.machine import describe, table
+from bridge.brokers.embedded.codec import (
+    MQTT_3_1_1,
+    Connack,
+    Connect,
+    Decoder,
+    Disconnect,
+    Puback,
+    Publish,
+    Suback,
+    Subscribe,
+    encode,
+)
+from bridge.brokers.embedded.codec import Subscription as Sub
 from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.sessions import MESSAGE_OVERHEAD, Outgoing, QueuedBytes, SessionState
-from bridge.conf import values
-from bridge.mqtt import MQTT_3_1_1, Connack, Connect, Decoder, Disconnect, Puback, Publish, Suback, Subscribe, encode
-from bridge.mqtt import Subscription as Sub
+from bridge.conf import parsers
 
 WINDOW = 2000  # the publisher's QoS 1 messages in flight
 SAMPLE_EVERY = 20_000  # messages between two RSS samples
@@ -285,7 +296,7 @@ def choice_cost(sessions: int, results: dict[str, float], repeats: int = 3) -> N
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=10_000)
-    parser.add_argument("--bound", type=values.size_in(1 << 20, 1 << 40), default=1 << 30)
+    parser.add_argument("--bound", type=parsers.size_in(1 << 20, 1 << 40), default=1 << 30)
     parser.add_argument("--payload", type=int, default=1000)
     parser.add_argument("--over", type=float, default=1.5, help="bytes published, as a multiple of the bound")
     parser.add_argument("--durable", action="store_true")

@@ -15,25 +15,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bridge import registry
 from bridge.api.routes import Api
 from bridge.backend import FunctionContext, backend_class
 from bridge.brokers.base import BrokerSource
+from bridge.brokers.delivery import DeliveryLog
+from bridge.conf import registry
 from bridge.conf.config import Config, load_config
 from bridge.conf.errors import ConfError, ConfErrors
-from bridge.conf.schema import GLOBAL
+from bridge.conf.schema import global_settings
 from bridge.conf.tls import http_listener_context
-from bridge.deadletter import DeadLetters
-from bridge.delivery import DeliveryLog
-from bridge.dispatcher import Dispatcher
-from bridge.engine import Engine
-from bridge.http import StatusServer
-from bridge.metrics import Metrics
 from bridge.msgid import MsgIdGenerator
-from bridge.redact import Redactor
+from bridge.ops.http import StatusServer
+from bridge.ops.metrics import Metrics
+from bridge.ops.redact import Redactor
+from bridge.pipeline.deadletter import DeadLetters
+from bridge.pipeline.dispatcher import Dispatcher
+from bridge.pipeline.engine import Engine
+from bridge.pipeline.runner import Runner
+from bridge.pipeline.spool import Budget
 from bridge.rules import Rule, RuleContext, load_rules
-from bridge.runner import Runner
-from bridge.spool import Budget
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,9 @@ class Bridge:
         for pool_id in sorted(self.engine.pools):
             self.runners[pool_id] = await self._start_pool(pool_id, self.engine.rules)
         unused = set(self.config.pools) - self.engine.pools
-        read_by = {self.config[key]: key for key, setting in GLOBAL.items() if setting.pool_ref and self.config[key]}
+        read_by = {
+            self.config[key]: key for key, setting in global_settings().items() if setting.pool_ref and self.config[key]
+        }
         for pool_id in sorted(unused):
             if pool_id in read_by:  # the broker's users or ACL: read on their own connection, when needed
                 log.info("pool %s: no rule writes to it; %s reads from it", pool_id, read_by[pool_id])

@@ -1,9 +1,9 @@
 """What every backend is: connect, write a batch, say which errors are worth retrying, close.
 
-The runner (bridge/runner.py) owns queueing, batching, in-flight limits,
+The runner (bridge/pipeline/runner.py) owns queueing, batching, in-flight limits,
 retries and ordering; a backend only turns a batch of jobs into database
 calls and says which errors are worth retrying. A backend package subclasses
-`Backend` and declares itself with a `BackendPlugin` (bridge/registry.py);
+`Backend` and declares itself with a `BackendPlugin` (bridge/conf/registry.py);
 this module is part of the interface published to backends (bridge/plugin.py).
 """
 
@@ -14,10 +14,10 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from bridge import registry
 from bridge.brokers.base import BrokerSource, Delivery, DeliveryError
+from bridge.brokers.delivery import DeliveryLog
+from bridge.conf import registry
 from bridge.conf.config import PoolConfig
-from bridge.delivery import DeliveryLog
 from bridge.errors import HookbridgeError
 from bridge.events import Event, SessionSubscribed
 from bridge.render import Values

@@ -14,13 +14,14 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from bridge import ctl as ctl_commands
-from bridge import logs, registry
 from bridge.app import Bridge, Paths, load_all
 from bridge.brokers.embedded.openfiles import open_file_problems, raise_soft_limit
+from bridge.conf import registry
 from bridge.conf.config import Config, load_config
 from bridge.conf.errors import ConfErrors
-from bridge.redact import Redactor
+from bridge.ops import ctl as ctl_commands
+from bridge.ops import logs
+from bridge.ops.redact import Redactor
 from bridge.rules import Rule
 from bridge.workers import child
 from bridge.workers.checks import ordering_warnings, worker_problems

@@ -9,10 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
-from bridge.brokers.base import Capability
 from bridge.events import Hookpoint as H
+
+
+class Capability(StrEnum):
+    """What a broker mode can do for the functions (its `ModePlugin.capabilities`)."""
+
+    PROXY_SUBSCRIBE = "proxy-subscribe"  # subscribe a client on its behalf
+    DELIVER_TO_SESSION = "deliver-to-session"  # send stored messages to one session
 
 
 @dataclass(frozen=True, slots=True)

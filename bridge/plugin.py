@@ -3,28 +3,27 @@
 A backend (actions/<db>/ here, or another installed package) imports the modules in PUBLISHED and
 nothing else of the core, so the core can change behind them: this module for its declaration
 (`BackendPlugin`, settings and their parsers), the rule actions it runs, statement rendering,
-TLS, and the records of the embedded broker's users and ACL it may store (auth.py);
+TLS, and the records of the embedded broker's users and ACL it may store (auth.py; bridge.accounts);
 `bridge.backend` for the contract it implements; and the value modules (events, topics, message
 ids, SQL statements, deliveries). tests/unit/test_plugins.py holds every backend to this.
 """
 
 from __future__ import annotations
 
+from bridge.accounts import ALL_USERS as ACL_ALL_USERS
+from bridge.accounts import READ as ACL_READ
+from bridge.accounts import READWRITE as ACL_READWRITE
+from bridge.accounts import WRITE as ACL_WRITE
+from bridge.accounts import BackendDown as UserStoreDown
+from bridge.accounts import Entry as AclEntry
+from bridge.accounts import UserRecord, acl_row, user_record
 from bridge.backend import Backend, FunctionContext, Job, Pager, PermanentError
-from bridge.brokers.embedded.auth.acl import READ as ACL_READ
-from bridge.brokers.embedded.auth.acl import READWRITE as ACL_READWRITE
-from bridge.brokers.embedded.auth.acl import WRITE as ACL_WRITE
-from bridge.brokers.embedded.auth.acl import Entry as AclEntry
-from bridge.brokers.embedded.auth.acldb import ALL_USERS as ACL_ALL_USERS
-from bridge.brokers.embedded.auth.acldb import acl_row
-from bridge.brokers.embedded.auth.users import BackendDown as UserStoreDown
-from bridge.brokers.embedded.auth.users import UserRecord, user_record
-from bridge.conf import addresses, values
+from bridge.conf import addresses, parsers
 from bridge.conf.config import PoolConfig
+from bridge.conf.registry import BackendPlugin
 from bridge.conf.setting import Setting
 from bridge.conf.tls import client_context, settings_context
 from bridge.events import ordering_key
-from bridge.registry import BackendPlugin
 from bridge.render import MARK_RE, StatementTemplate, Values, to_bytes
 from bridge.rules import CommandsAction, FunctionAction, SqlAction, TemplateAction
 from bridge.sql import cql_marker, render_sql
@@ -32,6 +31,7 @@ from bridge.sql import cql_marker, render_sql
 PUBLISHED = frozenset(
     {
         "bridge.plugin",
+        "bridge.accounts",
         "bridge.backend",
         "bridge.fetch",
         "bridge.batches",
@@ -72,9 +72,9 @@ __all__ = [
     "client_context",
     "cql_marker",
     "ordering_key",
+    "parsers",
     "render_sql",
     "settings_context",
     "to_bytes",
     "user_record",
-    "values",
 ]

@@ -15,14 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bridge import registry
-from bridge.brokers.base import Capability
+from bridge.conf import registry
 from bridge.conf.config import Config
 from bridge.conf.errors import ConfError, ConfErrors, Position
 from bridge.conf.lexer import Entry, read_entries
-from bridge.conf.values import JsonProblem, duration_in, load_json
+from bridge.conf.parsers import JsonProblem, duration_in, load_json
 from bridge.events import Hookpoint
-from bridge.functions import FETCH_FUNCTIONS, FUNCTIONS, FunctionSpec
+from bridge.functions import FETCH_FUNCTIONS, FUNCTIONS, Capability, FunctionSpec
 from bridge.render import CommandTemplate, RenderError, StatementTemplate
 from bridge.sql import SqlStatement, cql_marker, pg_marker
 from bridge.topics import filter_error
@@ -101,7 +100,7 @@ class RuleContext:
 
     config: Config
     templates_dir: Path
-    backends: frozenset[str]  # the installed backends (bridge/registry.py)
+    backends: frozenset[str]  # the installed backends (bridge/conf/registry.py)
     capabilities: frozenset[Capability]  # of the configured broker mode
 
 

@@ -11,7 +11,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from bridge.registry import CommandPlugin
+from bridge.conf.registry import CommandPlugin
 from spark_analytics.errors import ReportError
 
 INSTALL_HINT = (

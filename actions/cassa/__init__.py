@@ -8,26 +8,26 @@ from __future__ import annotations
 
 from bridge.plugin import BackendPlugin, Setting
 from bridge.plugin import addresses as a
-from bridge.plugin import values as v
+from bridge.plugin import parsers as p
 
 PLUGIN = BackendPlugin(
     name="cassa",
     title="Cassandra",
     settings={
         "nodes": Setting(a.parse_hostports, None, "contact points", example="127.0.0.1:9042"),
-        "keyspace": Setting(v.parse_identifier, "mqtt", "keyspace"),
-        "local_datacenter": Setting(v.string(required=True), "datacenter1", "local data center for routing"),
+        "keyspace": Setting(p.parse_identifier, "mqtt", "keyspace"),
+        "local_datacenter": Setting(p.string(required=True), "datacenter1", "local data center for routing"),
         "consistency": Setting(
-            v.enum_of("ONE", "LOCAL_ONE", "QUORUM", "LOCAL_QUORUM", "EACH_QUORUM", "ALL"),
+            p.enum_of("ONE", "LOCAL_ONE", "QUORUM", "LOCAL_QUORUM", "EACH_QUORUM", "ALL"),
             "LOCAL_QUORUM",
             "consistency level of reads and writes",
         ),
         "replication": Setting(
-            v.parse_replication,
+            p.parse_replication,
             {"class": "SimpleStrategy", "replication_factor": 1},
             "keyspace replication (JSON), e.g. NetworkTopologyStrategy with a factor per data center",
         ),
-        "concurrency": Setting(v.int_in(1, 32768), 256, "requests in flight at once (all lanes of the pool together)"),
+        "concurrency": Setting(p.int_in(1, 32768), 256, "requests in flight at once (all lanes of the pool together)"),
     },
     default_port=9042,
     backend="actions.cassa.backend:CassaBackend",

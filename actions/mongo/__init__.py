@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from bridge.plugin import BackendPlugin, Setting
 from bridge.plugin import addresses as a
-from bridge.plugin import values as v
+from bridge.plugin import parsers as p
 
 # MongoDB database names: no path or shell characters, under 64 bytes.
-MONGO_NAME = v.described(
+MONGO_NAME = p.described(
     'text, not empty, at most 63 bytes, without space or any of `/\\."$*<>:?` and `\\|`',
-    v.string(required=True, max_bytes=63, forbidden='/\\. "$*<>:|?'),
+    p.string(required=True, max_bytes=63, forbidden='/\\. "$*<>:|?'),
 )
 
 PLUGIN = BackendPlugin(
@@ -24,14 +24,14 @@ PLUGIN = BackendPlugin(
             a.parse_hostports, None, "server address, or several, comma-separated", example="127.0.0.1:27017"
         ),
         "type": Setting(
-            v.enum_of("single", "rs", "sharded", "unknown"),
+            p.enum_of("single", "rs", "sharded", "unknown"),
             "single",
             "single server, replica set (rs), mongos routers (sharded) or let the driver discover (unknown)",
         ),
         "database": Setting(MONGO_NAME, "mqtt", "database name"),
-        "login": Setting(v.parse_str, "", "login name (EMQX's name for `username`; either works)"),
+        "login": Setting(p.parse_str, "", "login name (EMQX's name for `username`; either works)"),
         "auth_source": Setting(MONGO_NAME, "admin", "authentication database"),
-        "replica_set": Setting(v.parse_str, "", "replica set name"),
+        "replica_set": Setting(p.parse_str, "", "replica set name"),
     },
     default_port=27017,
     backend="actions.mongo.backend:MongoBackend",

@@ -8,14 +8,14 @@ package does not import the driver.
 from __future__ import annotations
 
 from bridge.plugin import BackendPlugin, Setting
-from bridge.plugin import values as v
+from bridge.plugin import parsers as p
 
 PLUGIN = BackendPlugin(
     name="mysql",
     title="MySQL / MariaDB",
     settings={
-        "database": Setting(v.string(required=True, max_bytes=64), "mqtt", "database name"),
-        "user": Setting(v.parse_str, "", "user name (EMQX 4's name for `username`; either works)"),
+        "database": Setting(p.string(required=True, max_bytes=64), "mqtt", "database name"),
+        "user": Setting(p.parse_str, "", "user name (EMQX 4's name for `username`; either works)"),
     },
     default_port=3306,
     backend="actions.mysql.backend:MysqlBackend",

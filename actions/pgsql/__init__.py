@@ -7,12 +7,12 @@ package does not import the driver.
 from __future__ import annotations
 
 from bridge.plugin import BackendPlugin, Setting
-from bridge.plugin import values as v
+from bridge.plugin import parsers as p
 
 PLUGIN = BackendPlugin(
     name="pgsql",
     title="PostgreSQL",
-    settings={"database": Setting(v.string(required=True, max_bytes=63), "mqtt", "database name")},
+    settings={"database": Setting(p.string(required=True, max_bytes=63), "mqtt", "database name")},
     default_port=5432,
     backend="actions.pgsql.backend:PgsqlBackend",
     statements="sql",

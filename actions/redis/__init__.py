@@ -11,7 +11,7 @@ from typing import Any
 
 from bridge.plugin import BackendPlugin, Setting
 from bridge.plugin import addresses as a
-from bridge.plugin import values as v
+from bridge.plugin import parsers as p
 
 
 def parse_servers(text: str) -> Any:
@@ -47,20 +47,20 @@ PLUGIN = BackendPlugin(
             example="127.0.0.1:6379",
         ),
         "type": Setting(
-            v.enum_of("single", "sentinel"),
+            p.enum_of("single", "sentinel"),
             "single",
             "one server (`single`), or the primary the Sentinels in `server` name (`sentinel`): "
             "docs/backends/redis.md#sentinel",
         ),
-        "sentinel": Setting(v.parse_str, "", "type = sentinel: the master name the Sentinels monitor"),
+        "sentinel": Setting(p.parse_str, "", "type = sentinel: the master name the Sentinels monitor"),
         "wait_replicas": Setting(
-            v.int_in(0, 16),
+            p.int_in(0, 16),
             0,
             "replicas that must hold each batch before it counts as written (Redis WAIT, within half of "
             "request_timeout; fewer: the batch is retried or spooled). 1 with Sentinel: what was "
             "acknowledged survives a failover",
         ),
-        "database": Setting(v.int_in(0, 2**31 - 1), 0, "Redis logical database number"),
+        "database": Setting(p.int_in(0, 2**31 - 1), 0, "Redis logical database number"),
     },
     default_port=6379,
     backend="actions.redis.backend:RedisBackend",

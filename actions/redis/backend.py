@@ -66,7 +66,7 @@ class RedisBackend(Backend):
             self.pool,
             max_connections=max(2, self.pool["pool_size"]),
             # A request without an answer within request_timeout fails and is retried on a new
-            # connection; the runner has counted the pool down by then (bridge/runner.py).
+            # connection; the runner has counted the pool down by then (bridge/pipeline/runner.py).
             health_check_interval=30,
         )
         self.redis: Any = aioredis.Redis(connection_pool=connections)  # replies are bytes (protocol 2)

@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from bridge.app import Bridge
+    from bridge.api.host import Host
 
 WINDOW = 3600.0  # seconds of history kept
 
 
 class History:
-    def __init__(self, bridge: Bridge, interval: float) -> None:
+    def __init__(self, bridge: Host, interval: float) -> None:
         self.bridge = bridge
         self.interval = interval
         self.samples: deque[dict[str, Any]] = deque(maxlen=math.ceil(WINDOW / interval) + 1)

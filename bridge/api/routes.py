@@ -1,4 +1,4 @@
-"""The management API, /api/v1/ on the bridge's HTTP listener (bridge/http.py): JSON in and out.
+"""The management API, /api/v1/ on the bridge's HTTP listener (bridge/ops/http.py): JSON in and out.
 
 Embedded mode: clients, sessions, subscriptions, retained messages and publish read the broker's
 state and call its existing operations (bridge/brokers/embedded/: proxy subscription, a
@@ -7,7 +7,7 @@ reload. What the mode cannot do is answered 409 with the reason.
 
 Lists are sorted by their key and paged: `limit` (at most `api.max_page`) and `cursor` (the
 `next` of the page before). Every request needs an API key (`Authorization: Bearer <key>`,
-bridge/api/keys.py) unless it comes from loopback and `api.allow_anonymous_loopback` is on;
+bridge/conf/apikeys.py) unless it comes from loopback and `api.allow_anonymous_loopback` is on;
 every change is logged with the key's name; keys are never shown or logged.
 """
 
@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from bridge.api.history import History
-from bridge.api.keys import is_loopback, key_name
 from bridge.api.openapi import describe
+from bridge.conf.apikeys import is_loopback, key_name
 from bridge.errors import HookbridgeError
 from bridge.topics import filter_error, topic_name_error
 
 if TYPE_CHECKING:
-    from bridge.app import Bridge
+    from bridge.api.host import Host
     from bridge.brokers.embedded.broker import Broker
     from bridge.brokers.embedded.sessions import SessionState
 
@@ -78,7 +78,7 @@ def _clean(text: str, what: str) -> str:
 
 
 class Api:
-    def __init__(self, bridge: Bridge) -> None:
+    def __init__(self, bridge: Host) -> None:
         self.bridge = bridge
         config = bridge.config
         self.keys: dict[str, str] = config["api.keys"] or {}
@@ -277,7 +277,7 @@ class Api:
         return _json(self._client(broker, state))
 
     async def kick(self, request: web.Request) -> web.Response:
-        from bridge.mqtt.reasons import R
+        from bridge.brokers.embedded.codec.reasons import R
 
         broker, state = self._state(request)
         conn = broker.active.get(state.clientid)

@@ -13,7 +13,6 @@ import abc
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 
 from bridge.errors import HookbridgeError
 from bridge.events import Event
@@ -47,11 +46,6 @@ def callback_sink(sink: EventSink) -> CallbackSink:
     return wrapped
 
 
-class Capability(StrEnum):
-    PROXY_SUBSCRIBE = "proxy-subscribe"  # subscribe a client on its behalf
-    DELIVER_TO_SESSION = "deliver-to-session"  # send stored messages to one session
-
-
 @dataclass(frozen=True, slots=True)
 class Delivery:
     """A stored message the bridge sends to one subscriber (fetch, retain lookup).
@@ -77,7 +71,7 @@ class DeliveryError(HookbridgeError):
 class BrokerSource(abc.ABC):
     """Events in, effects out. One instance per `broker.mode`."""
 
-    mode: str = ""  # what it can do for the functions is its mode's declaration (bridge/registry.py)
+    mode: str = ""  # what it can do for the functions is its mode's declaration (bridge/conf/registry.py)
     # A source that acknowledges a message only after its rules committed (or spooled; every
     # mode, docs/architecture.md#acknowledged-means-kept) has the dispatcher return a "done"
     # future per event (see EventSink).

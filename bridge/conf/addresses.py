@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from bridge.conf.values import described, text_problem, unquote
+from bridge.conf.parsers import described, text_problem, unquote
 
 Address = tuple[str, int]
 

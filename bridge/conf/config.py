@@ -9,14 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bridge import registry
 from bridge.conf import addresses as a
+from bridge.conf import registry
 from bridge.conf.errors import ConfError, ConfErrors, Position
 from bridge.conf.lexer import Entry, read_entries
-from bridge.conf.schema import GLOBAL, pool_settings
+from bridge.conf.parsers import substitute_env
+from bridge.conf.schema import global_settings, pool_settings
 from bridge.conf.setting import Setting
 from bridge.conf.tls import load_problem, server_files_context, tls_problems
-from bridge.conf.values import substitute_env
 
 _POOL_KEY = re.compile(r"^backend\.([a-z]+)\.([A-Za-z0-9_\-]+)\.(.+)$")
 
@@ -89,7 +89,8 @@ def _parse_value(entry: Entry, setting: Setting, errors: list[ConfError], secret
 def parse_config(path: str, text: str) -> Config:
     """Parse and validate a config file; raises ConfErrors listing every problem."""
     entries, errors = read_entries(path, text)
-    settings: dict[str, Any] = {key: setting.default for key, setting in GLOBAL.items()}
+    known_keys = global_settings()  # the core's and every broker mode's
+    settings: dict[str, Any] = {key: setting.default for key, setting in known_keys.items()}
     pools: dict[str, PoolConfig] = {}
     secrets: list[str] = []
     seen: dict[str, Position] = {}
@@ -102,15 +103,15 @@ def parse_config(path: str, text: str) -> Config:
             continue
         seen[entry.key] = entry.key_at
         values_at[entry.key] = entry.value_at
-        if entry.key in GLOBAL:
-            settings[entry.key] = _parse_value(entry, GLOBAL[entry.key], errors, secrets)
+        if entry.key in known_keys:
+            settings[entry.key] = _parse_value(entry, known_keys[entry.key], errors, secrets)
             continue
         match = _POOL_KEY.match(entry.key)
         if match and match.group(2) == "hook":
             errors.append(ConfError(entry.key_at, "hook lines belong in rules/*.conf, not in the config file"))
             continue
         if not match:
-            errors.append(ConfError(entry.key_at, f"unknown key {entry.key}{_suggest(entry.key, list(GLOBAL))}"))
+            errors.append(ConfError(entry.key_at, f"unknown key {entry.key}{_suggest(entry.key, list(known_keys))}"))
             continue
         db, pool_name, key = match.groups()
         if db not in registry.backends():
@@ -147,7 +148,7 @@ def parse_config(path: str, text: str) -> Config:
 def _partial(path: str, settings: dict[str, Any], pools: dict[str, PoolConfig]) -> Config:
     """The config as far as it parsed, defaults in place of the values in error: what the rules
     are checked against when the config has errors (a rule's pool is known if its pool is)."""
-    good = {key: GLOBAL[key].default if value is None else value for key, value in settings.items()}
+    good = {key: global_settings()[key].default if value is None else value for key, value in settings.items()}
     for pool in pools.values():
         known = pool_settings(pool.db)
         for key, value in pool.settings.items():
@@ -170,7 +171,7 @@ def _pool_reference_errors(
 ) -> list[ConfError]:
     """Settings that name a pool (`broker.auth.backend = redis.pool1`) name one that is configured."""
     errors: list[ConfError] = []
-    for key, setting in GLOBAL.items():
+    for key, setting in global_settings().items():
         value = settings.get(key)
         if setting.pool_ref and value and value not in pools:
             known = sorted(pools)
@@ -185,7 +186,7 @@ _ANY_HOST = frozenset({"", "0.0.0.0", "::", "*"})
 def _api_errors(path: str, settings: dict[str, Any], values_at: dict[str, Position]) -> list[ConfError]:
     """The management API (api.*) as `run` would serve it: refused when it would be reachable from
     the network with no key (as the broker refuses an anonymous listener off loopback)."""
-    from bridge.api.keys import is_loopback
+    from bridge.conf.apikeys import is_loopback
 
     if not settings.get("api.enabled"):
         return []
@@ -216,7 +217,7 @@ def _listener_collisions(path: str, settings: dict[str, Any], values_at: dict[st
     host or one of them on every address. Port 0 (any free port) never collides."""
     errors: list[ConfError] = []
     taken: dict[int, list[tuple[str, str]]] = {}
-    for key, setting in GLOBAL.items():
+    for key, setting in global_settings().items():
         value = settings.get(key)
         if setting.parse not in (a.parse_listener, a.optional_listener) or not value or not value[1]:
             continue

@@ -5,15 +5,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bridge import registry
-from bridge.conf.schema import GLOBAL, POOL_COMMON
+from bridge.conf import registry
+from bridge.conf.schema import POOL_COMMON, global_settings
 from bridge.conf.setting import Setting
 
 HEADER = """\
 # Configuration reference: `config/bridge.conf`
 
-Generated from `bridge/conf/schema.py` and the pool settings each backend declares (`actions/<db>/__init__.py`)
-by `python -m bridge.conf.docs > docs/configuration.md`;
+Generated from `bridge/conf/schema.py`, the settings each broker mode declares (`bridge/brokers/<mode>/settings.py`)
+and the pool settings each backend declares (`actions/<db>/__init__.py`) by
+`python -m bridge.conf.docs > docs/configuration.md`;
 a test fails when this page and the code disagree.
 
 The file holds `key = value` lines. `#` starts a comment (at the start of a line, or after a
@@ -78,7 +79,7 @@ def _table(settings: dict[str, Setting], prefix: str = "") -> list[str]:
 
 def render() -> str:
     plugins = registry.backends()  # the installed backends: each declares its pool settings
-    lines = [HEADER, "## Bridge, broker, metrics, spool, logs", "", *_table(GLOBAL), ""]
+    lines = [HEADER, "## Bridge, broker, metrics, spool, logs", "", *_table(global_settings()), ""]
     lines += [
         "## Pools: `backend.<db>.<pool>.<key>`",
         "",

@@ -1,354 +1,53 @@
 """The declared settings: one table drives validation, defaults and the docs.
 
-Global keys are listed in GLOBAL; pool keys (`backend.<db>.<pool>.<key>`) in
-POOL_COMMON plus the table each backend declares with its plug-in (bridge/registry.py).
+Global keys are the core's, listed in CORE, and those each broker mode declares with its plug-in
+(bridge/brokers/<mode>/settings.py): `global_settings()` is them all. Pool keys
+(`backend.<db>.<pool>.<key>`) are POOL_COMMON plus the table each backend declares with its plug-in
+(bridge/conf/registry.py).
 """
 
 from __future__ import annotations
 
-from bridge import registry
+import functools
+
 from bridge.conf import addresses as a
-from bridge.conf import values as v
+from bridge.conf import parsers as p
+from bridge.conf import registry
 from bridge.conf.setting import Setting
-from bridge.mqtt.decoder import DEFAULT_MAX_PACKET_SIZE as MQTT_MAX_PACKET  # the largest MQTT can frame
-from bridge.topics import filter_error
 
 
 def api_keys(text: str) -> dict[str, str]:
-    from bridge.api.keys import parse_api_keys
+    from bridge.conf.apikeys import parse_api_keys
 
-    return parse_api_keys(v.parse_str(text))
+    return parse_api_keys(p.parse_str(text))
 
 
 api_keys.__doc__ = "`<name>:sha256:<hex>`, comma-separated"
 
 
-def topic_filter(text: str) -> str:
-    value = v.string(required=True)(text)
-    problem = filter_error(value)
-    if problem:
-        raise ValueError(problem if problem.startswith("bad") else f"bad topic filter: {problem}")
-    return value
-
-
-topic_filter.__doc__ = "MQTT topic filter"
-
-
-def password_file(text: str) -> str:
-    """A password file `run` can use: read and parsed now, so `check` reports its bad lines."""
-    from bridge.brokers.embedded.auth.passwords import load_password_file  # the broker imports conf
-
-    value = v.parse_str(text)
-    if value:
-        load_password_file(value)  # PasswordFileError is a ValueError: `path:line:col: ...` lines
-    return value
-
-
-password_file.__doc__ = "path of a file `mosquitto_passwd` writes; empty: none"
-
-
-def password_hash(text: str) -> str:
-    from bridge.brokers.embedded.auth.hashes import parse_password_hash
-
-    return str(parse_password_hash(text))  # validated here, made a PasswordHash by make_gate
-
-
-password_hash.__doc__ = (
-    "`plain`, `md5`, `sha`, `sha256`, `sha512`, `bcrypt`, `salt,<hash>`, `<hash>,salt` or "
-    "`pbkdf2,<mac>,<iterations>,<dklen>`"
-)
-
-
-def _user_backends() -> list[str]:
-    """The databases whose backend can hold the embedded broker's users and ACL."""
-    return [name for name, plugin in registry.backends().items() if plugin.users and plugin.acl]
-
-
-def user_backend(text: str) -> str:
-    """`<db>.<pool>` of a database that can hold users, or empty."""
-    value = v.parse_str(text).strip()
-    db, dot, pool = value.partition(".")
-    names = _user_backends()
-    if value and (db not in names or not dot or not pool):
-        shapes = [f"{name}.<pool>" for name in names]
-        listed = ", ".join(shapes[:-1]) + f" or {shapes[-1]}" if len(shapes) > 1 else "".join(shapes)
-        raise ValueError(f"{value!r} is not {listed}")
-    return value
-
-
-user_backend_setting = v.LateDescribed(
-    user_backend, lambda: ", ".join(f"`{name}.<pool>`" for name in _user_backends()) + "; empty: none"
-)
-
-
-def _tls_listener(name: str, what: str, example: str) -> dict[str, Setting]:
-    """An embedded broker listener with TLS: `broker.listener.<name>` and its certificate keys."""
-    key = f"broker.listener.{name}"
-    return {
-        key: Setting(a.optional_listener, None, f"embedded mode: {what}; `off` (default) disables", example=example),
-        f"{key}.certfile": Setting(
-            v.parse_str, "", "the server's certificate (PEM), required", example="etc/server.crt"
-        ),
-        f"{key}.keyfile": Setting(v.parse_str, "", "its private key (PEM, no passphrase)", example="etc/server.key"),
-        f"{key}.cafile": Setting(
-            v.parse_str, "", "CA bundle client certificates are verified against; empty: the system's CAs"
-        ),
-        f"{key}.verify_peer": Setting(v.parse_bool, False, "require a client certificate the CA signed"),
-        f"{key}.peer_cert_as_username": Setting(
-            v.enum_of("cn", "off"),
-            "off",
-            "`cn`: the client certificate's common name is the user name; no password needed (needs verify_peer = on)",
-        ),
-    }
-
-
-GLOBAL: dict[str, Setting] = {
+CORE: dict[str, Setting] = {
     "node.name": Setting(
-        v.string(required=True, max_bytes=255), "hookbridge@127.0.0.1", "name of this bridge node; stored as `node`"
+        p.string(required=True, max_bytes=255), "hookbridge@127.0.0.1", "name of this bridge node; stored as `node`"
     ),
     "broker.mode": Setting(
-        v.late_choice(lambda: registry.modes()),
+        p.late_choice(lambda: registry.modes()),
         "embedded",
         "where events come from: embedded broker, EMQX 5, any MQTT broker",
-    ),
-    "broker.listener.tcp": Setting(
-        a.parse_listener, ("127.0.0.1", 1883), "embedded mode: MQTT listener address", example="127.0.0.1:1883"
-    ),
-    # The embedded broker's limits (bridge/brokers/embedded/limits.py): one setting per `Limits`
-    # field, same name and default; a test holds the two together.
-    "broker.max_packet_size": Setting(
-        v.size_in(128, MQTT_MAX_PACKET),
-        1 << 20,
-        "embedded mode: largest MQTT packet a client may send, header included; a bigger one closes "
-        "its connection (MQTT 5 clients are told this limit when they connect)",
-        example="1MB",
-    ),
-    "broker.max_connections": Setting(
-        v.int_in(0, 1_000_000),
-        0,
-        "embedded mode: clients connected at once; one more is closed as soon as it connects. 0: as many "
-        "as the open-file hard limit (ulimit -Hn) holds beside the descriptors the bridge needs otherwise",
-    ),
-    "broker.connect_timeout": Setting(
-        v.duration_in(0.1, 3600),
-        10.0,
-        "embedded mode: time a new connection has to send its CONNECT before it is closed",
-        example="10s",
-    ),
-    "broker.max_inflight": Setting(
-        v.int_in(1, 65535),
-        32,
-        "embedded mode: QoS 1/2 messages sent to a client and not yet acknowledged, per session; more "
-        "wait in its queue, in order",
-    ),
-    # -- the embedded broker's listeners and anonymous access (docs/security.md) ------
-    "broker.allow_anonymous": Setting(
-        v.parse_bool,
-        None,
-        "embedded mode: whether a client may connect without a user name; default on only if every "
-        "listener binds a loopback address. A listener other clients can reach with nothing to "
-        "authenticate them (no password file, no users in a database, no client certificates) stops the "
-        "start unless this is on",
-    ),
-    **_tls_listener("ssl", "MQTT over TLS listener", "0.0.0.0:8883"),
-    "broker.listener.ws": Setting(
-        a.optional_listener,
-        None,
-        "embedded mode: MQTT over WebSocket listener, path `/mqtt`; `off` (default) disables",
-        example="0.0.0.0:8083",
-    ),
-    **_tls_listener("wss", "MQTT over WebSocket and TLS listener, path `/mqtt`", "0.0.0.0:8084"),
-    "broker.max_offline_messages": Setting(
-        v.int_in(0, 100_000_000),
-        100_000,
-        "embedded mode: QoS 1/2 messages queued per session (offline, or behind its in-flight window); "
-        "when full the oldest is dropped and counted; 0: no count limit",
-    ),
-    "broker.max_offline_bytes": Setting(
-        v.size_in(1 << 10, 1 << 40),
-        64 << 20,
-        "embedded mode: bytes of messages queued per session (topic, payload and about 200 bytes of "
-        "bookkeeping each); when full the oldest message is dropped and counted",
-        example="64MB",
-    ),
-    "broker.max_queued_bytes": Setting(
-        v.size_in(1 << 20, 1 << 40),
-        4 << 30,
-        "embedded mode: bytes of messages queued in all sessions together, counted as "
-        "broker.max_offline_bytes counts them; when over it the oldest messages of the largest queues "
-        "are dropped and counted (queued_bytes) until it holds again. Messages in flight (sent, not yet "
-        "acknowledged) are not counted and never dropped. Plan for up to twice it in memory with small "
-        "messages (docs/operations.md, memory of the embedded broker); no value means unlimited, 1TB is the "
-        "largest",
-        example="4GB",
-    ),
-    "broker.max_subscriptions": Setting(
-        v.int_in(0, 1_000_000),
-        1000,
-        "embedded mode: topic filters one session may hold; a SUBSCRIBE beyond it is refused for that "
-        "filter; 0: no limit",
-    ),
-    "broker.max_subscribe_filters": Setting(
-        v.int_in(0, 1_000_000),
-        1000,
-        "embedded mode: distinct topic filters one SUBSCRIBE packet may carry (a filter repeated in the "
-        "packet counts once and is subscribed once, with its last options); the filters past it are refused "
-        "(SUBACK 0x80, or 0x97 quota exceeded for MQTT 5), the others granted; 0: no limit",
-    ),
-    "broker.max_topic_levels": Setting(
-        v.int_in(1, 65535),
-        64,
-        'embedded mode: levels of a topic or filter ("a/b/c" has 3); a PUBLISH with more closes the '
-        "connection, a SUBSCRIBE filter with more is refused",
-    ),
-    "broker.max_clientid_len": Setting(
-        v.int_in(23, 65535),
-        256,
-        "embedded mode: longest client id, in UTF-8 bytes; a longer one is refused at CONNECT",
-    ),
-    "broker.max_user_properties": Setting(
-        v.int_in(0, 1_000_000),
-        1024,
-        "embedded mode: MQTT 5 user properties one packet (or its will) may carry; more closes the "
-        "connection (reason 0x95, counted as user_properties); 0: no limit but broker.max_packet_size",
-    ),
-    "broker.max_output_bytes": Setting(
-        v.size_in(1 << 10, 1 << 30),
-        4 << 20,
-        "embedded mode: bytes sent to a client and not yet read by it; above this, delivery to that "
-        "client pauses and its messages wait in its queue (the publishers are not slowed), and the broker "
-        "stops reading from that client until it reads (counted in hookbridge_broker_output_paused_total)",
-        example="4MB",
-    ),
-    "broker.server_keep_alive": Setting(
-        v.int_in(0, 65535),
-        0,
-        "embedded mode: seconds; above 0, MQTT 5 clients asking for a longer keepalive (or none) are "
-        "told this one and held to it; 0: each client's own keepalive",
-    ),
-    # -- the embedded broker's users (docs/security.md; bridge/brokers/embedded/auth/) --
-    "broker.auth.password_file": Setting(
-        password_file,
-        "",
-        "embedded mode: users and passwords in Mosquitto's password file format ($7$ PBKDF2-SHA512 or $6$ "
-        "SHA-512, as `mosquitto_passwd` writes them), e.g. `etc/passwd`; read again on SIGHUP",
-    ),
-    "broker.auth.backend": Setting(
-        user_backend_setting,
-        "",
-        "embedded mode: the pool whose database holds the users (Redis hash `mqtt_user:<username>`, "
-        "PostgreSQL table / MongoDB collection `mqtt_user`), e.g. `redis.pool1`; lookups are cached for 30 s",
-        pool_ref=True,
-    ),
-    "broker.auth.password_hash": Setting(
-        password_hash,
-        "sha256",
-        "embedded mode: how the database's `password` field was made from the password and its `salt` "
-        "field, as EMQX 4 (`salt,sha256`: salt before the password, `sha256,salt`: after it)",
-    ),
-    # -- who may publish and subscribe (docs/security.md; the embedded broker) ----------------------
-    "broker.acl.file": Setting(
-        v.parse_str,
-        "",
-        "embedded mode: ACL file in Mosquitto's `acl_file` format (`user`, `topic`, `pattern` with %c "
-        "and %u); reloaded on SIGHUP",
-        example="etc/acl",
-    ),
-    "broker.acl.backend": Setting(
-        user_backend_setting,
-        "",
-        "embedded mode: the ACL in a database, in EMQX 4's layout (Redis `mqtt_acl:<username>` hashes, "
-        "table or collection `mqtt_acl`); read once per login, cached for 30 s",
-        example="redis.pool1",
-        pool_ref=True,
-    ),
-    "broker.acl.nomatch": Setting(
-        v.enum_of("allow", "deny"),
-        "deny",
-        "embedded mode: what a publish or subscribe no ACL entry matches gets (`$SYS` topics are "
-        "readable only where an entry allows them)",
-    ),
-    "broker.takeover": Setting(
-        v.enum_of("any", "same_user"),
-        None,
-        "embedded mode: `same_user`: a CONNECT with the client id of another user's connection or session is "
-        "refused; `any`: it takes the session over. Default: `same_user` when `broker.auth.*` is set, else `any`",
-    ),
-    "broker.sys_interval": Setting(
-        v.duration_in(0, 86400),
-        10.0,
-        "embedded mode: the broker's status is published, retained, to `$SYS/broker/...` (Mosquitto's names: "
-        "clients/connected, messages/received, load/messages/received/1min, ...) every this interval; "
-        "0: never. Clients read it as the ACL allows (a subscription to `$SYS/#`)",
-        example="10s",
-    ),
-    "broker.durable_sessions": Setting(
-        v.parse_bool,
-        False,
-        "embedded mode: keep every session with expiry > 0 (3.1.1: clean session 0), its subscriptions, queued "
-        "and in-flight messages, its will, and the retained messages on disk, so they survive a restart and a "
-        '`kill -9` (docs/brokers.md, "Durable sessions")',
-    ),
-    "broker.durable_commit_interval": Setting(
-        v.duration_in(0, 1),
-        0.002,
-        "embedded mode, durable sessions on: at most one commit per this interval (a commit holds everything "
-        "that happened since the last; a publisher's PUBACK waits for it). Shorter: lower latency; longer: fewer, "
-        "larger commits",
-        example="2ms",
-    ),
-    "broker.durable_dir": Setting(
-        v.writable_dir,
-        "data/durable",
-        "embedded mode, durable sessions on: the directory of the store (`durable.db`, SQLite in WAL mode); "
-        "relative to the working directory",
-    ),
-    "broker.server": Setting(a.parse_hostport, ("127.0.0.1", 1883), "external modes: broker to connect to"),
-    "broker.clientid": Setting(
-        v.string(required=True), "hookbridge-1", "external modes: fixed client id (session persists)"
-    ),
-    "broker.username": Setting(v.parse_str, "", "external modes: username"),
-    "broker.password": Setting(v.parse_str, "", "external modes: password", secret=True),
-    "broker.ssl": Setting(v.parse_bool, False, "external modes: TLS to the broker"),
-    "broker.ssl.cafile": Setting(v.parse_str, "", "CA bundle to verify the broker"),
-    "broker.ssl.certfile": Setting(v.parse_str, "", "client certificate"),
-    "broker.ssl.keyfile": Setting(v.parse_str, "", "client key"),
-    "broker.ssl.verify": Setting(v.parse_bool, True, "verify the broker's certificate"),
-    "broker.shared_group": Setting(
-        v.string(forbidden="/+#"), "", "subscribe through $share/<group>/<filter>; empty: plain"
-    ),
-    "broker.receive_maximum": Setting(v.int_in(1, 65535), 1024, "QoS 1 messages in flight to the bridge"),
-    "broker.session_expiry": Setting(
-        v.duration_in(0, 0xFFFFFFFF),
-        7 * 86400.0,
-        "external modes: how long the broker keeps the bridge's session",
-        example="7d",
-    ),
-    "broker.emqx.api": Setting(a.http_url, "http://127.0.0.1:18083", "emqx mode: REST API base URL"),
-    "broker.emqx.api_key": Setting(v.parse_str, "", "emqx mode: API key", secret=True),
-    "broker.emqx.api_secret": Setting(v.parse_str, "", "emqx mode: API secret", secret=True),
-    "broker.emqx.api_version": Setting(
-        v.enum_of("v5", "v4"),
-        "v5",
-        "emqx mode: the REST API's version, v5 (EMQX 5) or v4 (EMQX 4.4: AppID / AppSecret as key / secret)",
-    ),
-    "broker.emqx.event_topic": Setting(
-        topic_filter, "hookbridge/events/#", "emqx mode: where EMQX rules republish $events/*"
     ),
     "metrics.listener": Setting(
         a.optional_listener, ("127.0.0.1", 9100), "GET /metrics and /healthz; `off` disables", example="127.0.0.1:9100"
     ),
     "metrics.listener.certfile": Setting(
-        v.parse_str,
+        p.parse_str,
         "",
         "HTTPS on `metrics.listener` (/metrics, /healthz, the API): the server's certificate (PEM); empty: plain HTTP",
         example="etc/server.crt",
     ),
     "metrics.listener.keyfile": Setting(
-        v.parse_str, "", "its private key (PEM, no passphrase)", example="etc/server.key"
+        p.parse_str, "", "its private key (PEM, no passphrase)", example="etc/server.key"
     ),
     "api.enabled": Setting(
-        v.parse_bool,
+        p.parse_bool,
         False,
         "the management API under /api/v1/ on `metrics.listener` (docs/operations.md); off by default",
     ),
@@ -362,75 +61,90 @@ GLOBAL: dict[str, Setting] = {
         example="",  # none: shown as (empty)
     ),
     "api.allow_anonymous_loopback": Setting(
-        v.parse_bool,
+        p.parse_bool,
         False,
         "API requests from loopback (127.0.0.1, ::1) without a key; off: every request needs a key",
     ),
-    "api.max_body": Setting(v.size_in(1024, 16 * 1024 * 1024), 64 * 1024, "largest API request body (413 above)"),
-    "api.max_page": Setting(v.int_in(1, 10000), 1000, "largest `limit` of an API list (400 above)"),
+    "api.max_body": Setting(p.size_in(1024, 16 * 1024 * 1024), 64 * 1024, "largest API request body (413 above)"),
+    "api.max_page": Setting(p.int_in(1, 10000), 1000, "largest `limit` of an API list (400 above)"),
     "api.sample_interval": Setting(
-        v.duration_in(0.1, 600),
+        p.duration_in(0.1, 600),
         10.0,
         "how often the throughput the dashboard charts (GET /api/v1/stats: connections, messages/s) is "
         "sampled; the last hour is kept",
         example="10s",
     ),
     "spool.dir": Setting(
-        v.writable_dir,
+        p.writable_dir,
         "data/spool",
         "on-disk spool for actions a pool cannot write now (database down, queue full); relative to the "
         "working directory",
     ),
     "deadletter.dir": Setting(
-        v.writable_dir,
+        p.writable_dir,
         "data/deadletter",
         "where actions that failed for good (after their message was acknowledged) are kept, one JSON "
         "line each in `<pool>.jsonl` (docs/operations.md, Dead letters); relative to the working directory",
     ),
     "deadletter.max_bytes": Setting(
-        v.size_in(4 << 10, 16 << 40),
+        p.size_in(4 << 10, 16 << 40),
         1 << 30,
         "bound of the dead-letter files together; past it a failed action is logged and counted as dropped",
         example="1GB",
     ),
     "spool.max_bytes": Setting(
-        v.size_in(64 << 10, 16 << 40), 1 << 30, "bound of the spool, all pools together", example="1GB"
+        p.size_in(64 << 10, 16 << 40), 1 << 30, "bound of the spool, all pools together", example="1GB"
     ),
     "spool.overflow": Setting(
-        v.enum_of("block", "drop_oldest"),
+        p.enum_of("block", "drop_oldest"),
         "block",
         "when the spool is full: `block` (actions wait: back-pressure to the broker) or `drop_oldest` "
         "(the oldest spooled actions are deleted and counted `dropped`)",
     ),
-    "log.level": Setting(v.enum_of("debug", "info", "warning", "error"), "info", "log level"),
-    "log.format": Setting(v.enum_of("text", "json"), "text", "log line format on stderr"),
+    "log.level": Setting(p.enum_of("debug", "info", "warning", "error"), "info", "log level"),
+    "log.format": Setting(p.enum_of("text", "json"), "text", "log line format on stderr"),
 }
+
+
+
+@functools.cache
+def global_settings() -> dict[str, Setting]:
+    """Every global key: the core's (CORE) and those each installed broker mode declares with its
+    plug-in (`ModePlugin.settings`), the node and the mode first. Modes may share a setting (the
+    external modes' connection); two different settings of one key are a mistake of a plug-in."""
+    found = {key: CORE[key] for key in ("node.name", "broker.mode")}
+    for mode in registry.modes().values():
+        for key, setting in mode.settings.items():
+            if found.setdefault(key, setting) is not setting or key in CORE:
+                raise TypeError(f"broker mode {mode.name} declares {key}, which another mode or the core declares")
+    return {**found, **CORE}
+
 
 POOL_COMMON: dict[str, Setting] = {
     "server": Setting(a.parse_hostport, None, "database address", example="127.0.0.1:6379"),
-    "pool_size": Setting(v.int_in(1, 1024), 8, "connections in the pool"),
-    "username": Setting(v.parse_str, "", "login name"),
-    "password": Setting(v.parse_str, "", "password", secret=True),
-    "auto_schema": Setting(v.parse_bool, True, "create missing tables / keyspace / indexes at start"),
-    "ssl": Setting(v.parse_bool, False, "TLS to the database"),
-    "ssl.cafile": Setting(v.parse_str, "", "CA bundle to verify the server"),
-    "ssl.certfile": Setting(v.parse_str, "", "client certificate"),
-    "ssl.keyfile": Setting(v.parse_str, "", "client key"),
-    "ssl.verify": Setting(v.parse_bool, True, "verify the server certificate and host name"),
-    "batch_size": Setting(v.int_in(1, 100_000), 2000, "most actions written in one batch"),
-    "batch_time": Setting(v.duration_in(0, 60), 0.005, "longest wait to fill a batch", example="5ms"),
-    "max_inflight": Setting(v.int_in(1, 256), 4, "batches written concurrently (ordering lanes)"),
-    "queue_size": Setting(v.int_in(1, 100_000_000), 100_000, "actions waiting in memory before back-pressure"),
-    "retry_backoff_max": Setting(v.duration_in(0.01, 3600), 5.0, "longest pause between retries", example="5s"),
+    "pool_size": Setting(p.int_in(1, 1024), 8, "connections in the pool"),
+    "username": Setting(p.parse_str, "", "login name"),
+    "password": Setting(p.parse_str, "", "password", secret=True),
+    "auto_schema": Setting(p.parse_bool, True, "create missing tables / keyspace / indexes at start"),
+    "ssl": Setting(p.parse_bool, False, "TLS to the database"),
+    "ssl.cafile": Setting(p.parse_str, "", "CA bundle to verify the server"),
+    "ssl.certfile": Setting(p.parse_str, "", "client certificate"),
+    "ssl.keyfile": Setting(p.parse_str, "", "client key"),
+    "ssl.verify": Setting(p.parse_bool, True, "verify the server certificate and host name"),
+    "batch_size": Setting(p.int_in(1, 100_000), 2000, "most actions written in one batch"),
+    "batch_time": Setting(p.duration_in(0, 60), 0.005, "longest wait to fill a batch", example="5ms"),
+    "max_inflight": Setting(p.int_in(1, 256), 4, "batches written concurrently (ordering lanes)"),
+    "queue_size": Setting(p.int_in(1, 100_000_000), 100_000, "actions waiting in memory before back-pressure"),
+    "retry_backoff_max": Setting(p.duration_in(0.01, 3600), 5.0, "longest pause between retries", example="5s"),
     "request_timeout": Setting(
-        v.duration_in(0.1, 3600),
+        p.duration_in(0.1, 3600),
         5.0,
         "a request the database has not answered within this time means the pool is down (a stalled "
         "server, a dead network path): /healthz reports it and its actions go to the spool",
         example="5s",
     ),
     "trim_interval": Setting(
-        v.duration_in(0.1, 86400),
+        p.duration_in(0.1, 86400),
         60.0,
         "how often expired messages are removed (rules with expired_time)",
         example="60s",

@@ -1,7 +1,7 @@
 """One declared setting: how its text is parsed, its default, and how the docs describe it.
 
-On its own so that a backend's declaration (bridge/registry.py) can hold settings without
-importing the global table in schema.py.
+On its own so that a backend's or a broker mode's declaration (bridge/conf/registry.py) can hold
+settings without importing the core's table in schema.py.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from bridge.registry import CommandPlugin
+from bridge.conf.registry import CommandPlugin
 
 EXIT_CONFIG = 2
 

@@ -1,6 +1,6 @@
 """`hookbridge run --workers N`: N bridge processes on one shared subscription, one supervisor.
+(Each worker's broker client id, and which client ids are the bridge's own: bridge/brokers/external/clientids.py.)
 
-- names.py: each worker's broker client id; which client ids are the bridge's own
 - layout.py: each worker's spool directory and settings; state left by a run with more workers
 - checks.py: what `check` and `run` refuse (config errors) and warn about (rules needing order)
 - channel.py: the private line protocol a worker answers the supervisor on (metrics, health)

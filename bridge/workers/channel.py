@@ -1,6 +1,6 @@
 """The private channel between the supervisor and one worker: a Unix socket pair, one JSON line each way.
 
-The supervisor asks `<number> metrics` (every family, as bridge.metrics.Family data) or
+The supervisor asks `<number> metrics` (every family, as bridge.ops.metrics.Family data) or
 `<number> health` (the worker's /healthz answer); the worker answers with one JSON line
 `{"id": <number>, "answer": ...}`. The number lets the supervisor skip a late answer to a question
 it stopped waiting for (a worker busy for longer than ASK_TIMEOUT) instead of taking it for the
@@ -19,7 +19,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from bridge.metrics import Family, Sample
+from bridge.ops.metrics import Family, Sample
 
 log = logging.getLogger(__name__)
 

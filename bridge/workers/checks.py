@@ -7,7 +7,7 @@ broker mode that declares shared subscriptions (mqtt, emqx) can run more than on
 
 from __future__ import annotations
 
-from bridge import registry
+from bridge.conf import registry
 from bridge.conf.config import Config
 from bridge.conf.errors import ConfError, Position
 from bridge.events import Hookpoint

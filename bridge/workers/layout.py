@@ -3,7 +3,7 @@
 Worker 0 keeps `broker.clientid` and `spool.dir` as they are, so going from one process to N
 keeps the broker session, the packet-id ledger and the spool the single process had. Worker i > 0
 is `<broker.clientid>-w<i>` with `<spool.dir>/worker-<i>/`. Both must stay the same across
-restarts: a worker's broker session and its ledger (bridge/brokers/mqtt/ledger.py) belong to its
+restarts: a worker's broker session and its ledger (bridge/brokers/external/mqtt/ledger.py) belong to its
 client id, and a message it committed but had not acknowledged comes back to that session only.
 
 Pool spools live in `<spool.dir>/<db>.<pool>/`; a pool id always holds a dot, so a `worker-<i>`
@@ -17,8 +17,8 @@ import re
 import shutil
 from pathlib import Path
 
+from bridge.brokers.external.clientids import worker_clientid
 from bridge.conf.config import Config
-from bridge.workers.names import worker_clientid
 
 _WORKER_DIR = re.compile(r"^worker-([1-9][0-9]*)$")
 MIN_SPOOL_SHARE = 64 << 10  # the least spool.max_bytes takes

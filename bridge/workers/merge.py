@@ -1,6 +1,6 @@
 """One /metrics and one /healthz for N workers.
 
-Each family says how its workers' values combine (bridge/metrics.py `Merge`): "sum" adds the
+Each family says how its workers' values combine (bridge/ops/metrics.py `Merge`): "sum" adds the
 samples with the same name and labels (counters, histograms, and gauges whose total means
 something: queue depth, spool bytes, messages in flight), "each" keeps every worker's sample with
 a `worker` label added (1 when a pool is up: a sum of those says nothing).
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bridge.metrics import Family, Sample
+from bridge.ops.metrics import Family, Sample
 
 
 def merge_families(per_worker: dict[int, list[Family]], carried: list[Family] | None = None) -> list[Family]:

@@ -34,16 +34,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.app import Paths
+from bridge.brokers.external.clientids import worker_clientid
 from bridge.conf.config import Config
 from bridge.conf.tls import http_listener_context
-from bridge.http import StatusServer
-from bridge.metrics import Family, Sample, render_families
-from bridge.redact import Redactor
+from bridge.ops.http import StatusServer
+from bridge.ops.metrics import Family, Sample, render_families
+from bridge.ops.redact import Redactor
 from bridge.workers.channel import SupervisorEnd, families_from_json
 from bridge.workers.child import RETIRE
 from bridge.workers.layout import worker_spool_dir
 from bridge.workers.merge import combined_health, counts_only, merge_families
-from bridge.workers.names import worker_clientid
 
 log = logging.getLogger("hookbridge.supervisor")
 

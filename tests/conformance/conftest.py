@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from bridge import registry
+from bridge.conf import registry
 from conformance.stores import Store
 
 

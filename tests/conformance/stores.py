@@ -2,7 +2,7 @@
 
 The suite runs the same rules (`rules_for(db)`) and the same assertions on every backend;
 a store only translates "what is stored" into plain Python values. Each installed backend
-(bridge/registry.py) has its store in `conformance/<db>_store.py`, as `STORE`; conftest.py
+(bridge/conf/registry.py) has its store in `conformance/<db>_store.py`, as `STORE`; conftest.py
 runs every test once per installed backend, so a backend without one fails the suite.
 """
 

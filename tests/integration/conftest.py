@@ -6,7 +6,7 @@
   SUBACK, acks and messages instead of sleeping (and never blocks the loop a
   broker under test may be running on).
 - `RawClient`: a bare socket speaking MQTT 3.1.1 or 5.0 through the project's codec
-  (`bridge.mqtt`), for what a well-behaved library will not do (withhold acks, skip
+  (`bridge.brokers.embedded.codec`), for what a well-behaved library will not do (withhold acks, skip
   PINGREQ, close without DISCONNECT, zero-length client id with a persistent session),
   and raw bytes for what no encoder will produce (malformed packets).
 """
@@ -23,8 +23,19 @@ from typing import Any
 import paho.mqtt.client as mqtt
 import pytest
 
+from bridge.brokers.embedded.codec import (
+    EMPTY,
+    MQTT_3_1_1,
+    Connect,
+    Decoder,
+    Packet,
+    Properties,
+    Subscribe,
+    Subscription,
+    Will,
+    encode,
+)
 from bridge.events import Event
-from bridge.mqtt import EMPTY, MQTT_3_1_1, Connect, Decoder, Packet, Properties, Subscribe, Subscription, Will, encode
 from support.process import BridgeProcess
 
 TIMEOUT = 5.0
@@ -217,7 +228,7 @@ def brief(packet: Any) -> str:
 
 
 class RawClient:
-    """An MQTT client on a bare socket: sends what it is told (packets encoded by `bridge.mqtt`
+    """An MQTT client on a bare socket: sends what it is told (packets encoded by `bridge.brokers.embedded.codec`
     at `level`, or raw bytes), reads the broker's packets one by one with a client-side decoder.
 
     The socket is read with `loop.sock_recv`, not a StreamReader: a broker that sends DISCONNECT

@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from bridge.mqtt import (
+from bridge.brokers.embedded.codec import (
     MQTT_3_1_1,
     MQTT_5,
     Connack,

@@ -505,7 +505,7 @@ def test_run_refuses_an_api_reachable_without_a_key(tmp_path: Path) -> None:
 
 
 def test_keys_match_by_hash_only() -> None:
-    from bridge.api.keys import key_name, parse_api_keys
+    from bridge.conf.apikeys import key_name, parse_api_keys
 
     digest = hashlib.sha256(KEY.encode()).hexdigest()
     keys = parse_api_keys(f"ops:sha256:{digest.upper()}, ci:sha256:{hashlib.sha256(b'other').hexdigest()}")

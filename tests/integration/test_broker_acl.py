@@ -24,7 +24,7 @@ from pymongo import AsyncMongoClient
 
 from actions.redis import keys
 from bridge.app import Bridge
-from bridge.mqtt import MQTT_3_1_1, MQTT_5, Connack, Connect, Will
+from bridge.brokers.embedded.codec import MQTT_3_1_1, MQTT_5, Connack, Connect, Will
 from support.bridges import BridgeFactory, mqtt_port
 from support.services import ROOT, postgres_dsn, start_ferretdb, start_postgres
 from tests.integration.conftest import RawClient

@@ -17,8 +17,8 @@ import redis as redis_sync
 
 from bridge.brokers.embedded.access import Login
 from bridge.brokers.embedded.auth import AuthGate, make_gate, permissions_for
-from bridge.mqtt import MQTT_5, Connect, Disconnect
-from bridge.mqtt.packets import Connack
+from bridge.brokers.embedded.codec import MQTT_5, Connect, Disconnect
+from bridge.brokers.embedded.codec.packets import Connack
 from support.bridges import BridgeFactory, mqtt_port
 from support.conf import make_config
 from support.process import free_port

@@ -15,7 +15,7 @@ import resource
 import pytest
 
 from bridge.app import Bridge
-from bridge.mqtt import Puback, Publish, Suback, encode
+from bridge.brokers.embedded.codec import Puback, Publish, Suback, encode
 from support.bridges import BridgeFactory, mqtt_port
 from tests.integration.conftest import RawClient
 

@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bridge.app import Bridge
-from bridge.mqtt import (
+from bridge.brokers.embedded.codec import (
     MQTT_3_1_1,
     MQTT_5,
     Connack,

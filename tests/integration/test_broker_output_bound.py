@@ -21,9 +21,9 @@ import pytest
 
 from bridge.app import Bridge
 from bridge.brokers.embedded import EmbeddedBroker
+from bridge.brokers.embedded.codec import MQTT_3_1_1, Connack, Connect, Pingreq, Pingresp, Puback, Publish, encode
 from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.listeners import Listener
-from bridge.mqtt import MQTT_3_1_1, Connack, Connect, Pingreq, Pingresp, Puback, Publish, encode
 from bridge.msgid import MsgIdGenerator
 from support.bridges import BridgeFactory, mqtt_port
 from support.mqtt import wait_until

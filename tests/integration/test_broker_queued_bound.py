@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
+from bridge.brokers.embedded.codec import Connack, Disconnect, Puback, Publish, encode
 from bridge.brokers.embedded.sessions import MESSAGE_OVERHEAD
-from bridge.mqtt import Connack, Disconnect, Puback, Publish, encode
 from support.process import BridgeProcess
 from tests.integration.conftest import RawClient, brief
 

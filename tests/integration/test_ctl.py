@@ -1,4 +1,4 @@
-"""`hookbridge ctl` (bridge/ctl.py, docs/operations.md#hookbridge-ctl-the-api-from-the-command-line) as an operator runs it: a separate process
+"""`hookbridge ctl` (bridge/ops/ctl.py, docs/operations.md#hookbridge-ctl-the-api-from-the-command-line) as an operator runs it: a separate process
 against a real running bridge (the embedded broker, the shipped rules on the test Redis) with real
 paho clients. Each command's output, and its effect on the broker and the clients."""
 

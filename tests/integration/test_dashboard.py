@@ -191,7 +191,7 @@ async def test_the_page_holds_no_data_and_the_data_needs_the_key(bridge: Bridge)
             assert answer.status == 200 and "sessionStorage" in await answer.text()
         async with session.get(base + "/api/v1/stats") as answer:
             assert answer.status == 401
-        for path in ("/static/../routes.py", "/static/%2e%2e/routes.py", "/static/..%2Fkeys.py", "/static/"):
+        for path in ("/static/../routes.py", "/static/%2e%2e/routes.py", "/static/..%2Fopenapi.py", "/static/"):
             async with session.get(base + path) as answer:
                 assert answer.status in (403, 404), path
                 assert "import" not in await answer.text(), path

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bridge.mqtt import Publish, Subscribe, Subscription
+from bridge.brokers.embedded.codec import Publish, Subscribe, Subscription
 from support.process import BridgeProcess
 from tests.integration.conftest import RawClient
 from tests.integration.test_durable_sessions import (

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import redis as redis_sync
 
-from bridge.mqtt import (
+from bridge.brokers.embedded.codec import (
     MQTT_3_1_1,
     MQTT_5,
     Connack,

@@ -16,10 +16,12 @@ from typing import Any
 
 import pytest
 
-from bridge import registry
-from bridge.brokers.base import Capability, Delivery, DeliveryError
+from bridge.brokers.base import Delivery, DeliveryError
 from bridge.brokers.embedded import EmbeddedBroker
+from bridge.brokers.embedded.codec import Disconnect, Pingreq, Pingresp, Puback, Pubcomp, Publish, Pubrec, Pubrel, Will
+from bridge.brokers.embedded.codec.encoder import encode
 from bridge.brokers.embedded.limits import Limits
+from bridge.conf import registry
 from bridge.events import (
     ClientConnected,
     ClientDisconnected,
@@ -29,8 +31,7 @@ from bridge.events import (
     SessionSubscribed,
     SessionUnsubscribed,
 )
-from bridge.mqtt import Disconnect, Pingreq, Pingresp, Puback, Pubcomp, Publish, Pubrec, Pubrel, Will
-from bridge.mqtt.encoder import encode
+from bridge.functions import Capability
 from bridge.msgid import MsgIdGenerator
 from tests.integration.conftest import TIMEOUT, PahoClient, RawClient, RecordingSink
 

@@ -23,9 +23,18 @@ import pytest
 
 from bridge.brokers.embedded import EmbeddedBroker
 from bridge.brokers.embedded.access import Login, OpenGate, Verdict
+from bridge.brokers.embedded.codec import (
+    MQTT_3_1_1,
+    MQTT_5,
+    Connect,
+    Disconnect,
+    Properties,
+    Publish,
+    ReasonCode,
+    encode,
+)
 from bridge.brokers.embedded.listeners import Listener
 from bridge.events import ClientConnected
-from bridge.mqtt import MQTT_3_1_1, MQTT_5, Connect, Disconnect, Properties, Publish, ReasonCode, encode
 from bridge.msgid import MsgIdGenerator
 from support.process import BridgeProcess, free_port
 from support.tls import Certificates, make_certificates, make_client_certificate

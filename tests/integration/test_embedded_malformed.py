@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 import redis as redis_sync
 
-from bridge.mqtt import MQTT_3_1_1, MQTT_5, Connack, Disconnect, Puback, Publish, Will, encode
+from bridge.brokers.embedded.codec import MQTT_3_1_1, MQTT_5, Connack, Disconnect, Puback, Publish, Will, encode
 from support.bridges import eventually
 from support.process import BridgeProcess
 from tests.integration.conftest import PahoClient, RawClient, brief

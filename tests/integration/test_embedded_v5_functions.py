@@ -23,7 +23,7 @@ from broker_suite.clients import V5, Client, ConnAck, Message, props
 from paho.mqtt.packettypes import PacketTypes
 
 from bridge.app import Bridge
-from bridge.mqtt import MQTT_5, Properties, Puback
+from bridge.brokers.embedded.codec import MQTT_5, Properties, Puback
 from support.bridges import BridgeFactory, mqtt_port
 from support.mqtt import wait_until
 from support.services import ROOT

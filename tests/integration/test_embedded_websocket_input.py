@@ -17,9 +17,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from bridge.brokers.embedded import EmbeddedBroker
+from bridge.brokers.embedded.codec import MQTT_3_1_1, Connect, Pingreq, encode
 from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.listeners import Listener
-from bridge.mqtt import MQTT_3_1_1, Connect, Pingreq, encode
 from bridge.msgid import MsgIdGenerator
 from tests.integration.conftest import TIMEOUT, RecordingSink
 from tests.integration.test_embedded_listeners import Client, round_trip

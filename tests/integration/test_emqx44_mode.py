@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from bridge.brokers.emqx.mapping import rule_event, sys_event
-from bridge.brokers.emqx.rest import EmqxApi
+from bridge.brokers.external.emqx.mapping import rule_event, sys_event
+from bridge.brokers.external.emqx.rest import EmqxApi
 from bridge.events import ClientConnected, ClientDisconnected, MessageAcked, SessionSubscribed, SessionUnsubscribed
 
 NODE = "emqx@127.0.0.1"

@@ -24,9 +24,9 @@ import redis as redis_sync
 from aiohttp import web
 
 from bridge.app import Bridge, Paths
-from bridge.brokers.emqx import EmqxSource
-from bridge.brokers.emqx.rest import EmqxApi, EmqxApiError
-from bridge.brokers.mqtt import Upstream
+from bridge.brokers.external.emqx import EmqxSource
+from bridge.brokers.external.emqx.rest import EmqxApi, EmqxApiError
+from bridge.brokers.external.mqtt import Upstream
 from bridge.conf.errors import ConfErrors
 from bridge.events import (
     ClientConnected,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.brokers.mqtt import MqttSource, Upstream
+from bridge.brokers.external.mqtt import MqttSource, Upstream
 from bridge.events import ClientConnected, ClientDisconnected, SessionSubscribed, SessionUnsubscribed
 from bridge.msgid import MsgIdGenerator
 from support.services import start_mosquitto
@@ -111,7 +111,7 @@ async def test_the_bridge_does_not_report_its_own_session(source: tuple[MqttSour
 
 
 def test_log_line_formats() -> None:
-    from bridge.brokers.mqtt.mosquitto_log import MosquittoLog
+    from bridge.brokers.external.mqtt.mosquitto_log import MosquittoLog
 
     log = MosquittoLog("n", "me")
     e = log.parse(
@@ -132,7 +132,7 @@ def test_log_line_formats() -> None:
 
 def test_protocol_level_of_each_connect_line() -> None:
     """Mosquitto 2.0.11 logs p1 / p2 / p5 for `mosquitto_pub -V mqttv31 / mqttv311 / mqttv5`."""
-    from bridge.brokers.mqtt.mosquitto_log import MosquittoLog
+    from bridge.brokers.external.mqtt.mosquitto_log import MosquittoLog
 
     log = MosquittoLog("n", "me")
     for proto, level in (("p1", 3), ("p2", 4), ("p5", 5), ("p9", 4)):

@@ -18,7 +18,7 @@ import pytest
 import redis as redis_sync
 
 from bridge.app import Bridge
-from bridge.brokers.mqtt import MqttSource
+from bridge.brokers.external.mqtt import MqttSource
 from support.bridges import BridgeFactory, eventually
 from support.services import ROOT, start_mosquitto
 from tests.integration.conftest import PahoClient
@@ -205,7 +205,7 @@ async def test_rules_needing_what_the_mode_lacks_are_refused(tmp_path: Path, mak
 
 
 def test_message_filters_never_overlap() -> None:
-    from bridge.brokers.mqtt.filters import subscription_filters
+    from bridge.brokers.external.mqtt.filters import subscription_filters
 
     assert subscription_filters(["a/#", "a/b", "c/+"]) == ["a/#", "c/+"]
     assert subscription_filters(["a/+", "+/b"]) == ["#"]

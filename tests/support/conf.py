@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bridge import registry
+from bridge.conf import registry
 from bridge.conf.config import Config, parse_config
 from bridge.rules import RuleContext
 

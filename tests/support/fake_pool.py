@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 from bridge.backend import Backend, FunctionContext, Job
 from bridge.conf.config import PoolConfig, parse_config
 from bridge.events import MessagePublish, SessionSubscribed
+from bridge.pipeline.runner import Backoff
 from bridge.rules import Rule, parse_rules
-from bridge.runner import Backoff
 from support.conf import config_text, rule_context
 from support.services import ROOT
 

@@ -1,11 +1,11 @@
 """A fixed state of every kind of family the bridge exports, for tests/unit/test_metrics_exposition.py.
 
-`before_*.txt` in tests/unit/metrics_before/ is what the hand-written renderer (bridge/metrics.py before
+`before_*.txt` in tests/unit/metrics_before/ is what the hand-written renderer (bridge/ops/metrics.py before
 prometheus_client) printed for this state; the test compares the new exposition against it."""
 
 from __future__ import annotations
 
-from bridge.metrics import Family, Metrics, Sample
+from bridge.ops.metrics import Family, Metrics, Sample
 from bridge.workers.merge import merge_families
 
 

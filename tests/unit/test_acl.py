@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.brokers.embedded.auth.acl import READ, READWRITE, WRITE, ClientPermissions, Entry, covers, filter_regex
+from bridge.accounts import READ, READWRITE, WRITE, Entry
+from bridge.brokers.embedded.auth.acl import ClientPermissions, covers, filter_regex
 from bridge.brokers.embedded.auth.aclfile import parse_acl
 from bridge.brokers.embedded.auth.aclsource import Acl
 from bridge.conf.config import parse_config

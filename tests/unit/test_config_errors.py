@@ -12,7 +12,7 @@ import pytest
 from bridge.brokers.embedded.limits import Limits
 from bridge.conf.config import parse_config
 from bridge.conf.errors import ConfErrors
-from bridge.conf.schema import GLOBAL
+from bridge.conf.schema import global_settings
 
 P = "config/bridge.conf"
 
@@ -294,7 +294,7 @@ def test_spool_dir_that_cannot_be_written(tmp_path: Path) -> None:
 def test_every_broker_limit_is_a_setting_with_the_limits_default() -> None:
     """Limits is the broker's contract; its settings carry the same names and defaults."""
     limit_fields = {field.name: field.default for field in fields(Limits)}
-    settings = {key.removeprefix("broker."): GLOBAL[f"broker.{key}"].default for key in limit_fields}
+    settings = {key.removeprefix("broker."): global_settings()[f"broker.{key}"].default for key in limit_fields}
     assert settings == limit_fields
     assert Limits.from_config(parse_config(P, "")) == Limits()
 

@@ -1,4 +1,4 @@
-"""The dead-letter store (bridge/deadletter.py): one JSON line per failed action, the payload in
+"""The dead-letter store (bridge/pipeline/deadletter.py): one JSON line per failed action, the payload in
 base64, appended per pool; past `deadletter.max_bytes` an action is counted as dropped, not kept."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 from bridge.backend import Job, PermanentError
-from bridge.deadletter import DeadLetters
-from bridge.metrics import Metrics
+from bridge.ops.metrics import Metrics
+from bridge.pipeline.deadletter import DeadLetters
 from support.fake_pool import PUBLISH_RULE, publish, rules
 
 

@@ -9,14 +9,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-import bridge.engine
+import bridge.pipeline.engine
 from bridge.backend import Job
-from bridge.dispatcher import Dispatcher
-from bridge.engine import Engine
 from bridge.events import ClientConnected, Hookpoint, MessageAcked, SessionUnsubscribed
-from bridge.metrics import Metrics
-from bridge.pager import FetchPager
-from bridge.runner import Runner
+from bridge.ops.metrics import Metrics
+from bridge.pipeline.dispatcher import Dispatcher
+from bridge.pipeline.engine import Engine
+from bridge.pipeline.pager import FetchPager
+from bridge.pipeline.runner import Runner
 from support.fake_pool import (
     SUBSCRIBE_RULE,
     FakeBackend,
@@ -76,13 +76,13 @@ def test_takes_answers_per_hookpoint_and_per_topic() -> None:
 
 def test_the_engine_matches_the_filters_once_per_topic(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[str, str]] = []
-    real = bridge.engine.matches
+    real = bridge.pipeline.engine.matches
 
     def counting(topic_filter: str, topic: str) -> bool:
         calls.append((topic_filter, topic))
         return real(topic_filter, topic)
 
-    monkeypatch.setattr(bridge.engine, "matches", counting)
+    monkeypatch.setattr(bridge.pipeline.engine, "matches", counting)
     engine = Engine(rules(RULES))
     first = engine.match(publish(topic="a/b"))
     matched_once = len(calls)
@@ -94,7 +94,7 @@ def test_the_engine_matches_the_filters_once_per_topic(monkeypatch: pytest.Monke
 
 
 def test_the_topic_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bridge.engine, "_TOPIC_CACHE_SIZE", 4)
+    monkeypatch.setattr(bridge.pipeline.engine, "_TOPIC_CACHE_SIZE", 4)
     engine = Engine(rules(RULES))
     for n in range(10):
         assert ids(engine.match(publish(topic=f"a/{n}"))) == ["redis.message.publish.2"]

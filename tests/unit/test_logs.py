@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from bridge import logs
+from bridge.ops import logs
 
 
 def test_json_lines_and_scrubbed_secrets(capsys: pytest.CaptureFixture[str]) -> None:

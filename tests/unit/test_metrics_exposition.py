@@ -11,7 +11,7 @@ import pytest
 from metrics_state import one_bridge, two_workers
 from prometheus_client.parser import text_string_to_metric_families
 
-from bridge.metrics import render_families
+from bridge.ops.metrics import render_families
 
 BEFORE = Path(__file__).parent / "metrics_before"
 

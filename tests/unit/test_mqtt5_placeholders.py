@@ -20,9 +20,9 @@ from bridge.events import (
     placeholder_allowed,
     placeholder_value,
 )
+from bridge.pipeline.spool.codec import decode, encode
 from bridge.render import CommandTemplate, RenderError, StatementTemplate, Values
 from bridge.rules import parse_rules
-from bridge.spool.codec import decode, encode
 from bridge.sql import SqlStatement, cql_marker, render_sql
 from support.conf import make_config, rule_context
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from gmqtt.mqtt.protocol import Package
 
-from bridge.brokers.mqtt.acks import AckWindow, Unacked
-from bridge.brokers.mqtt.connection import Connection
+from bridge.brokers.external.mqtt.acks import AckWindow, Unacked
+from bridge.brokers.external.mqtt.connection import Connection
 
 
 def window() -> tuple[AckWindow, list[list[int | None]]]:

@@ -1,4 +1,4 @@
-"""The broker core's MQTT codec (bridge/mqtt/): every packet type round-trips in 3.1.1 and 5.0,
+"""The broker core's MQTT codec (bridge/brokers/embedded/codec/): every packet type round-trips in 3.1.1 and 5.0,
 known bytes from the specification decode to the right fields, what paho-mqtt (an encoder
 written by others) sends decodes to the fields it was given, packets split at any byte boundary
 come out whole, and the decoder learns the protocol level from CONNECT."""
@@ -17,7 +17,7 @@ from paho.mqtt.properties import Properties as PahoProperties
 from paho.mqtt.reasoncodes import ReasonCode as PahoReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from bridge.mqtt import (
+from bridge.brokers.embedded.codec import (
     EMPTY,
     MQTT_3_1,
     MQTT_3_1_1,
@@ -49,8 +49,8 @@ from bridge.mqtt import (
     encode_publish,
     split_shared,
 )
-from bridge.mqtt.kinds import WILL, PacketType
-from bridge.mqtt.properties import SPECS, DataType
+from bridge.brokers.embedded.codec.kinds import WILL, PacketType
+from bridge.brokers.embedded.codec.properties import SPECS, DataType
 
 FULL_PUBLISH_PROPS = Properties(
     payload_format_indicator=1,

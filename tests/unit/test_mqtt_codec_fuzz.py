@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.mqtt import (
+from bridge.brokers.embedded.codec import (
     MQTT_3_1,
     MQTT_3_1_1,
     MQTT_5,
@@ -42,10 +42,10 @@ from bridge.mqtt import (
     Will,
     encode,
 )
-from bridge.mqtt import reasons as rc
-from bridge.mqtt.kinds import WILL, PacketType
-from bridge.mqtt.properties import SPECS, DataType
-from bridge.mqtt.wire import MAX_VARINT
+from bridge.brokers.embedded.codec import reasons as rc
+from bridge.brokers.embedded.codec.kinds import WILL, PacketType
+from bridge.brokers.embedded.codec.properties import SPECS, DataType
+from bridge.brokers.embedded.codec.wire import MAX_VARINT
 
 SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 P = PacketType

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.mqtt import (
+from bridge.brokers.embedded.codec import (
     MQTT_3_1_1,
     MQTT_5,
     CodecError,

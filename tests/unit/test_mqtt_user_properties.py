@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from bridge.mqtt import (
+from bridge.brokers.embedded.codec import (
     MQTT_5,
     Connect,
     Decoder,
@@ -21,8 +21,8 @@ from bridge.mqtt import (
     encode,
     wire,
 )
-from bridge.mqtt import properties as props
-from bridge.mqtt.kinds import PacketType
+from bridge.brokers.embedded.codec import properties as props
+from bridge.brokers.embedded.codec.kinds import PacketType
 
 
 def property_block(count: int) -> bytes:

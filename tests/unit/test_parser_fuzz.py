@@ -16,16 +16,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge import registry
 from bridge.app import Bridge, Paths
 from bridge.backend import FunctionContext, backend_class
 from bridge.brokers.embedded.source import EmbeddedBroker, split_listen
-from bridge.conf import docs
+from bridge.conf import docs, registry
 from bridge.conf.config import Config, parse_config
 from bridge.conf.errors import ConfErrors
-from bridge.conf.schema import GLOBAL, pool_settings
+from bridge.conf.schema import global_settings, pool_settings
+from bridge.pipeline.runner import Runner
 from bridge.rules import Rule, parse_rules
-from bridge.runner import Runner
 from support.conf import make_config, rule_context
 
 ERROR_LINE = re.compile(r"^(?P<path>[^:\n]+):(?P<line>\d+):(?P<col>\d+): \S.*$")
@@ -121,7 +120,7 @@ def test_rules_parser_never_crashes(text: str) -> None:
 
 # -- values: whatever `check` accepts, `run` can build --------------------------------------------
 
-_SETTING_KEYS = sorted(GLOBAL) + [f"backend.{db}.pool1.{key}" for db in registry.backends() for key in pool_settings(db)]
+_SETTING_KEYS = sorted(global_settings()) + [f"backend.{db}.pool1.{key}" for db in registry.backends() for key in pool_settings(db)]
 _NUMBER = st.one_of(
     st.integers(min_value=-(10**3), max_value=10**6),
     st.integers(min_value=-(10**40), max_value=10**40),
@@ -149,7 +148,7 @@ _VALUE = st.one_of(
 def _setting_line(key: str) -> st.SearchStrategy[str]:
     """`key = value`, the value from everything above or, for a ranged integer, at and just past its bounds."""
     db, _, name = key.removeprefix("backend.").partition(".pool1.")
-    setting = GLOBAL[key] if key in GLOBAL else pool_settings(db)[name]
+    setting = global_settings()[key] if key in global_settings() else pool_settings(db)[name]
     bounds = re.match(r"integer (-?\d+) to (\d+)", setting.parse.__doc__ or "")
     edges = [int(bounds[1]) - 1, int(bounds[1]), int(bounds[2]), int(bounds[2]) + 1] if bounds else [0]
     default = docs.default_text(setting)  # valid, so that the other lines of a file often are
@@ -238,7 +237,7 @@ def _bounds() -> list[tuple[str, str, str, str | None, str | None]]:
     cases: list[tuple[str, str, str, str | None, str | None]] = []
     for key in _SETTING_KEYS:
         db, _, name = key.removeprefix("backend.").partition(".pool1.")
-        doc = (GLOBAL[key] if key in GLOBAL else pool_settings(db)[name]).parse.__doc__ or ""
+        doc = (global_settings()[key] if key in global_settings() else pool_settings(db)[name]).parse.__doc__ or ""
         if match := re.fullmatch(r"integer (-?\d+) to (\d+)", doc):
             low, high = int(match[1]), int(match[2])
             cases.append((key, str(low), str(high), str(low - 1), str(high + 1)))

@@ -1,4 +1,4 @@
-"""Backends and broker modes are plug-ins (bridge/registry.py): the core names none of them.
+"""Backends and broker modes are plug-ins (bridge/conf/registry.py): the core names none of them.
 
 A backend from another installed package (a real distribution on sys.path with its entry
 point, written here) is configured, documented, checked in the rules and run like the four of
@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from bridge import registry
 from bridge.app import Bridge, Paths, load_all
-from bridge.conf import docs
+from bridge.conf import docs, registry
 from bridge.conf.config import parse_config
 from bridge.conf.errors import ConfErrors
 from bridge.errors import HookbridgeError
@@ -35,12 +34,12 @@ FAKE_PACKAGE = '''
 """A backend of another package: a list in memory (what a plug-in test needs, not a database)."""
 
 from bridge.plugin import BackendPlugin, Setting
-from bridge.plugin import values as v
+from bridge.plugin import parsers as p
 
 PLUGIN = BackendPlugin(
     name="listdb",
     title="ListDB",
-    settings={"bucket": Setting(v.string(required=True), "events", "where the events go")},
+    settings={"bucket": Setting(p.string(required=True), "events", "where the events go")},
     default_port=7777,
     backend="listdb_plugin.backend:ListBackend",
 )
@@ -183,7 +182,7 @@ def test_a_command_of_another_package_joins_the_cli(tmp_path: Path, monkeypatch:
     (site / "hello_plugin" / "__init__.py").write_text(
         textwrap.dedent(
             """
-            from bridge.registry import CommandPlugin
+            from bridge.conf.registry import CommandPlugin
 
             def add_arguments(parser):
                 parser.add_argument("--name")
@@ -221,6 +220,26 @@ def test_backends_import_only_the_published_interface() -> None:
         if (name == "bridge" or name.startswith("bridge.")) and name not in PUBLISHED
     ]
     assert found == []
+
+
+def test_the_root_of_bridge_holds_what_a_plug_in_may_import() -> None:
+    """bridge/ is grouped by kind (conf/, pipeline/, brokers/, ops/, ...); at its root stand the
+    published modules, the rule model bridge.plugin re-exports, and the program's entry."""
+    entry = {"bridge", "bridge.__main__", "bridge.cli", "bridge.app", "bridge.errors"}
+    reexported = {"bridge.rules", "bridge.render", "bridge.functions"}
+    root = {"bridge" if path.stem == "__init__" else f"bridge.{path.stem}" for path in (ROOT / "bridge").glob("*.py")}
+    assert root - PUBLISHED - entry - reexported == set()
+
+
+def test_a_backend_loads_neither_the_broker_nor_its_codec() -> None:
+    """The plug-in face is neutral: a backend names the users' and ACL records (bridge/accounts.py)
+    without loading the embedded broker or the MQTT codec."""
+    script = (
+        "import json, sys, actions.redis; "  # the broker, its codec (codec/) with it
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('bridge.brokers.embedded'))))"
+    )
+    shown = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert json.loads(shown.stdout) == []
 
 
 def test_a_driver_loads_only_where_its_backend_is_used(tmp_path: Path) -> None:

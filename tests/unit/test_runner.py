@@ -12,8 +12,8 @@ import pytest
 
 from bridge.backend import Job, PermanentError
 from bridge.events import SessionSubscribed
-from bridge.metrics import Metrics
-from bridge.runner import Backoff, Runner, lane_index
+from bridge.ops.metrics import Metrics
+from bridge.pipeline.runner import Backoff, Runner, lane_index
 from support.fake_pool import (
     PUBLISH_RULE,
     SUBSCRIBE_RULE,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from bridge.backend import Job
 from bridge.events import MessagePublish
-from bridge.metrics import Metrics
-from bridge.runner import Runner, lane_index
-from bridge.spool import Budget
+from bridge.ops.metrics import Metrics
+from bridge.pipeline.runner import Runner, lane_index
+from bridge.pipeline.spool import Budget
 from support.fake_pool import (
     PUBLISH_RULE,
     FakeBackend,

@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 
 from bridge.events import MessageAcked, MessagePublish, SessionSubscribed
-from bridge.spool import LaneSpool, decode, encode
+from bridge.pipeline.spool import LaneSpool, decode, encode
 from support.services import ROOT
 
 
@@ -116,7 +116,7 @@ def test_a_full_disk_fails_the_write_and_leaves_no_torn_record(tmp_path: Path) -
         import resource, sys
         sys.path[:0] = [{str(ROOT)!r}]
         from pathlib import Path
-        from bridge.spool import LaneSpool
+        from bridge.pipeline.spool import LaneSpool
         spool = LaneSpool(Path({str(tmp_path)!r}), 1 << 20, print)
         spool.open()
         resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from bridge import http
-from bridge.http import MAX_CONNECTIONS, MAX_HEAD, StatusServer
-from bridge.redact import Redactor
+from bridge.ops import http
+from bridge.ops.http import MAX_CONNECTIONS, MAX_HEAD, StatusServer
+from bridge.ops.redact import Redactor
 from support.bridges import eventually
 
 OK_METRICS = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"

@@ -1,4 +1,4 @@
-"""The mqtt / emqx modes' subscription reduction (bridge/brokers/mqtt/filters.py) agrees with MQTT matching.
+"""The mqtt / emqx modes' subscription reduction (bridge/brokers/external/mqtt/filters.py) agrees with MQTT matching.
 
 `covers` and `overlap` are checked against `bridge.topics.matches` on every filter and topic over a
 small alphabet: `$s` stands for a `$SYS`-like first level, which wildcards at the start never match.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 
-from bridge.brokers.mqtt.filters import covers, overlap, subscription_filters
+from bridge.brokers.external.mqtt.filters import covers, overlap, subscription_filters
 from bridge.topics import matches
 
 TOPIC_LEVELS = ("a", "b", "$s")

@@ -12,10 +12,10 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.brokers.embedded.lane import EventLane
 from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.router import Message, Router
 from bridge.brokers.embedded.sessions import SessionState, Subscription
+from bridge.brokers.embedded.stream import EventStream
 from bridge.brokers.embedded.topictree import FilterTree, RetainedTree
 from bridge.topics import matches
 
@@ -110,7 +110,7 @@ _groups = st.sampled_from(["", "g", "h"])  # "": not shared
 
 def _state(clientid: str) -> SessionState:
     # Offline sessions: QoS 1 messages are queued in the outbox, where the test reads them.
-    lane = EventLane(_NoSink(), clientid)
+    lane = EventStream(_NoSink(), clientid)
     return SessionState(clientid, expiry=3600, username=None, lane=lane, limits=Limits(), refused=Counter())
 
 

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from bridge.brokers.external.clientids import same_bridge, worker_clientid
 from bridge.cli import main
 from bridge.conf.config import parse_config
-from bridge.metrics import Family, Metrics, Sample, render_families
+from bridge.ops.metrics import Family, Metrics, Sample, render_families
 from bridge.workers.channel import families_from_json, families_to_json
 from bridge.workers.checks import worker_problems
 from bridge.workers.layout import (
@@ -20,7 +21,6 @@ from bridge.workers.layout import (
     worker_spool_dir,
 )
 from bridge.workers.merge import combined_health, counts_only, merge_families
-from bridge.workers.names import same_bridge, worker_clientid
 
 POOL = "backend.redis.pool1.server = 127.0.0.1:6391\n"
 MQTT = "broker.mode = mqtt\nbroker.server = 127.0.0.1:1885\nbroker.clientid = hb\n"
@@ -217,7 +217,7 @@ def test_a_retired_workers_directory_goes_unless_its_spool_holds_actions(tmp_pat
 
 
 def test_every_workers_session_is_the_bridges_own_in_mosquittos_log() -> None:
-    from bridge.brokers.mqtt.mosquitto_log import MosquittoLog
+    from bridge.brokers.external.mqtt.mosquitto_log import MosquittoLog
 
     log = MosquittoLog("n", "hb-w1")
 
@@ -242,8 +242,8 @@ def test_run_refuses_what_check_refuses_before_starting_anything(
 @pytest.mark.parametrize("mode", ["mqtt", "emqx"])
 def test_only_worker_zero_subscribes_to_client_events(tmp_path: Path, mode: str) -> None:
     from bridge.app import Paths, load_all
-    from bridge.brokers.external import make_external_source
-    from bridge.brokers.mqtt.source import MqttSource
+    from bridge.brokers.external.factory import make_external_source
+    from bridge.brokers.external.mqtt.source import MqttSource
     from bridge.msgid import MsgIdGenerator
 
     config_text = MQTT.replace("mqtt", mode, 1) + "broker.shared_group = g\n" + POOL

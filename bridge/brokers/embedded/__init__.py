@@ -1,5 +1,5 @@
 """The embedded MQTT 3.1.1 / 5.0 broker (`broker.mode = embedded`): the project's own core on
-the codec in bridge/mqtt/."""
+the codec in bridge/brokers/embedded/codec/."""
 
 from __future__ import annotations
 

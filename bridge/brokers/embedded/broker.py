@@ -21,17 +21,7 @@ from typing import Any
 
 from bridge.brokers.base import EventSink
 from bridge.brokers.embedded.access import Gate, Login, OpenGate, Verdict
-from bridge.brokers.embedded.connection import RECEIVE_MAXIMUM, TOPIC_ALIAS_MAXIMUM, Connection, Inbound
-from bridge.brokers.embedded.deadlines import Deadlines
-from bridge.brokers.embedded.durable import DurableStore, Journal
-from bridge.brokers.embedded.flows import FlowsMixin, Publishing
-from bridge.brokers.embedded.lane import EventLane, Kept
-from bridge.brokers.embedded.limits import Limits
-from bridge.brokers.embedded.router import Message, Router
-from bridge.brokers.embedded.sessions import NEVER, PendingWill, QueuedBytes, SessionState, Subscription
-from bridge.brokers.embedded.traffic import Traffic
-from bridge.events import ClientConnected, ClientDisconnected, Hookpoint
-from bridge.mqtt import (
+from bridge.brokers.embedded.codec import (
     EMPTY,
     MQTT_5,
     Connack,
@@ -47,6 +37,16 @@ from bridge.mqtt import (
     encode,
     split_shared,
 )
+from bridge.brokers.embedded.connection import RECEIVE_MAXIMUM, TOPIC_ALIAS_MAXIMUM, Connection, Inbound
+from bridge.brokers.embedded.deadlines import Deadlines
+from bridge.brokers.embedded.durable import DurableStore, Journal
+from bridge.brokers.embedded.flows import FlowsMixin, Publishing
+from bridge.brokers.embedded.limits import Limits
+from bridge.brokers.embedded.router import Message, Router
+from bridge.brokers.embedded.sessions import NEVER, PendingWill, QueuedBytes, SessionState, Subscription
+from bridge.brokers.embedded.stream import EventStream, Kept
+from bridge.brokers.embedded.traffic import Traffic
+from bridge.events import ClientConnected, ClientDisconnected, Hookpoint
 from bridge.msgid import MsgIdGenerator
 
 log = logging.getLogger("bridge.brokers.embedded")
@@ -96,14 +96,14 @@ class Broker(FlowsMixin):
         journal = Journal(store, self.states, interval=commit_interval) if store is not None else None
         self.journal = self.router.journal = journal
         self.expiring: dict[str, float] = {}
-        self.busy_lanes: set[EventLane] = set()  # client event lanes with events not yet at the sink
+        self.busy_lanes: set[EventStream] = set()  # client event lanes with events not yet at the sink
         self.active: dict[str, Connection] = {}  # clientid -> connection until its teardown ends
         self.connections: set[Connection] = set()
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._deadlines: Deadlines[Connection] = Deadlines(_SWEEP_INTERVAL, time.monotonic())
         self.dropped_by_ended_sessions = 0
-        # A sink may say which per-message events it has no use for (bridge.dispatcher.wants):
+        # A sink may say which per-message events it has no use for (bridge.pipeline.dispatcher.wants):
         # building and posting a message.delivered nobody reads was a tenth of the publish path.
         self._wants = getattr(sink, "wants", None)
 
@@ -281,7 +281,7 @@ class Broker(FlowsMixin):
                 old.keep_readable(verdict.permissions)
             old.permissions = verdict.permissions
             return old, True
-        lane = old.lane if old is not None else EventLane(self.sink, clientid, self.busy_lanes)
+        lane = old.lane if old is not None else EventStream(self.sink, clientid, self.busy_lanes)
         if old is not None:
             self._discard(old)
         state = SessionState(
@@ -303,7 +303,7 @@ class Broker(FlowsMixin):
         self, clientid: str, expiry: int, username: str | None, owner: str | None, level: int
     ) -> SessionState:
         """A durable session read back from the store at start (durable/journal.py)."""
-        lane = EventLane(self.sink, clientid, self.busy_lanes)
+        lane = EventStream(self.sink, clientid, self.busy_lanes)
         state = SessionState(
             clientid,
             expiry=expiry,

@@ -28,10 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from bridge.brokers.embedded.lane import Kept
-from bridge.brokers.embedded.sessions import IncomingQos2, Outgoing
-from bridge.events import Hookpoint, MessageAcked, MessageDelivered
-from bridge.mqtt import (
+from bridge.brokers.embedded.codec import (
     EMPTY,
     MQTT_5,
     CodecError,
@@ -57,6 +54,9 @@ from bridge.mqtt import (
     encode_puback,
     encode_publish,
 )
+from bridge.brokers.embedded.sessions import IncomingQos2, Outgoing
+from bridge.brokers.embedded.stream import Kept
+from bridge.events import Hookpoint, MessageAcked, MessageDelivered
 
 if TYPE_CHECKING:
     from collections import Counter

@@ -11,12 +11,12 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from bridge.brokers.base import Delivery, DeliveryError
-from bridge.brokers.embedded.lane import Kept
+from bridge.brokers.embedded.codec import split_shared
+from bridge.brokers.embedded.codec.filters import subscription_filter_error
 from bridge.brokers.embedded.router import Message, Router, target_of
 from bridge.brokers.embedded.sessions import Outgoing, SessionState, Subscription
+from bridge.brokers.embedded.stream import Kept
 from bridge.events import Hookpoint, MessagePublish, SessionSubscribed, SessionUnsubscribed
-from bridge.mqtt import split_shared
-from bridge.mqtt.filters import subscription_filter_error
 from bridge.msgid import MsgIdGenerator
 
 _QOS = (0, 1, 2)

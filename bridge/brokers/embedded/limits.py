@@ -1,6 +1,6 @@
 """What the embedded broker holds per client, bounded (docs/brokers.md#limits).
 
-One frozen value built from the `broker.*` settings (bridge/conf/schema.py holds their ranges
+One frozen value built from the `broker.*` settings (settings.py holds their ranges
 and documentation); the broker core reads it, never the config. Every refusal a limit causes is
 counted under one of the `REFUSALS` names, exported at /metrics as
 `hookbridge_broker_refused_total{reason="..."}`.

@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from bridge.brokers.base import BrokerSource, Capability
+from bridge.brokers.base import BrokerSource
+from bridge.brokers.embedded.settings import SETTINGS
 from bridge.conf.errors import ConfError, Position
-from bridge.registry import ModePlugin
+from bridge.conf.registry import ModePlugin
+from bridge.functions import Capability
 
 if TYPE_CHECKING:
     from bridge.conf.config import Config
@@ -21,6 +23,7 @@ MODE = ModePlugin(
     capabilities=frozenset({Capability.PROXY_SUBSCRIBE, Capability.DELIVER_TO_SESSION}),
     source="bridge.brokers.embedded.mode:make_source",
     config_check="bridge.brokers.embedded.mode:config_problems",
+    settings=SETTINGS,
 )
 
 

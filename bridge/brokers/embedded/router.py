@@ -28,9 +28,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from bridge.brokers.embedded.codec import EMPTY, Properties, split_shared
 from bridge.brokers.embedded.sessions import Outgoing, SessionState, Subscription
 from bridge.brokers.embedded.topictree import FilterTree, RetainedTree
-from bridge.mqtt import EMPTY, Properties, split_shared
 from bridge.topics import is_wildcard, matches
 
 # A message given to one session (not by matching its subscriptions), as the log keeps it:

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bridge.brokers.embedded.access import ALLOW_ALL, Permissions
-from bridge.mqtt import EMPTY, MQTT_3_1_1, Properties, Will
+from bridge.brokers.embedded.codec import EMPTY, MQTT_3_1_1, Properties, Will
 
 if TYPE_CHECKING:
-    from bridge.brokers.embedded.lane import EventLane, Kept
     from bridge.brokers.embedded.limits import Limits
+    from bridge.brokers.embedded.stream import EventStream, Kept
 
 log = logging.getLogger("bridge.brokers.embedded")
 
@@ -294,7 +294,7 @@ class SessionState:
         *,
         expiry: int,
         username: str | None,
-        lane: EventLane,
+        lane: EventStream,
         limits: Limits,
         refused: Counter[str],
         level: int = MQTT_3_1_1,

@@ -29,7 +29,7 @@ def split_listen(listen: str) -> tuple[str, int]:
 
 
 class EmbeddedBroker(BrokerSource):
-    """The bridge's own MQTT broker (bridge/brokers/embedded/, on the codec in bridge/mqtt/),
+    """The bridge's own MQTT broker (bridge/brokers/embedded/, on the codec in bridge/brokers/embedded/codec/),
     whose hooks become bridge events.
 
     Every hookpoint fires in-process; proxy subscriptions and deliveries to one

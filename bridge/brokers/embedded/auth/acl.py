@@ -20,25 +20,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 
-READ = 1  # subscribe and receive (EMQX access 1)
-WRITE = 2  # publish (EMQX access 2)
-READWRITE = READ | WRITE
+from bridge.accounts import READ, WRITE, Entry
 
 CLIENTID, USERNAME = "%c", "%u"
 _FORBIDDEN_IN_LEVEL = ("/", "+", "#")
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    access: int  # READ, WRITE or both
-    topic_filter: str
-    allow: bool = True
-    # `%c` / `%u` levels stand for the client id / user name (Mosquitto `pattern` lines,
-    # every database row); elsewhere they are literal text.
-    substitute: bool = False
 
 
 def fill(entry: Entry, username: str | None, clientid: str) -> str | None:

@@ -21,17 +21,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from typing import Any, Protocol
+from typing import Protocol
 
-from bridge import registry
-from bridge.brokers.embedded.auth.acl import READ, READWRITE, WRITE, Entry
+from bridge.accounts import Entry
+from bridge.conf import registry
 from bridge.conf.config import PoolConfig
 from bridge.errors import HookbridgeError
 
 ACL_CACHE_TTL = 30.0  # seconds: how stale a database ACL may be (docs/security.md: at most 30 s)
 ACL_CACHE_SIZE = 10_000  # entries (docs/security.md: at most 10,000)
-ALL_USERS = "$all"  # EMQX: a row for every client
-_ACCESS = {1: READ, 2: WRITE, 3: READWRITE}
 
 
 class AclBackendDown(HookbridgeError):
@@ -44,27 +42,6 @@ class AclStore(Protocol):
     async def entries(self, username: str | None, clientid: str) -> list[Entry]: ...
 
     async def close(self) -> None: ...
-
-
-def _access(value: Any) -> int | None:
-    try:
-        return _ACCESS.get(int(value))
-    except (TypeError, ValueError):
-        return None
-
-
-def acl_row(topic: Any, access: Any, allow: Any) -> Entry | None:
-    """An entry from a row of EMQX 4's ACL layout (topic, access 1/2/3, allow); None if it is not one."""
-    bits = _access(access)
-    if not isinstance(topic, str) or not topic or bits is None:
-        return None  # a row the EMQX layout does not describe: it grants nothing
-    return Entry(bits, topic, allow=_truthy(allow), substitute=True)
-
-
-def _truthy(value: Any) -> bool:
-    if isinstance(value, (bytes, str)):
-        return value not in (b"0", "0", b"", "", "false", b"false")
-    return bool(value)
 
 
 def open_acl_store(pool: PoolConfig) -> AclStore:

@@ -19,7 +19,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bridge.brokers.embedded.auth.acl import CLIENTID, READ, READWRITE, USERNAME, WRITE, Entry
+from bridge.accounts import READ, READWRITE, WRITE, Entry
+from bridge.brokers.embedded.auth.acl import CLIENTID, USERNAME
 from bridge.conf.errors import ConfError, ConfErrors, Position
 from bridge.topics import filter_error
 

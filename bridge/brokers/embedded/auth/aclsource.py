@@ -16,8 +16,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from bridge.accounts import Entry
 from bridge.brokers.embedded.access import Permissions
-from bridge.brokers.embedded.auth.acl import ClientPermissions, Entry
+from bridge.brokers.embedded.auth.acl import ClientPermissions
 from bridge.brokers.embedded.auth.acldb import AclBackendDown, CachedAcl, open_acl_store
 from bridge.brokers.embedded.auth.aclfile import AclFile, load_acl, parse_acl
 from bridge.conf.config import Config, PoolConfig

@@ -16,11 +16,12 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from bridge.accounts import BackendDown
 from bridge.brokers.embedded.access import Login, Permissions, Verdict
 from bridge.brokers.embedded.auth.aclsource import Acl, AclBackendDown
 from bridge.brokers.embedded.auth.hashes import PasswordHash
 from bridge.brokers.embedded.auth.passwords import PasswordFile, PasswordFileError
-from bridge.brokers.embedded.auth.users import BackendDown, CachedUsers
+from bridge.brokers.embedded.auth.users import CachedUsers
 
 log = logging.getLogger("bridge.brokers.embedded.auth")
 

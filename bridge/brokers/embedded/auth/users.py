@@ -17,28 +17,16 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-from bridge import registry
+from bridge.accounts import UserRecord
+from bridge.conf import registry
 from bridge.conf.config import PoolConfig
-from bridge.errors import HookbridgeError
 
 log = logging.getLogger(__name__)
 
 CACHE_TTL = 30.0  # seconds a looked-up user (or its absence) is trusted
 CACHE_ENTRIES = 10_000
-
-
-@dataclass(frozen=True, slots=True)
-class UserRecord:
-    password: str  # the stored (hashed) password
-    salt: str
-    superuser: bool
-
-
-class BackendDown(HookbridgeError):
-    """The database holding the users did not answer (the login is refused, never let in)."""
 
 
 class UserStore(Protocol):
@@ -47,28 +35,6 @@ class UserStore(Protocol):
     async def find(self, username: str) -> UserRecord | None: ...
 
     async def close(self) -> None: ...
-
-
-def _text(value: Any) -> str:
-    if value is None:
-        return ""
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-def _flag(value: Any) -> bool:
-    """is_superuser as the databases hold it: 1 / true / "1" / "true"."""
-    if isinstance(value, bytes):
-        value = value.decode("ascii", "replace")
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return bool(value)
-
-
-def user_record(password: Any, salt: Any, superuser: Any) -> UserRecord | None:
-    """A user as a store read it (bytes or text, EMQX's flag spellings); None without a password."""
-    if password is None:
-        return None
-    return UserRecord(_text(password), _text(salt), _flag(superuser))
 
 
 def open_store(pool: PoolConfig) -> UserStore:

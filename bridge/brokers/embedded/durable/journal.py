@@ -35,12 +35,12 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
+from bridge.brokers.embedded.codec import EMPTY, Properties, Will
+from bridge.brokers.embedded.codec import properties as mqtt_properties
+from bridge.brokers.embedded.codec.kinds import WILL, PacketType
 from bridge.brokers.embedded.durable.store import FORMAT, Batch, DurableStore, MessageRow
 from bridge.brokers.embedded.router import Message, Retained, Router, Target
 from bridge.brokers.embedded.sessions import NEVER, IncomingQos2, Outgoing, PendingWill, SessionState, Subscription
-from bridge.mqtt import EMPTY, Properties, Will
-from bridge.mqtt import properties as mqtt_properties
-from bridge.mqtt.kinds import WILL, PacketType
 
 log = logging.getLogger("bridge.brokers.embedded")
 
