@@ -15,8 +15,6 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
-import os
-import tempfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +22,7 @@ from pymongo import AsyncMongoClient
 from pymongo.errors import BulkWriteError, CollectionInvalid, ConnectionFailure, OperationFailure, PyMongoError
 
 from actions.mongo import emqx44, schema
+from actions.mongo.connection import client_options
 from actions.mongo.functions import DUPLICATE_KEY, WRITERS, Write
 from actions.mongo.reads import MongoStore
 from actions.mongo.templates import render_writes
@@ -46,35 +45,6 @@ _NO_TTL_CODES = frozenset({115, 238})
 _KNOWN_TOPICS_MAX = 100_000
 
 Entry = tuple[int, Write]  # the job's index in the batch, one of its writes
-
-
-def client_options(pool: Any) -> dict[str, Any]:
-    """AsyncMongoClient's settings from a pool's keys (also the broker's user lookups)."""
-    options: dict[str, Any] = {
-        "host": [f"{host}:{port}" for host, port in pool["server"]],
-        "maxPoolSize": max(2, pool["pool_size"]),
-        "serverSelectionTimeoutMS": 5000,  # a down server fails a batch in 5 s; the runner retries
-        "connectTimeoutMS": 5000,
-        "tz_aware": True,
-        "appname": "hookbridge",
-    }
-    login = pool["login"] or pool["username"]
-    if login:
-        options.update(username=login, password=pool["password"], authSource=pool["auth_source"])
-    if pool["replica_set"]:
-        options["replicaSet"] = pool["replica_set"]
-    elif pool["type"] == "single" and len(pool["server"]) == 1:
-        options["directConnection"] = True
-    if pool["ssl"]:
-        options["tls"] = True
-        if pool["ssl.cafile"]:
-            options["tlsCAFile"] = pool["ssl.cafile"]
-        if pool["ssl.certfile"]:
-            options["tlsCertificateKeyFile"] = _certificate_key_file(pool["ssl.certfile"], pool["ssl.keyfile"])
-        if not pool["ssl.verify"]:
-            options["tlsAllowInvalidCertificates"] = True
-            options["tlsAllowInvalidHostnames"] = True
-    return options
 
 
 class MongoBackend(Backend):
@@ -272,15 +242,3 @@ class MongoBackend(Backend):
 def _tls_refused(exc: BaseException) -> bool:
     """A TLS handshake the certificates failed (PyMongo reports it only as text, inside a timeout)."""
     return "[SSL" in str(exc) or "CERTIFICATE_VERIFY_FAILED" in str(exc)
-
-
-def _certificate_key_file(certfile: str, keyfile: str) -> str:
-    """PyMongo wants certificate and key in one PEM file: join them when they are two."""
-    if not keyfile or keyfile == certfile:
-        return certfile
-    with open(certfile, "rb") as cert, open(keyfile, "rb") as key:
-        pem = cert.read().rstrip(b"\n") + b"\n" + key.read()
-    handle, path = tempfile.mkstemp(prefix="hookbridge-mongo-", suffix=".pem")  # mode 0600
-    with os.fdopen(handle, "wb") as out:
-        out.write(pem)
-    return path
