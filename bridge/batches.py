@@ -181,24 +181,25 @@ class SqlBackend(Backend, Generic[W]):
         log), and a publish with both `on_message_publish` and `on_event_log` alternates the two kinds.
         """
         units: list[Unit[W]] = []
-        merged: dict[Merged[W], int] = {}  # kind -> its unit's index
+        merged: dict[Callable[[Sequence[Job]], list[W]], int] = {}  # kind -> its unit's index
         members: list[list[int]] = []
         for index in run:
             action = batch[index].rule.action
-            kind = self.writers.get(action.spec.impl_name) if isinstance(action, FunctionAction) else None
-            if isinstance(kind, Merged):
-                if kind not in merged:
-                    merged[kind] = len(units)
+            writer = self.writers.get(action.spec.impl_name) if isinstance(action, FunctionAction) else None
+            if isinstance(writer, Merged):
+                many = writer.many
+                if many not in merged:
+                    merged[many] = len(units)
                     units.append(([], []))
                     members.append([])
-                members[merged[kind]].append(index)
+                members[merged[many]].append(index)
                 continue
             for _, writes in planned(self, batch, [index], outcomes, self._writes):
                 units.append(([index], writes))
                 members.append([index])
-        for kind, position in merged.items():
+        for many, position in merged.items():
             jobs = members[position]
-            units[position] = (jobs, kind.many([batch[i] for i in jobs]))
+            units[position] = (jobs, many([batch[i] for i in jobs]))
         return units
 
     def _writes(self, job: Job) -> list[W]:
