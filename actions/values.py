@@ -84,3 +84,8 @@ def uuid_value(value: Any) -> Any:
         return uuid.UUID(text(value))
     except ValueError:
         raise PermanentError(f"{value!r} is not a UUID") from None
+
+
+def by_type(names: dict[Convert, tuple[str, ...]]) -> dict[str, Convert]:
+    """A coerce.py table: each database type name to its converter, from the names of each converter."""
+    return {name: convert for convert, type_names in names.items() for name in type_names}

@@ -10,9 +10,9 @@ this module is part of the interface published to backends (bridge/plugin.py).
 from __future__ import annotations
 
 import abc
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from bridge.brokers.base import BrokerSource, Delivery, DeliveryError
 from bridge.brokers.delivery import DeliveryLog
@@ -89,6 +89,42 @@ class Pager(abc.ABC):
 
         Once every delivered message is acked, run the fetch again after `last`.
         """
+
+
+W = TypeVar("W")
+# A write function's implementation: the writes (statements, commands) of one job, in order.
+Writer = Callable[[Job], list[W]]
+# A backend's WRITERS: the write functions it implements, by implementation name (bridge/functions.py).
+Writers = Mapping[str, Writer[W]]
+
+
+def writers(
+    *,
+    connected: Writer[W],
+    disconnected: Writer[W],
+    publish: Writer[W],
+    retain: Writer[W],
+    retain_delete: Writer[W],
+    acked_for_queue: Writer[W],
+    acked_for_pubsub: Writer[W],
+    acked_delete: Writer[W],
+    event_log: Writer[W],
+    store: Writer[W] | None = None,
+) -> dict[str, Writer[W]]:
+    """A backend's WRITERS from its implementation of each write function, which it then need not
+    name; `store` (on_message_store, QoS 0 included) is `publish` unless given."""
+    return {
+        "on_client_connected": connected,
+        "on_client_disconnected": disconnected,
+        "on_message_publish": publish,
+        "on_message_store": store or publish,
+        "on_message_retain": retain,
+        "on_retain_delete": retain_delete,
+        "on_message_acked_for_queue": acked_for_queue,
+        "on_message_acked_for_pubsub": acked_for_pubsub,
+        "on_acked_delete": acked_delete,
+        "on_event_log": event_log,
+    }
 
 
 class PermanentError(HookbridgeError):

@@ -16,12 +16,11 @@ import datetime as dt
 import math
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from actions.cassa.schema import BUCKET_SECONDS
-from bridge.backend import Job
+from bridge.backend import Job, Writers, writers
 from bridge.events import (
     ClientConnected,
     ClientDisconnected,
@@ -219,15 +218,7 @@ def event_log(job: Job) -> list[Write]:
     return [Write("event_log", args, group=("event_log", at.date()), size=size)]
 
 
-WRITERS: dict[str, Callable[[Job], list[Write]]] = {
-    "on_client_connected": connected,
-    "on_client_disconnected": disconnected,
-    "on_message_publish": store,
-    "on_message_store": store,
-    "on_message_retain": retain,
-    "on_retain_delete": retain_delete,
-    "on_message_acked_for_queue": acked_for_queue,
-    "on_message_acked_for_pubsub": acked_for_pubsub,
-    "on_acked_delete": acked_delete,
-    "on_event_log": event_log,
-}
+WRITERS: Writers[Write] = writers(
+    connected=connected, disconnected=disconnected, publish=store, retain=retain, retain_delete=retain_delete,
+    acked_for_queue=acked_for_queue, acked_for_pubsub=acked_for_pubsub, acked_delete=acked_delete, event_log=event_log
+)

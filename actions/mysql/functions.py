@@ -4,7 +4,8 @@ Message and event-log inserts of a run of jobs go out as multi-row INSERTs, cut 
 statement grows past `MAX_STATEMENT_BYTES` (a server's `max_allowed_packet` is 16 MB by default
 on MariaDB); the other functions write a row or two per job. Every write is idempotent:
 `ON DUPLICATE KEY UPDATE` on msgid or (clientid, topic), and conditional updates that only move
-forward in event time or message-id order.
+forward in event time or message-id order. What each binds is shared with PostgreSQL
+(actions/sqlwriters.py); the statements here are MySQL's.
 """
 
 from __future__ import annotations
@@ -14,15 +15,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bridge.backend import Job
-from bridge.events import (
-    ClientConnected,
-    ClientDisconnected,
-    MessageAcked,
-    MessagePublish,
-    SessionUnsubscribed,
-    placeholder_value,
-)
+from actions.sqlwriters import Statements, event_log_row, message_row, sql_writers
+from bridge.backend import Job, Writers
+from bridge.batches import Merged
+from bridge.events import MessageAcked
 
 MAX_STATEMENT_BYTES = 4 << 20  # payload bytes per multi-row INSERT; one larger message goes alone
 
@@ -86,20 +82,6 @@ _EVENT_LOG = (
 _EVENT_LOG_ROW = "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
 
 
-def connected(job: Job) -> list[Write]:
-    event = job.event
-    assert isinstance(event, ClientConnected)
-    at = when(event.timestamp)
-    return [Write(_CONNECTED, (event.clientid, event.node, at, at))]
-
-
-def disconnected(job: Job) -> list[Write]:
-    event = job.event
-    assert isinstance(event, ClientDisconnected)
-    at = when(event.timestamp)
-    return [Write(_DISCONNECTED, (event.clientid, event.node, at, at))]
-
-
 def _chunks(rows: Sequence[tuple[Any, ...]], size: Callable[[tuple[Any, ...]], int]) -> Iterator[list[tuple[Any, ...]]]:
     chunk: list[tuple[Any, ...]] = []
     total = 0
@@ -118,43 +100,13 @@ def _multi_row(head: str, row_marks: str, rows: list[tuple[Any, ...]], tail: str
 
 
 def store(jobs: Sequence[Job]) -> list[Write]:
-    rows = []
-    for job in jobs:
-        event = job.event
-        assert isinstance(event, MessagePublish)
-        arrived = when(event.timestamp)
-        kept_for = event.kept_for(job.rule.expired_time)
-        expires = arrived + dt.timedelta(seconds=kept_for) if kept_for else None
-        rows.append(
-            (event.msgid, event.clientid, event.topic, event.qos, event.retain, event.payload, arrived, expires)
-        )
+    rows = [message_row(job, when) for job in jobs]
     # Topics first, in sorted order: two lanes inserting the same new topics lock them in one order.
     topics = [(topic,) for topic in sorted({row[2] for row in rows})]
     writes = [_multi_row(_TOPICS, "(%s)", topics, _TOPICS_TAIL)]
     for chunk in _chunks(rows, lambda row: len(row[5]) + len(row[2]) + 128):
         writes.append(_multi_row(_STORE, _STORE_ROW, chunk, _STORE_TAIL))
     return writes
-
-
-def retain(job: Job) -> list[Write]:
-    event = job.event
-    assert isinstance(event, MessagePublish)
-    arrived = when(event.timestamp)
-    expiry = event.kept_for(None)  # the message's own (MQTT 5); a retained message has no expired_time
-    expires = arrived + dt.timedelta(seconds=expiry) if expiry else None
-    args = (event.topic, event.msgid, event.clientid, event.qos, event.payload, arrived, expires)
-    return [Write(_RETAIN, args)]
-
-
-def retain_delete(job: Job) -> list[Write]:
-    event = job.event
-    assert isinstance(event, MessagePublish)
-    return [Write(_RETAIN_DELETE, (event.topic, event.msgid))]
-
-
-def acked_for_queue(job: Job) -> list[Write]:
-    assert isinstance(job.event, MessageAcked)
-    return [Write(_ACK_QUEUE, (job.event.msgid,))]
 
 
 def acked_for_pubsub(job: Job) -> list[Write]:
@@ -165,48 +117,17 @@ def acked_for_pubsub(job: Job) -> list[Write]:
     return [Write(sql, (event.msgid, event.msgid, event.clientid, *filters, event.msgid))]
 
 
-def acked_delete(job: Job) -> list[Write]:
-    event = job.event
-    assert isinstance(event, SessionUnsubscribed)
-    return [Write(_ACKED_DELETE, (event.clientid, event.topic))]
-
-
-_LOG_TEXT = ("clientid", "username", "node", "topic")
-
-
 def event_log(jobs: Sequence[Job]) -> list[Write]:
-    rows = []
-    for job in jobs:
-        event = job.event
-        payload = getattr(event, "payload", None)
-        rows.append(
-            (
-                str(event.hookpoint),
-                *(placeholder_value(event, name) if hasattr(event, name) else None for name in _LOG_TEXT),
-                getattr(event, "qos", None),
-                len(payload) if payload is not None else None,
-                getattr(event, "reason", None),
-                getattr(event, "peername", None),
-                getattr(event, "msgid", None),
-                when(event.timestamp),
-            )
-        )
+    rows = [event_log_row(job, when) for job in jobs]
     return [_multi_row(_EVENT_LOG, _EVENT_LOG_ROW, chunk) for chunk in _chunks(rows, lambda row: 512)]
 
 
-# Functions whose jobs in one run merge into multi-row statements.
-GROUPED: dict[str, Callable[[Sequence[Job]], list[Write]]] = {
-    "on_message_publish": store,
-    "on_message_store": store,
-    "on_event_log": event_log,
-}
-
-SINGLE: dict[str, Callable[[Job], list[Write]]] = {
-    "on_client_connected": connected,
-    "on_client_disconnected": disconnected,
-    "on_message_retain": retain,
-    "on_retain_delete": retain_delete,
-    "on_message_acked_for_queue": acked_for_queue,
-    "on_message_acked_for_pubsub": acked_for_pubsub,
-    "on_acked_delete": acked_delete,
-}
+# Message and event-log inserts of a run merge into multi-row statements.
+WRITERS: Writers[Write] = sql_writers(
+    Statements(_CONNECTED, _DISCONNECTED, _RETAIN, _RETAIN_DELETE, _ACK_QUEUE, _ACKED_DELETE),
+    Write,
+    when,
+    store=Merged(store),
+    event_log=Merged(event_log),
+    acked_for_pubsub=acked_for_pubsub,
+)

@@ -13,6 +13,23 @@ import asyncpg
 from bridge.plugin import AclEntry, PoolConfig, UserRecord, UserStoreDown, acl_row, settings_context, user_record
 
 
+async def _open(pool: PoolConfig) -> Any:
+    """A small asyncpg pool of the users' or the ACL's lookups."""
+    host, port = pool["server"]
+    return await asyncpg.create_pool(
+        host=host,
+        port=port,
+        user=pool["username"] or None,
+        password=pool["password"] or None,
+        database=pool["database"],
+        ssl=settings_context(pool.settings) or False,
+        min_size=0,  # connect on first use: a server down at start does not stop the bridge
+        max_size=4,
+        timeout=pool["request_timeout"],
+        command_timeout=pool["request_timeout"],
+    )
+
+
 class PgsqlUsers:
     QUERY = "SELECT password, salt, is_superuser FROM mqtt_user WHERE username = $1 LIMIT 1"
 
@@ -23,19 +40,7 @@ class PgsqlUsers:
 
     async def _connections(self) -> Any:
         if self._conns is None:
-            host, port = self._pool["server"]
-            self._conns = await asyncpg.create_pool(
-                host=host,
-                port=port,
-                user=self._pool["username"] or None,
-                password=self._pool["password"] or None,
-                database=self._pool["database"],
-                ssl=settings_context(self._pool.settings) or False,
-                min_size=0,  # connect on first use: a server down at start does not stop the bridge
-                max_size=4,
-                timeout=self._pool["request_timeout"],
-                command_timeout=self._pool["request_timeout"],
-            )
+            self._conns = await _open(self._pool)
         return self._conns
 
     async def find(self, username: str) -> UserRecord | None:
@@ -62,19 +67,7 @@ class PgsqlAcl:
 
     async def _connections(self) -> Any:
         if self.conns is None:
-            host, port = self.pool["server"]
-            self.conns = await asyncpg.create_pool(
-                host=host,
-                port=port,
-                user=self.pool["username"] or None,
-                password=self.pool["password"] or None,
-                database=self.pool["database"],
-                ssl=settings_context(self.pool.settings) or False,
-                min_size=0,
-                max_size=4,
-                timeout=self.pool["request_timeout"],
-                command_timeout=self.pool["request_timeout"],
-            )
+            self.conns = await _open(self.pool)
         return self.conns
 
     async def entries(self, username: str | None, clientid: str) -> list[AclEntry]:

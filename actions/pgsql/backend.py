@@ -1,35 +1,27 @@
 """PostgreSQL backend on asyncpg.
 
-A batch is cut at its read-then-act jobs; each run of writes in between goes out
-in one transaction, with consecutive message / event-log inserts merged into one
-multi-row statement. If the database rejects something in that transaction, the
-run is replayed unit by unit (each in its own transaction) so only the culprit
-fails. Connection loss raises, and the runner retries the whole batch: every
-write is idempotent.
+Its batches are those of every SQL backend (bridge/batches.py, `SqlBackend`): a batch is cut at
+its read-then-act jobs; each run of writes in between goes out in one transaction, with the
+message / event-log inserts of the run merged into one multi-row statement each; a rejected run
+is replayed unit by unit so only the culprit fails. Here: the asyncpg pool, PostgreSQL's
+errors worth retrying, COPY into the staging table, the parameter types of user SQL.
 """
 
 from __future__ import annotations
 
-import functools
-import logging
-import ssl
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
 
 from actions.pgsql import emqx44, schema
 from actions.pgsql.coerce import converters
-from actions.pgsql.functions import GROUPED, SINGLE, STAGE_COLUMNS, STAGE_TABLE, Write
+from actions.pgsql.functions import STAGE_COLUMNS, STAGE_TABLE, WRITERS, Write
 from actions.pgsql.reads import PgsqlStore
 from actions.values import Convert
-from bridge.backend import Backend, Job
-from bridge.batches import cut_at_reads, planned, read
+from bridge.batches import SqlBackend
 from bridge.fetch import READERS
-from bridge.plugin import FunctionAction, SqlAction, TemplateAction, settings_context
-from bridge.sql import render_sql
-
-log = logging.getLogger(__name__)
+from bridge.plugin import settings_context
 
 _RECOVERABLE = (
     OSError,
@@ -49,23 +41,24 @@ _RECOVERABLE = (
 _SERVER_STATE_CODES = frozenset({"25006"})
 _SERVER_STATE_CLASSES = ("53", "57P", "08")
 
-Unit = tuple[list[int], list[Write]]  # job indexes and the statements that write them
-
 
 async def _prepare_connection(conn: Any) -> None:
     # Outside any batch transaction, so a rolled-back batch cannot take the table with it.
     await conn.execute(STAGE_TABLE)
 
 
-class PgsqlBackend(Backend):
+class PgsqlBackend(SqlBackend[Write]):
     db = "pgsql"
+    title = "PostgreSQL"
     emqx44_migration = emqx44.migrate  # hookbridge migrate-emqx44 (docs/migrate-from-emqx44.md)
-    functions = frozenset(GROUPED) | frozenset(SINGLE) | frozenset(READERS)
+    functions = frozenset(WRITERS) | frozenset(READERS)
+    writers = WRITERS
+    refusals = (asyncpg.PostgresError,)
 
     async def connect(self) -> None:
         host, port = self.pool["server"]
         self._converters: dict[str, list[Convert]] = {}
-        self.conns: Any = await asyncpg.create_pool(
+        self.conns = await asyncpg.create_pool(
             host=host,
             port=port,
             user=self.pool["username"] or None,
@@ -77,22 +70,7 @@ class PgsqlBackend(Backend):
             command_timeout=60,
             init=_prepare_connection,
         )
-        self._schema_pending = bool(self.pool["auto_schema"])
-        try:
-            await self._ensure_schema()
-        except Exception as exc:
-            # A wrong password or certificate will not fix itself: refuse to start.
-            # The server merely not up yet: start anyway; batches wait and retry.
-            if isinstance(exc, ssl.SSLError) or not self.is_recoverable(exc):
-                raise
-            log.warning("pool %s: PostgreSQL not reachable yet (%s); actions wait and retry", self.pool.id, exc)
-
-    async def _ensure_schema(self) -> None:
-        if self._schema_pending:
-            await self.schema(apply=True)
-            self._schema_pending = False
-        else:
-            await self.conns.fetchval("SELECT 1")  # connect now, so bad credentials show at start
+        await self.start()
 
     async def probe(self) -> None:
         await self.conns.fetchval("SELECT 1")
@@ -114,83 +92,18 @@ class PgsqlBackend(Backend):
                     await conn.execute(statement)
         return schema.describe()
 
-    # -- batches -------------------------------------------------------------
+    # -- batches (SqlBackend) ---------------------------------------------------
 
-    async def execute(self, batch: Sequence[Job]) -> list[BaseException | None]:
-        if self._schema_pending:
-            await self._ensure_schema()
-        async with self.conns.acquire() as conn:
-            store = PgsqlStore(conn)
-            return await cut_at_reads(
-                batch,
-                functools.partial(self._write_run, conn),
-                lambda job: read(self, store, job, refusals=(asyncpg.PostgresError,)),
-            )
+    def store(self, conn: Any) -> PgsqlStore:
+        return PgsqlStore(conn)
 
-    def _units(self, batch: Sequence[Job], run: list[int], outcomes: list[BaseException | None]) -> list[Unit]:
-        """The run's writes in order, except that every job of a merged kind (message and event
-        log inserts) joins the one multi-row statement of its kind, at the kind's first place.
+    def statement(self, text: str, args: list[Any]) -> Write:
+        return Write(text, args, coerce=True)
 
-        Moving those inserts earlier is safe: they only add rows keyed by msgid (or append to the
-        log), and a publish with both `on_message_publish` and `on_event_log` alternates the two
-        kinds, which merged only consecutive runs before (one statement per job).
-        """
-        units: list[Unit] = []
-        merged: dict[Callable[[Sequence[Job]], Write], int] = {}  # kind -> its unit's index
-        members: list[list[int]] = []
-        for index in run:
-            job = batch[index]
-            action = job.rule.action
-            group = GROUPED.get(action.spec.impl_name) if isinstance(action, FunctionAction) else None
-            if group is not None:
-                if group not in merged:
-                    merged[group] = len(units)
-                    units.append(([], []))
-                    members.append([])
-                members[merged[group]].append(index)
-                continue
-            for _, writes in planned(self, batch, [index], outcomes, self._writes):
-                units.append(([index], writes))
-                members.append([index])
-        for group, position in merged.items():
-            jobs = members[position]
-            units[position] = (jobs, [group([batch[i] for i in jobs])])
-        return units
-
-    def _writes(self, job: Job) -> list[Write]:
-        action = job.rule.action
-        if isinstance(action, FunctionAction):
-            return SINGLE[action.spec.impl_name](job)
-        if isinstance(action, SqlAction):
-            return [Write(s.text, s.bind(job.values), coerce=True) for s in action.statements]
-        assert isinstance(action, TemplateAction)
-        return [Write(text, args, coerce=True) for text, args in render_sql(action.template, job.values)]
-
-    async def _write_run(
-        self, conn: Any, batch: Sequence[Job], run: list[int], outcomes: list[BaseException | None]
-    ) -> None:
-        units = self._units(batch, run, outcomes)
-        if not units:
-            return
-        try:
-            async with conn.transaction():
-                for _, writes in units:
-                    for write in writes:
-                        await self._run(conn, write)
-            return
-        except Exception as exc:
-            if self.is_recoverable(exc):
-                raise
-        for members, writes in units:  # find the culprit: one transaction per unit
-            try:
-                async with conn.transaction():
-                    for write in writes:
-                        await self._run(conn, write)
-            except Exception as exc:
-                if self.is_recoverable(exc):
-                    raise
-                for member in members:
-                    outcomes[member] = exc
+    async def transaction(self, conn: Any, writes: Sequence[Write]) -> None:
+        async with conn.transaction():
+            for write in writes:
+                await self._run(conn, write)
 
     async def _run(self, conn: Any, write: Write) -> None:
         if write.stage is not None:

@@ -6,25 +6,18 @@ from __future__ import annotations
 from actions import values as v
 from actions.values import Convert
 
-_BY_TYPE: dict[str, Convert] = {
-    "text": v.text,
-    "varchar": v.text,
-    "bpchar": v.text,
-    "name": v.text,
-    "unknown": v.text,
-    "bytea": v.binary,
-    "int2": v.integer,
-    "int4": v.integer,
-    "int8": v.integer,
-    "float4": v.floating,
-    "float8": v.floating,
-    "numeric": v.decimal,
-    "bool": v.boolean,
-    "timestamptz": v.timestamp,
-    "timestamp": v.timestamp,
-    "json": v.json_text,
-    "jsonb": v.json_text,
-}
+_BY_TYPE = v.by_type(
+    {
+        v.text: ("text", "varchar", "bpchar", "name", "unknown"),
+        v.binary: ("bytea",),
+        v.integer: ("int2", "int4", "int8"),
+        v.floating: ("float4", "float8"),
+        v.decimal: ("numeric",),
+        v.boolean: ("bool",),
+        v.timestamp: ("timestamptz", "timestamp"),
+        v.json_text: ("json", "jsonb"),
+    }
+)
 
 
 def converters(type_names: list[str]) -> list[Convert]:

@@ -1,26 +1,23 @@
 """The write functions: jobs into SQL statements with bind parameters.
 
-Message and event-log inserts of consecutive jobs are merged into one
-multi-row statement (arrays through `unnest`), so a batch of 500 messages is
-one round trip; the other functions write a row or two per job.
+Message and event-log inserts of a run of jobs are merged into one
+multi-row statement each (COPY into a staging table, arrays through `unnest`),
+so a batch of 500 messages is one round trip; the other functions write a row
+or two per job. What each binds is shared with MySQL (actions/sqlwriters.py);
+the statements here are PostgreSQL's.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bridge.backend import Job
-from bridge.events import (
-    ClientConnected,
-    ClientDisconnected,
-    MessageAcked,
-    MessagePublish,
-    SessionUnsubscribed,
-    placeholder_value,
-)
+from actions.sqlwriters import Statements, event_log_row, message_row, sql_writers
+from bridge.backend import Job, Writers
+from bridge.batches import Merged
+from bridge.events import MessageAcked
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,13 +34,13 @@ def when(seconds: float) -> dt.datetime:
 
 
 _CONNECTED = """
-INSERT INTO mqtt_client (clientid, state, node, online_at, event_at) VALUES ($1, 1, $2, $3, $3)
+INSERT INTO mqtt_client (clientid, state, node, online_at, event_at) VALUES ($1, 1, $2, $3, $4)
 ON CONFLICT (clientid) DO UPDATE SET state = 1, node = EXCLUDED.node, online_at = EXCLUDED.online_at,
     event_at = EXCLUDED.event_at
 WHERE mqtt_client.event_at <= EXCLUDED.event_at"""
 
 _DISCONNECTED = """
-INSERT INTO mqtt_client (clientid, state, node, offline_at, event_at) VALUES ($1, 0, $2, $3, $3)
+INSERT INTO mqtt_client (clientid, state, node, offline_at, event_at) VALUES ($1, 0, $2, $3, $4)
 ON CONFLICT (clientid) DO UPDATE SET state = 0, offline_at = EXCLUDED.offline_at, event_at = EXCLUDED.event_at
 WHERE mqtt_client.event_at <= EXCLUDED.event_at"""
 
@@ -93,51 +90,9 @@ SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
                      $8::text[], $9::text[], $10::text[], $11::timestamptz[])"""
 
 
-def connected(job: Job) -> list[Write]:
-    event = job.event
-    assert isinstance(event, ClientConnected)
-    return [Write(_CONNECTED, (event.clientid, event.node, when(event.timestamp)))]
-
-
-def disconnected(job: Job) -> list[Write]:
-    event = job.event
-    assert isinstance(event, ClientDisconnected)
-    return [Write(_DISCONNECTED, (event.clientid, event.node, when(event.timestamp)))]
-
-
-def store(jobs: Sequence[Job]) -> Write:
-    rows = []
-    for job in jobs:
-        event = job.event
-        assert isinstance(event, MessagePublish)
-        arrived = when(event.timestamp)
-        kept_for = event.kept_for(job.rule.expired_time)
-        expires = arrived + dt.timedelta(seconds=kept_for) if kept_for else None
-        rows.append(
-            (event.msgid, event.clientid, event.topic, event.qos, event.retain, event.payload, arrived, expires)
-        )
-    return Write(_STORE, (), stage=rows, on_duplicate=_STORE_IDEMPOTENT)
-
-
-def retain(job: Job) -> list[Write]:
-    event = job.event
-    assert isinstance(event, MessagePublish)
-    arrived = when(event.timestamp)
-    expiry = event.kept_for(None)  # the message's own (MQTT 5); a retained message has no expired_time
-    expires = arrived + dt.timedelta(seconds=expiry) if expiry else None
-    args = (event.topic, event.msgid, event.clientid, event.qos, event.payload, arrived, expires)
-    return [Write(_RETAIN, args)]
-
-
-def retain_delete(job: Job) -> list[Write]:
-    event = job.event
-    assert isinstance(event, MessagePublish)
-    return [Write(_RETAIN_DELETE, (event.topic, event.msgid))]
-
-
-def acked_for_queue(job: Job) -> list[Write]:
-    assert isinstance(job.event, MessageAcked)
-    return [Write(_ACK_QUEUE, (job.event.msgid,))]
+def store(jobs: Sequence[Job]) -> list[Write]:
+    rows = [message_row(job, when) for job in jobs]
+    return [Write(_STORE, (), stage=rows, on_duplicate=_STORE_IDEMPOTENT)]
 
 
 def acked_for_pubsub(job: Job) -> list[Write]:
@@ -146,48 +101,20 @@ def acked_for_pubsub(job: Job) -> list[Write]:
     return [Write(_ACK_PUBSUB, (event.clientid, list(event.filters or (event.topic,)), event.msgid))]
 
 
-def acked_delete(job: Job) -> list[Write]:
-    event = job.event
-    assert isinstance(event, SessionUnsubscribed)
-    return [Write(_ACKED_DELETE, (event.clientid, event.topic))]
-
-
-_LOG_TEXT = ("clientid", "username", "node", "topic")
-
-
-def event_log(jobs: Sequence[Job]) -> Write:
+def event_log(jobs: Sequence[Job]) -> list[Write]:
     columns: list[list[Any]] = [[] for _ in range(11)]
     for job in jobs:
-        event = job.event
-        payload = getattr(event, "payload", None)
-        row = (
-            str(event.hookpoint),
-            *(placeholder_value(event, name) if hasattr(event, name) else None for name in _LOG_TEXT),
-            getattr(event, "qos", None),
-            len(payload) if payload is not None else None,
-            getattr(event, "reason", None),
-            getattr(event, "peername", None),
-            getattr(event, "msgid", None),
-            when(event.timestamp),
-        )
-        for column, value in zip(columns, row, strict=True):
+        for column, value in zip(columns, event_log_row(job, when), strict=True):
             column.append(value)
-    return Write(_EVENT_LOG, columns)
+    return [Write(_EVENT_LOG, columns)]
 
 
-# Functions whose consecutive jobs merge into one statement.
-GROUPED: dict[str, Callable[[Sequence[Job]], Write]] = {
-    "on_message_publish": store,
-    "on_message_store": store,
-    "on_event_log": event_log,
-}
-
-SINGLE: dict[str, Callable[[Job], list[Write]]] = {
-    "on_client_connected": connected,
-    "on_client_disconnected": disconnected,
-    "on_message_retain": retain,
-    "on_retain_delete": retain_delete,
-    "on_message_acked_for_queue": acked_for_queue,
-    "on_message_acked_for_pubsub": acked_for_pubsub,
-    "on_acked_delete": acked_delete,
-}
+# Message and event-log inserts of a run merge into one statement each.
+WRITERS: Writers[Write] = sql_writers(
+    Statements(_CONNECTED, _DISCONNECTED, _RETAIN, _RETAIN_DELETE, _ACK_QUEUE, _ACKED_DELETE),
+    Write,
+    when,
+    store=Merged(store),
+    event_log=Merged(event_log),
+    acked_for_pubsub=acked_for_pubsub,
+)

@@ -7,11 +7,10 @@ goes out in one pipeline.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from actions.redis import keys
-from bridge.backend import Job
+from bridge.backend import Job, Writers
 from bridge.events import (
     ClientConnected,
     ClientDisconnected,
@@ -175,7 +174,7 @@ def event_log(job: Job) -> Plan:
     return [("XADD", keys.EVENT_LOG, "*", *fields)]
 
 
-WRITERS: dict[str, Callable[[Job], Plan]] = {
+WRITERS: Writers[Command] = {
     "on_client_connected": client_connected,
     "on_client_disconnected": client_disconnected,
     "on_message_publish": message_publish,

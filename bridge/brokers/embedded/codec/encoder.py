@@ -12,28 +12,10 @@ from collections.abc import Callable
 from struct import Struct
 from typing import Any
 
+from bridge.brokers.embedded.codec import packets as p
 from bridge.brokers.embedded.codec import properties
 from bridge.brokers.embedded.codec.kinds import PacketType
-from bridge.brokers.embedded.codec.packets import (
-    MQTT_3_1,
-    MQTT_5,
-    Auth,
-    Connack,
-    Connect,
-    Disconnect,
-    Packet,
-    Pingreq,
-    Pingresp,
-    Puback,
-    Pubcomp,
-    Publish,
-    Pubrec,
-    Pubrel,
-    Suback,
-    Subscribe,
-    Unsuback,
-    Unsubscribe,
-)
+from bridge.brokers.embedded.codec.packets import MQTT_3_1, MQTT_5
 from bridge.brokers.embedded.codec.properties import EMPTY
 from bridge.brokers.embedded.codec.wire import MAX_VARINT, binary, string, varint
 
@@ -51,7 +33,7 @@ def frame(first: int, body: bytes) -> bytes:
     return bytes((first,)) + varint(length) + body
 
 
-def encode_publish(packet: Publish, level: int) -> bytes:
+def encode_publish(packet: p.Publish, level: int) -> bytes:
     topic = packet.topic.encode()
     if len(topic) > 0xFFFF:
         raise ValueError(f"a topic of {len(topic)} bytes is longer than 65535")
@@ -69,7 +51,7 @@ def encode_publish(packet: Publish, level: int) -> bytes:
     return b"".join((bytes((first,)), varint(length), head, packet.payload))
 
 
-def _ack(packet: Puback | Pubrec | Pubrel | Pubcomp, level: int) -> bytes:
+def _ack(packet: p.Ack, level: int) -> bytes:
     first = packet.TYPE << 4 | (0x02 if packet.TYPE == PacketType.PUBREL else 0)
     if level < MQTT_5 or (not packet.reason_code and packet.properties is EMPTY):
         return _ACK.pack(first, 2, packet.packet_id)
@@ -79,7 +61,7 @@ def _ack(packet: Puback | Pubrec | Pubrel | Pubcomp, level: int) -> bytes:
     return frame(first, body)
 
 
-def encode_puback(packet: Puback, level: int) -> bytes:
+def encode_puback(packet: p.Puback, level: int) -> bytes:
     if not packet.reason_code and packet.properties is EMPTY:
         return _ACK.pack(0x40, 2, packet.packet_id)
     return _ack(packet, level)
@@ -89,7 +71,7 @@ def _props(packet: Any, level: int) -> bytes:
     return properties.encode(packet.properties) if level == MQTT_5 else b""
 
 
-def _connect(packet: Connect, level: int) -> bytes:
+def _connect(packet: p.Connect, level: int) -> bytes:
     will, name = packet.will, b"MQIsdp" if packet.protocol_level == MQTT_3_1 else b"MQTT"
     flags = packet.clean_start << 1 | (packet.username is not None) << 7 | (packet.password is not None) << 6
     if will is not None:
@@ -106,11 +88,11 @@ def _connect(packet: Connect, level: int) -> bytes:
     return frame(0x10, b"".join(parts))
 
 
-def _connack(packet: Connack, level: int) -> bytes:
+def _connack(packet: p.Connack, level: int) -> bytes:
     return frame(0x20, bytes((packet.session_present, packet.reason_code)) + _props(packet, level))
 
 
-def _subscribe(packet: Subscribe, level: int) -> bytes:
+def _subscribe(packet: p.Subscribe, level: int) -> bytes:
     parts = [_U16.pack(packet.packet_id), _props(packet, level)]
     for sub in packet.subscriptions:
         options = sub.qos
@@ -120,22 +102,22 @@ def _subscribe(packet: Subscribe, level: int) -> bytes:
     return frame(0x82, b"".join(parts))
 
 
-def _suback(packet: Suback, level: int) -> bytes:
+def _suback(packet: p.Suback, level: int) -> bytes:
     return frame(0x90, _U16.pack(packet.packet_id) + _props(packet, level) + bytes(packet.reason_codes))
 
 
-def _unsubscribe(packet: Unsubscribe, level: int) -> bytes:
+def _unsubscribe(packet: p.Unsubscribe, level: int) -> bytes:
     filters = b"".join(string(topic_filter) for topic_filter in packet.topic_filters)
     return frame(0xA2, _U16.pack(packet.packet_id) + _props(packet, level) + filters)
 
 
-def _unsuback(packet: Unsuback, level: int) -> bytes:
+def _unsuback(packet: p.Unsuback, level: int) -> bytes:
     if level < MQTT_5:
         return _ACK.pack(0xB0, 2, packet.packet_id)
     return frame(0xB0, _U16.pack(packet.packet_id) + _props(packet, level) + bytes(packet.reason_codes))
 
 
-def _reason_only(packet: Disconnect | Auth, level: int) -> bytes:
+def _reason_only(packet: p.Disconnect | p.Auth, level: int) -> bytes:
     first = packet.TYPE << 4
     if level < MQTT_5 or (not packet.reason_code and packet.properties is EMPTY):
         return bytes((first, 0))
@@ -143,27 +125,27 @@ def _reason_only(packet: Disconnect | Auth, level: int) -> bytes:
 
 
 _ENCODERS: dict[type[Any], Callable[[Any, int], bytes]] = {
-    Connect: _connect,
-    Connack: _connack,
-    Publish: encode_publish,
-    Puback: _ack,
-    Pubrec: _ack,
-    Pubrel: _ack,
-    Pubcomp: _ack,
-    Subscribe: _subscribe,
-    Suback: _suback,
-    Unsubscribe: _unsubscribe,
-    Unsuback: _unsuback,
-    Pingreq: lambda packet, level: b"\xc0\x00",
-    Pingresp: lambda packet, level: b"\xd0\x00",
-    Disconnect: _reason_only,
-    Auth: _reason_only,
+    p.Connect: _connect,
+    p.Connack: _connack,
+    p.Publish: encode_publish,
+    p.Puback: _ack,
+    p.Pubrec: _ack,
+    p.Pubrel: _ack,
+    p.Pubcomp: _ack,
+    p.Subscribe: _subscribe,
+    p.Suback: _suback,
+    p.Unsubscribe: _unsubscribe,
+    p.Unsuback: _unsuback,
+    p.Pingreq: lambda packet, level: b"\xc0\x00",
+    p.Pingresp: lambda packet, level: b"\xd0\x00",
+    p.Disconnect: _reason_only,
+    p.Auth: _reason_only,
 }
 
 
-def encode(packet: Packet, level: int) -> bytes:
+def encode(packet: p.Packet, level: int) -> bytes:
     """`packet` as bytes for a connection at protocol `level`. Raises ValueError when a value
     cannot be framed (a string over 65535 bytes, a packet over 256 MB, AUTH below 5.0)."""
-    if isinstance(packet, Auth) and level < MQTT_5:
+    if isinstance(packet, p.Auth) and level < MQTT_5:
         raise ValueError("AUTH exists only in MQTT 5.0")
     return _ENCODERS[type(packet)](packet, level)

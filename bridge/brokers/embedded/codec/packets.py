@@ -62,35 +62,34 @@ class Publish:
 
 
 @dataclass(slots=True)
-class Puback:
+class _Acknowledgement:
+    """The fields of the four QoS acknowledgements (PUBACK, PUBREC, PUBREL, PUBCOMP); each is a
+    class of its own, so two with the same fields but of different types are not equal."""
+
+    TYPE: ClassVar[PacketType]
+    packet_id: int
+    reason_code: int = 0
+    properties: Properties = EMPTY
+
+
+@dataclass(slots=True)
+class Puback(_Acknowledgement):
     TYPE: ClassVar[PacketType] = PacketType.PUBACK
-    packet_id: int
-    reason_code: int = 0
-    properties: Properties = EMPTY
 
 
 @dataclass(slots=True)
-class Pubrec:
+class Pubrec(_Acknowledgement):
     TYPE: ClassVar[PacketType] = PacketType.PUBREC
-    packet_id: int
-    reason_code: int = 0
-    properties: Properties = EMPTY
 
 
 @dataclass(slots=True)
-class Pubrel:
+class Pubrel(_Acknowledgement):
     TYPE: ClassVar[PacketType] = PacketType.PUBREL
-    packet_id: int
-    reason_code: int = 0
-    properties: Properties = EMPTY
 
 
 @dataclass(slots=True)
-class Pubcomp:
+class Pubcomp(_Acknowledgement):
     TYPE: ClassVar[PacketType] = PacketType.PUBCOMP
-    packet_id: int
-    reason_code: int = 0
-    properties: Properties = EMPTY
 
 
 @dataclass(slots=True)
