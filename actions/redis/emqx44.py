@@ -129,11 +129,9 @@ async def migrate_redis(redis: Any, dry_run: bool = False) -> Counts:
 
 async def migrate(pool: Any, dry_run: bool) -> list[str]:
     """`hookbridge migrate-emqx44 --pool redis.<pool>`: a connection of the pool's own settings."""
-    import redis.asyncio as aioredis
+    from actions.redis.connection import redis_client
 
-    from actions.redis.connection import connection_pool
-
-    client = aioredis.Redis(connection_pool=connection_pool(pool, max_connections=2))
+    client = redis_client(pool, max_connections=2)
     try:
         return (await migrate_redis(client, dry_run=dry_run)).lines(dry_run)
     finally:

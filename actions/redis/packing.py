@@ -11,12 +11,14 @@
   for every reply; in the mqtt mode's profile that was about a tenth of the bridge's CPU per
   message (py-spy, 100,000 messages through Mosquitto, issue 18). The connection is still
   redis-py's (pool, AUTH, SELECT, TLS, health checks), and so are the reply parser and its
-  error classes.
+  error classes, reached through public API only (`read_response`), so any redis-py the pin
+  allows works.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,30 +53,40 @@ class PackedSentinelSSLConnection(_HiredisPacking, SentinelManagedSSLConnection)
 
 
 async def pipeline(pool: aioredis.ConnectionPool, commands: Sequence[Sequence[Any]], reply_within: float) -> list[Any]:
-    """Run `commands` in order on one connection of `pool`; every reply, an error reply as its
-    exception object (like redis-py's `execute(raise_on_error=False)`). A connection that fails
-    or times out is closed (its replies are unknown) and the error raised, as redis-py does:
-    ConnectionError or TimeoutError, both recoverable for the runner."""
+    """Run `commands` in order on one connection of `pool` (`pipeline_on`)."""
     connection: Any = await pool.get_connection()  # type: ignore[no-untyped-call]
     try:
-        await connection.send_packed_command(b"".join(hiredis.pack_command(tuple(c)) for c in commands))
-        parser = connection._parser  # redis-py's own reply parser for this connection
-        try:
-            async with asyncio.timeout(reply_within):
-                replies = [await parser.read_response() for _ in commands]
-        except TimeoutError:
-            await connection.disconnect(nowait=True)
-            raise rexc.TimeoutError(f"no reply within {reply_within:g} s") from None
-        except OSError as exc:
-            await connection.disconnect(nowait=True)
-            raise rexc.ConnectionError(f"reading replies: {exc}") from exc
-        except BaseException:
-            await connection.disconnect(nowait=True)
-            raise
-        if any(isinstance(reply, rexc.ReadOnlyError) for reply in replies):
-            # A primary demoted to a replica (a Sentinel failover while this connection stayed
-            # open): reconnect next time, which asks the Sentinels for the primary again.
-            await connection.disconnect(nowait=True)
-        return replies
+        return await pipeline_on(connection, commands, reply_within)
     finally:
         await pool.release(connection)
+
+
+async def pipeline_on(connection: Any, commands: Sequence[Sequence[Any]], reply_within: float) -> list[Any]:
+    """Run `commands` in order on `connection`; every reply, an error reply as its exception
+    object (like redis-py's `execute(raise_on_error=False)`). A connection that fails or times out
+    is closed (its replies are unknown) and the error raised, as redis-py does: ConnectionError or
+    TimeoutError, both recoverable for the runner.
+
+    Replies are read with the connection's public `read_response`, `timeout=math.inf`: no timeout
+    per reply (redis-py would enter one per reply, the cost this pipeline exists to avoid), one for
+    them all here."""
+    await connection.send_packed_command(b"".join(hiredis.pack_command(tuple(c)) for c in commands))
+    replies: list[Any] = []
+    try:
+        async with asyncio.timeout(reply_within):
+            for _ in commands:
+                try:
+                    replies.append(await connection.read_response(timeout=math.inf))
+                except rexc.ResponseError as error:  # an error reply: the command's outcome
+                    replies.append(error)
+    except TimeoutError:
+        await connection.disconnect(nowait=True)
+        raise rexc.TimeoutError(f"no reply within {reply_within:g} s") from None
+    except BaseException:
+        await connection.disconnect(nowait=True)  # read_response did too; its replies are unknown
+        raise
+    if any(isinstance(reply, rexc.ReadOnlyError) for reply in replies):
+        # A primary demoted to a replica (a Sentinel failover while this connection stayed
+        # open): reconnect next time, which asks the Sentinels for the primary again.
+        await connection.disconnect(nowait=True)
+    return replies

@@ -1,0 +1,221 @@
+"""`type = cluster` pools on a real Redis Cluster (scripts/redis_cluster.sh: three masters, three
+replicas on loopback, private ports): the walkthrough and offsets suites run on it as they are
+(the same tests, this module's `make_bridge` and `redis_db`), the cluster's own index and steps are
+checked, and a master is killed (SIGKILL) under load: its replica is promoted and every message
+the broker acknowledged is stored exactly once and fetched in publish order (wait_replicas = 1,
+WAIT on every master the batch wrote)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from redis.cluster import RedisCluster
+
+from support.bridges import BridgeFactory, mqtt_port
+from support.mqtt import Client, wait_until
+from support.services import ROOT
+from tests.integration import test_redis_offsets as offsets
+from tests.integration import test_redis_walkthrough as walkthrough
+
+PORT = 7100  # the six nodes on PORT..PORT+5
+DIR = ROOT / ".run" / f"redis-cluster-{PORT}"
+SCRIPT = ROOT / "scripts" / "redis_cluster.sh"
+SEEDS = ", ".join(f"127.0.0.1:{PORT + n}" for n in range(3))
+POOL = (
+    "backend.redis.pool1.type = cluster\n"
+    f"backend.redis.pool1.server = {SEEDS}\n"
+    "backend.redis.pool1.wait_replicas = 1\n"
+    "backend.redis.pool1.batch_time = 1ms\n"
+    "backend.redis.pool1.request_timeout = 2s\n"
+    "backend.redis.pool1.retry_backoff_max = 200ms\n"
+)
+
+
+def _script(action: str) -> None:
+    subprocess.run(["bash", str(SCRIPT), str(PORT), action], check=True)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[None]:
+    """A fresh cluster for this module (the failover test leaves the roles swapped), stopped after."""
+    _script("stop")
+    _script("start")
+    yield
+    _script("stop")
+
+
+def _client() -> RedisCluster:
+    return RedisCluster(host="127.0.0.1", port=PORT, protocol=2)
+
+
+@pytest.fixture
+def redis_db(cluster: None) -> Iterator[RedisCluster]:
+    """The walkthrough's `redis_db` on the cluster: every master emptied, replies bytes."""
+    client = _client()
+    client.flushall(target_nodes=RedisCluster.PRIMARIES)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+async def make_bridge(make_bridge: BridgeFactory, cluster: None) -> AsyncIterator[BridgeFactory]:
+    """The conftest's bridges, with the cluster pool unless a test gives its own pools."""
+
+    async def factory(*args: Any, pools: str | None = None, **kwargs: Any) -> Any:
+        return await make_bridge(*args, pools=pools or POOL, **kwargs)
+
+    yield factory
+
+
+# The Redis suites, as they are, on the cluster.
+test_online_status = walkthrough.test_online_status
+test_proxy_subscription = walkthrough.test_proxy_subscription
+test_message_list_and_details = walkthrough.test_message_list_and_details
+test_retained_message_set_replace_clear = walkthrough.test_retained_message_set_replace_clear
+test_offline_queue_and_pubsub_through_the_broker = walkthrough.test_offline_queue_and_pubsub_through_the_broker
+test_offline_messages_survive_a_bridge_restart = walkthrough.test_offline_messages_survive_a_bridge_restart
+test_queue_fetch_after_restart_and_retain_lookup = walkthrough.test_queue_fetch_after_restart_and_retain_lookup
+test_colliding_client_cannot_move_or_drop = offsets.test_a_colliding_client_cannot_move_or_drop_another_clients_offset
+
+
+async def test_keys_spread_over_masters_and_the_index_is_one_slot(
+    make_bridge: BridgeFactory, redis_db: RedisCluster
+) -> None:
+    bridge = await make_bridge()
+    client = await Client("spread", mqtt_port(bridge)).connect()
+    for n in range(30):
+        await client.publish(f"spread/{n}", f"p{n}".encode(), qos=1)
+    await client.publish("spread/r", b"kept", qos=1, retain=True)
+    await bridge.idle()
+    masters = {redis_db.get_node_from_key(f"mqtt:msg:spread/{n}").name for n in range(30)}
+    assert len(masters) == 3  # the topic lists live on every master
+    assert redis_db.zrange(b"mqtt:index:{msg}", 0, -1) == sorted(
+        [f"spread/{n}".encode() for n in range(30)] + [b"spread/r"]
+    )
+    assert redis_db.zrange(b"mqtt:index:{retain}", 0, -1) == [b"spread/r"]
+    stamps = redis_db.hgetall(b"mqtt:index:{msg}:stamps")
+    assert stamps[b"spread/0"] == b"1" and stamps[b"spread/r"] == b"1"
+    await client.disconnect()
+
+
+async def test_wildcard_fetch_and_retain_lookup_across_masters(
+    make_bridge: BridgeFactory, redis_db: RedisCluster
+) -> None:
+    bridge = await make_bridge()
+    publisher = await Client("pub", mqtt_port(bridge)).connect()
+    for n in range(6):
+        await publisher.publish(f"queue/w/{n}", f"job {n}".encode(), qos=1)
+    await publisher.publish("cfg/a", b"A", qos=1, retain=True)
+    await publisher.publish("cfg/b", b"B", qos=1, retain=True)
+    await publisher.disconnect()
+    await bridge.stop()  # the broker forgets its retained messages
+
+    bridge = await make_bridge()
+    worker = await Client("w", mqtt_port(bridge), clean=False).connect()
+    await worker.subscribe("queue/w/+", qos=1)
+    got = await worker.expect(6)
+    assert [m.payload for m in got] == [f"job {n}".encode() for n in range(6)]  # publish order
+    await wait_until(lambda: all(redis_db.zcard(f"mqtt:msg:queue/w/{n}") == 0 for n in range(6)), what="acks")
+    viewer = await Client("v", mqtt_port(bridge)).connect()
+    await viewer.subscribe("cfg/+", qos=1)
+    assert sorted((m.topic, m.payload) for m in await viewer.expect(2)) == [("cfg/a", b"A"), ("cfg/b", b"B")]
+    for c in (worker, viewer):
+        await c.disconnect()
+
+
+def _master_of(key: str) -> int:
+    client = _client()
+    try:
+        return int(client.get_node_from_key(key).port)
+    finally:
+        client.close()
+
+
+def _promoted(dead: int) -> bool:
+    """Some node answers with cluster_state:ok and no master is the dead one."""
+    try:
+        client = _client()
+    except Exception:
+        return False
+    try:
+        info = client.cluster_info(target_nodes=RedisCluster.RANDOM)
+        masters = {int(node.port) for node in client.get_primaries()}
+        return info.get("cluster_state") == "ok" and dead not in masters and len(masters) == 3
+    except Exception:
+        return False
+    finally:
+        client.close()
+
+
+def _revive(port: int) -> None:
+    """What an operator does after a failover: start the dead node again; its cluster config file
+    names the cluster, and it joins as a replica of the master that replaced it."""
+    subprocess.run(
+        [
+            "redis-server", "--port", str(port), "--bind", "127.0.0.1", "--daemonize", "yes",
+            "--dir", str(DIR), "--pidfile", str(DIR / f"node-{port}.pid"),
+            "--logfile", str(DIR / f"node-{port}.log"), "--dbfilename", f"node-{port}.rdb",
+            "--save", "", "--appendonly", "no", "--cluster-enabled", "yes",
+            "--cluster-config-file", f"nodes-{port}.conf", "--cluster-node-timeout", "3000",
+        ],
+        check=True,
+    )  # fmt: skip
+
+
+LOAD_RULES = (
+    'backend.redis.hook.message.publish.1 = {"topic": "#", "action": {"function": "on_message_publish"}, "pool": "pool1"}\n'
+    'backend.redis.hook.session.subscribed.1 = {"topic": "queue/#", "action": {"function": "on_message_fetch_for_queue"}, '
+    '"offline_opts": {"max_returned_count": 500}, "pool": "pool1"}\n'
+)
+
+
+@pytest.mark.slow
+async def test_master_killed_under_load_nothing_acknowledged_is_lost(
+    make_bridge: BridgeFactory, redis_db: RedisCluster
+) -> None:
+    topic = "queue/load"
+    bridge = await make_bridge(rules=LOAD_RULES)
+    client = await Client("cluster-load", mqtt_port(bridge)).connect()
+    mids: list[int] = []
+    enough = asyncio.Event()
+
+    async def publish() -> None:  # about 1,000 messages a second until told to stop
+        while not enough.is_set():
+            for _ in range(10):
+                mids.append(client.paho.publish(topic, f"m{len(mids)}".encode(), 1).mid)
+            await asyncio.sleep(0.01)
+
+    def acked() -> int:
+        with client._lock:
+            return sum(1 for mid in mids if mid in client._acks)
+
+    publisher = asyncio.create_task(publish())
+    await wait_until(lambda: acked() >= 500, timeout=30, what="500 PUBACKs before the kill")
+    victim = _master_of(f"mqtt:msg:{topic}")  # the master of the topic's list (and of a third of the hashes)
+    os.kill(int((DIR / f"node-{victim}.pid").read_text()), signal.SIGKILL)
+    await wait_until(lambda: _promoted(victim), timeout=60, what="the cluster to promote the replica")
+    _revive(victim)  # wait_replicas = 1: the new master needs a replica again
+    await asyncio.sleep(1)  # load on the new master with its new replica
+    enough.set()
+    await publisher
+    count = len(mids)
+    await wait_until(lambda: acked() == count, timeout=120, what="every PUBACK")
+
+    stored = _client()
+    await wait_until(lambda: stored.zcard(f"mqtt:msg:{topic}") >= count, timeout=60, what="every message listed")
+    ids = stored.zrange(f"mqtt:msg:{topic}", 0, -1)
+    payloads = [stored.hget(b"mqtt:msg:" + msgid, "payload") for msgid in ids]
+    assert payloads == [f"m{i}".encode() for i in range(count)]  # each once, in publish order
+    stored.close()
+    await client.disconnect()
+
+    reader = await Client("cluster-reader", mqtt_port(bridge), clean=False).connect()
+    await reader.subscribe(topic, qos=1)
+    assert [m.payload for m in await reader.expect(500)] == [f"m{i}".encode() for i in range(500)]
+    await reader.disconnect()
