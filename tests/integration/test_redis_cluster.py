@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterNode, RedisCluster
 
 from support.bridges import BridgeFactory, mqtt_port
 from support.mqtt import Client, wait_until
@@ -51,7 +51,9 @@ def cluster() -> Iterator[None]:
 
 
 def _client() -> RedisCluster:
-    return RedisCluster(host="127.0.0.1", port=PORT, protocol=2)
+    """A client of the test's own (any node that answers: a killed one may be the first)."""
+    nodes = [ClusterNode("127.0.0.1", PORT + n) for n in range(6)]
+    return RedisCluster(startup_nodes=nodes, protocol=2)
 
 
 @pytest.fixture
