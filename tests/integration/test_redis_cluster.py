@@ -11,7 +11,7 @@ import asyncio
 import os
 import signal
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -66,13 +66,13 @@ def redis_db(cluster: None) -> Iterator[RedisCluster]:
 
 
 @pytest.fixture
-async def make_bridge(make_bridge: BridgeFactory, cluster: None) -> AsyncIterator[BridgeFactory]:
+def make_bridge(make_bridge: BridgeFactory, cluster: None) -> BridgeFactory:
     """The conftest's bridges, with the cluster pool unless a test gives its own pools."""
 
     async def factory(*args: Any, pools: str | None = None, **kwargs: Any) -> Any:
         return await make_bridge(*args, pools=pools or POOL, **kwargs)
 
-    yield factory
+    return factory
 
 
 # The Redis suites, as they are, on the cluster.
