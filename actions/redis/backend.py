@@ -110,7 +110,10 @@ class RedisBackend(Backend):
             self._shas[name] = await self.redis.script_load(source)
 
     async def probe(self) -> None:
-        await self.redis.ping()
+        if self.nodes is not None:  # every master answers (a dead one: down until its replica is promoted)
+            await self.redis.ping(target_nodes=self.redis.PRIMARIES)
+        else:
+            await self.redis.ping()
 
     async def close(self) -> None:
         if self._index_task is not None:

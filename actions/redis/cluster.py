@@ -70,7 +70,10 @@ class ClusterNodes:
     async def refresh(self) -> None:
         """Read the slot map again (after a failover or a resharding), if a batch saw it change."""
         if self.stale:
-            await self.cluster.nodes_manager.initialize()
+            try:
+                await self.cluster.nodes_manager.initialize()
+            except (rexc.RedisClusterException, rexc.RedisError) as exc:  # no node answered: retry later
+                raise rexc.ConnectionError(f"reading the cluster's slot map: {exc}") from exc
             self.stale = False
 
     async def close(self) -> None:

@@ -131,6 +131,29 @@ async def test_wildcard_fetch_and_retain_lookup_across_masters(
         await c.disconnect()
 
 
+COMMANDS_RULES = (
+    'backend.redis.hook.message.publish.1 = {"topic": "c/#", "action": {"commands": '
+    '["HSET seen:${clientid} ${topic} ${payload}", "RPUSH log:${clientid} ${payload}"]}, "pool": "pool1"}\n'
+    'backend.redis.hook.message.publish.2 = {"topic": "c/#", "action": {"commands": ["DBSIZE"]}, "pool": "pool1"}\n'
+)
+
+
+async def test_own_commands_go_to_the_master_of_their_key(make_bridge: BridgeFactory, redis_db: RedisCluster) -> None:
+    bridge = await make_bridge(rules=COMMANDS_RULES)
+    client = await Client("cmd", mqtt_port(bridge)).connect()
+    for n in range(3):
+        await client.publish(f"c/{n}", f"v{n}".encode(), qos=1)
+    await bridge.idle()
+    assert redis_db.hgetall("seen:cmd") == {b"c/0": b"v0", b"c/1": b"v1", b"c/2": b"v2"}
+    assert redis_db.lrange("log:cmd", 0, -1) == [b"v0", b"v1", b"v2"]  # in order
+    rules = bridge.metrics.rules
+    assert (
+        rules["redis.message.publish.1"]["succeeded"],
+        rules["redis.message.publish.2"]["failed"],
+    ) == (3, 3)  # a command without a key: its rule fails, not the batch
+    await client.disconnect()
+
+
 def _master_of(key: str) -> int:
     client = _client()
     try:
