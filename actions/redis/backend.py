@@ -223,9 +223,10 @@ class RedisBackend(Backend):
 
     async def _one_by_one(self, job: Job, action: CommandsAction) -> BaseException | None:
         for command in action.commands:
-            try:
-                await self.redis.execute_command(*command.render(job.values))
-            except rexc.ResponseError as exc:
+            name, *args = command.render(job.values)
+            try:  # RedisCluster routes by the command's name as text
+                await self.redis.execute_command(name.decode() if isinstance(name, bytes) else name, *args)
+            except (rexc.ResponseError, rexc.RedisClusterException) as exc:  # a keyless command on a cluster
                 return exc
         return None
 

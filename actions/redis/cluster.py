@@ -56,9 +56,10 @@ class ClusterNodes:
         `commands` are parsed as redis-py parses them, COMMAND INFO)."""
         if isinstance(command, Script):
             return self.pool_of(command.keys[0])
-        if isinstance(command[0], bytes | str) and str(command[0]).upper() in _OWN:
+        name = command[0].decode() if isinstance(command[0], bytes) else str(command[0])
+        if name.upper() in _OWN:
             return self.pool_of(command[1])  # type: ignore[arg-type]
-        nodes = await self.cluster.get_nodes_from_slot(str(command[0]).upper(), *command[1:])
+        nodes = await self.cluster.get_nodes_from_slot(name.upper(), *command[1:])
         return self.pool_of_node(nodes[0])
 
     def pool_of_node(self, node: Any) -> aioredis.ConnectionPool:
@@ -127,12 +128,12 @@ class PhasedBatch:
             command = step.command if isinstance(step, Then) else step
             try:
                 pool = await self.nodes.route(command)
-            except rexc.RedisClusterException as exc:  # keyless, or keys of several slots: that rule fails
-                if not isinstance(exc, rexc.SlotNotCoveredError):
-                    self.outcomes[owner] = self.outcomes[owner] or exc
-                    continue
-                self.nodes.stale = True
-                raise
+            except (rexc.RedisClusterException, rexc.RedisError) as exc:
+                if isinstance(exc, rexc.SlotNotCoveredError) or self.recoverable(exc):
+                    self.nodes.stale = True
+                    raise
+                self.outcomes[owner] = self.outcomes[owner] or exc  # keyless, keys of several slots: that rule fails
+                continue
             lanes.setdefault(pool, []).append((owner, step, self.wire(command)))
         for pool in lanes:
             if pool not in connections:

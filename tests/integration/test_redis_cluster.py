@@ -135,6 +135,8 @@ COMMANDS_RULES = (
     'backend.redis.hook.message.publish.1 = {"topic": "c/#", "action": {"commands": '
     '["HSET seen:${clientid} ${topic} ${payload}", "RPUSH log:${clientid} ${payload}"]}, "pool": "pool1"}\n'
     'backend.redis.hook.message.publish.2 = {"topic": "c/#", "action": {"commands": ["DBSIZE"]}, "pool": "pool1"}\n'
+    'backend.redis.hook.message.publish.3 = {"topic": "c/#", "action": {"commands": ["INCR n:${clientid}"], '
+    '"pipeline": false}, "pool": "pool1"}\n'
 )
 
 
@@ -146,6 +148,7 @@ async def test_own_commands_go_to_the_master_of_their_key(make_bridge: BridgeFac
     await bridge.idle()
     assert redis_db.hgetall("seen:cmd") == {b"c/0": b"v0", b"c/1": b"v1", b"c/2": b"v2"}
     assert redis_db.lrange("log:cmd", 0, -1) == [b"v0", b"v1", b"v2"]  # in order
+    assert redis_db.get("n:cmd") == b"3"  # `"pipeline": false`: one by one through RedisCluster
     rules = bridge.metrics.rules
     assert (
         rules["redis.message.publish.1"]["succeeded"],
