@@ -15,13 +15,17 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import ClusterNode, RedisCluster
 
+from actions.redis.emqx44 import migrate_redis
+from bridge.msgid import hookbridge_id
 from support.bridges import BridgeFactory, mqtt_port
 from support.mqtt import Client, wait_until
 from support.services import ROOT
 from tests.integration import test_redis_offsets as offsets
 from tests.integration import test_redis_walkthrough as walkthrough
+from tests.integration.test_migrate_emqx44 import write_as_emqx44
 
 PORT = 7100  # the six nodes on PORT..PORT+5
 DIR = ROOT / ".run" / f"redis-cluster-{PORT}"
@@ -155,6 +159,26 @@ async def test_own_commands_go_to_the_master_of_their_key(make_bridge: BridgeFac
         rules["redis.message.publish.2"]["failed"],
     ) == (3, 3)  # a command without a key: its rule fails, not the batch
     await client.disconnect()
+
+
+async def test_migrate_emqx44_on_a_cluster(redis_db: RedisCluster) -> None:
+    """EMQX 4.4's keys on a cluster: one key per step, so the migration runs there, twice the same."""
+    ids = write_as_emqx44(redis_db)
+    client = AsyncRedisCluster(host="127.0.0.1", port=PORT, protocol=2)
+    try:
+        counts = await migrate_redis(client, cluster=True)
+        assert (counts.messages, counts.retained, counts.offsets, counts.gone) == (4, 1, 1, 1)
+        again = await migrate_redis(client, cluster=True)
+        assert (again.messages, again.retained, again.offsets, again.gone) == (0, 0, 0, 0)
+    finally:
+        await client.aclose()
+    new = {name: hookbridge_id(value.encode()) or "" for name, value in ids.items()}
+    assert redis_db.zrange("mqtt:msg:pubsub/t", 0, -1) == [new[n].encode() for n in ("e1", "e2", "e3")]
+    assert redis_db.get("mqtt:acked:dev1:pubsub/t") == new["e1"].encode()
+    assert redis_db.hget(f"mqtt:msg:{new['e2']}", "id") == new["e2"].encode()
+    assert not any(redis_db.exists(f"mqtt:msg:{value}") for value in ids.values())
+    assert redis_db.zrange(b"mqtt:index:{msg}", 0, -1) == [b"pubsub/t", b"status/x"]
+    assert redis_db.zrange(b"mqtt:index:{retain}", 0, -1) == [b"status/x"]
 
 
 def _master_of(key: str) -> int:
