@@ -19,6 +19,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import ClusterNode, RedisCluster
 
 from actions.redis.emqx44 import migrate_redis
+from actions.redis.index import MSG, TopicIndex
 from bridge.msgid import hookbridge_id
 from support.bridges import BridgeFactory, mqtt_port
 from support.mqtt import Client, wait_until
@@ -159,6 +160,26 @@ async def test_own_commands_go_to_the_master_of_their_key(make_bridge: BridgeFac
         rules["redis.message.publish.2"]["failed"],
     ) == (3, 3)  # a command without a key: its rule fails, not the batch
     await client.disconnect()
+
+
+async def test_the_index_drops_an_entry_only_if_no_write_came_since(redis_db: RedisCluster) -> None:
+    """The trim and the lazy trim on a cluster: an entry whose set is empty is dropped, unless a
+    write of the topic moved its stamp after the stamp was read (that write's message is listed
+    by then, or will be, and a fetch must find the topic)."""
+    client = AsyncRedisCluster(host="127.0.0.1", port=PORT, protocol=2)
+    index = TopicIndex(client, cluster=True)
+    index_key, stamps = b"mqtt:index:{msg}", b"mqtt:index:{msg}:stamps"
+    try:
+        await index._touch(keys=[index_key, stamps], args=[b"gone/t", b"raced/t", b"kept/t"])
+        redis_db.zadd("mqtt:msg:kept/t", {"00000000000000000000000000000001": 1})
+        await index.forget(MSG, "gone/t")  # its set is empty: dropped
+        await index.forget(MSG, "kept/t")  # its set holds a message: kept
+        seen = redis_db.hget(stamps, "raced/t")
+        await index._touch(keys=[index_key, stamps], args=[b"raced/t"])  # a store lands in between
+        assert await index._drop(keys=[index_key, stamps], args=[b"raced/t", seen]) == 0
+        assert redis_db.zrange(index_key, 0, -1) == [b"kept/t", b"raced/t"]
+    finally:
+        await client.aclose()
 
 
 async def test_migrate_emqx44_on_a_cluster(redis_db: RedisCluster) -> None:
