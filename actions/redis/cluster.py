@@ -137,7 +137,11 @@ class PhasedBatch:
             lanes.setdefault(pool, []).append((owner, step, self.wire(command)))
         for pool in lanes:
             if pool not in connections:
-                connections[pool] = await pool.get_connection()  # type: ignore[no-untyped-call]
+                try:
+                    connections[pool] = await pool.get_connection()  # type: ignore[no-untyped-call]
+                except (rexc.ConnectionError, rexc.TimeoutError, OSError):
+                    self.nodes.stale = True  # a master that died: its replica may be promoted by the retry
+                    raise
                 held.push_async_callback(pool.release, connections[pool])
         replies = await asyncio.gather(
             *(self._send(connections[pool], [c for _, _, c in lane]) for pool, lane in lanes.items()),
