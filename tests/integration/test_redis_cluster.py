@@ -91,6 +91,18 @@ test_queue_fetch_after_restart_and_retain_lookup = walkthrough.test_queue_fetch_
 test_colliding_client_cannot_move_or_drop = offsets.test_a_colliding_client_cannot_move_or_drop_another_clients_offset
 
 
+def test_the_script_reuses_a_running_cluster_and_reports_it(cluster: None) -> None:
+    """scripts/redis_cluster.sh as a user runs it (executable): `start` again reuses the cluster,
+    `status` shows it ok with three masters and three replicas."""
+    again = subprocess.run([str(SCRIPT), str(PORT), "start"], capture_output=True, text=True, check=True)
+    assert "already answering" in again.stderr
+    status = subprocess.run([str(SCRIPT), str(PORT), "status"], capture_output=True, text=True, check=True)
+    lines = status.stdout.splitlines()
+    assert lines[0] == "cluster_state:ok"
+    roles = [line.split()[2].replace("myself,", "") for line in lines[1:]]
+    assert (roles.count("master"), roles.count("slave")) == (3, 3)
+
+
 async def test_keys_spread_over_masters_and_the_index_is_one_slot(
     make_bridge: BridgeFactory, redis_db: RedisCluster
 ) -> None:
