@@ -18,10 +18,13 @@ import pytest
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import ClusterNode, RedisCluster
 
+from actions.redis.auth import RedisAcl, RedisUsers
 from actions.redis.emqx44 import migrate_redis
 from actions.redis.index import MSG, TopicIndex
+from bridge.conf.config import parse_config
 from bridge.msgid import hookbridge_id
 from support.bridges import BridgeFactory, mqtt_port
+from support.conf import config_text
 from support.mqtt import Client, wait_until
 from support.services import ROOT
 from tests.integration import test_redis_offsets as offsets
@@ -192,6 +195,21 @@ async def test_the_index_drops_an_entry_only_if_no_write_came_since(redis_db: Re
         assert redis_db.zrange(index_key, 0, -1) == [b"kept/t", b"raced/t"]
     finally:
         await client.aclose()
+
+
+async def test_users_and_acl_of_the_embedded_broker_on_a_cluster(redis_db: RedisCluster) -> None:
+    redis_db.hset("mqtt_user:alice", mapping={"password": "hashed", "salt": "s", "is_superuser": 1})
+    redis_db.hset("mqtt_acl:alice", mapping={"alice/#": 3, "news/+": 1})
+    pool = parse_config("bridge.conf", config_text(pools=POOL)).pools["redis.pool1"]
+    users, acl = RedisUsers(pool), RedisAcl(pool)
+    try:
+        found = await users.find("alice")
+        assert found is not None and (found.password, found.salt, found.superuser) == ("hashed", "s", True)
+        assert await users.find("nobody") is None
+        assert len(await acl.entries("alice", "c1")) == 2
+    finally:
+        await users.close()
+        await acl.close()
 
 
 async def test_migrate_emqx44_on_a_cluster(redis_db: RedisCluster) -> None:
