@@ -10,8 +10,10 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis import exceptions as rexc
 
-from actions.redis import emqx44, scripts
-from actions.redis.connection import connection_pool
+from actions.redis import cluster_scripts, emqx44, scripts
+from actions.redis.cluster import ClusterNodes, PhasedBatch
+from actions.redis.cluster_functions import CLUSTER_WRITERS, Steps
+from actions.redis.connection import cluster_client, connection_pool
 from actions.redis.functions import WRITERS, Command, Script
 from actions.redis.index import TopicIndex
 from actions.redis.packing import pipeline
@@ -34,6 +36,8 @@ _RECOVERABLE = (
     rexc.OutOfMemoryError,  # maxmemory with noeviction: writes resume once memory is freed
     rexc.MasterDownError,
     rexc.ClusterDownError,
+    rexc.AskError,  # MOVED / ASK: a cluster's slot map changed (the batch is retried on the new one)
+    rexc.SlotNotCoveredError,
     OSError,
 )
 # Replies that describe the server's state, not the command (redis-py keeps the prefix of those it
@@ -62,21 +66,25 @@ class RedisBackend(Backend):
     functions = frozenset(WRITERS) | frozenset(READERS)
 
     async def connect(self) -> None:
-        connections = connection_pool(
-            self.pool,
-            max_connections=max(2, self.pool["pool_size"]),
-            # A request without an answer within request_timeout fails and is retried on a new
-            # connection; the runner has counted the pool down by then (bridge/pipeline/runner.py).
-            health_check_interval=30,
-        )
-        self.redis: Any = aioredis.Redis(connection_pool=connections)  # replies are bytes (protocol 2)
-        self.index = TopicIndex(self.redis)
+        size = max(2, self.pool["pool_size"])
+        # A request without an answer within request_timeout fails and is retried on a new
+        # connection; the runner has counted the pool down by then (bridge/pipeline/runner.py).
+        self.nodes: ClusterNodes | None = None
+        if self.pool["type"] == "cluster":  # reads through RedisCluster, writes in phases (cluster.py)
+            self.redis: Any = cluster_client(self.pool, size, health_check_interval=30)
+            self.nodes = ClusterNodes(self.redis, self.pool, size)
+        else:
+            connections = connection_pool(self.pool, max_connections=size, health_check_interval=30)
+            self.redis = aioredis.Redis(connection_pool=connections)  # replies are bytes (protocol 2)
+        self.index = TopicIndex(self.redis, cluster=self.nodes is not None)
         self.store = RedisStore(self.index)
         self._index_task: asyncio.Task[None] | None = None
         self._shas: dict[str, str] = {}
         try:
+            if self.nodes is not None:
+                await self.redis.initialize()  # the slot map, from the seed nodes
             await self._load_scripts()
-        except rexc.ConnectionError as exc:
+        except (rexc.ConnectionError, rexc.RedisClusterException) as exc:
             # A wrong password or certificate will not fix itself: refuse to start.
             # Redis merely not up yet: start anyway, writes wait and retry.
             if isinstance(exc, rexc.AuthenticationError) or "certificate verify failed" in str(exc):
@@ -96,17 +104,25 @@ class RedisBackend(Backend):
             log.warning("pool %s: topic index not built yet (%s); retried at the next maintenance", self.pool.id, exc)
 
     async def _load_scripts(self) -> None:
-        for name, source in scripts.ALL.items():
+        # On a cluster SCRIPT LOAD goes to every master (redis-py); a promoted replica may lack
+        # them: its NOSCRIPT reply loads them again before the retry.
+        for name, source in (cluster_scripts.ALL if self.nodes is not None else scripts.ALL).items():
             self._shas[name] = await self.redis.script_load(source)
 
     async def probe(self) -> None:
-        await self.redis.ping()
+        if self.nodes is not None:  # every master answers (a dead one: down until its replica is promoted)
+            await self.redis.ping(target_nodes=self.redis.PRIMARIES)
+        else:
+            await self.redis.ping()
 
     async def close(self) -> None:
         if self._index_task is not None:
             self._index_task.cancel()
             await asyncio.gather(self._index_task, return_exceptions=True)
-        await self.redis.aclose()
+        if self.nodes is not None:
+            await self.nodes.close()  # and the RedisCluster
+        else:
+            await self.redis.aclose()
 
     def is_recoverable(self, exc: BaseException) -> bool:
         if isinstance(exc, _RECOVERABLE):
@@ -117,9 +133,34 @@ class RedisBackend(Backend):
         return describe()
 
     async def execute(self, batch: Sequence[Job]) -> list[BaseException | None]:
+        if self.nodes is not None:
+            await self.nodes.refresh()
         if not self._shas:
             await self._load_scripts()
-        return await cut_at_reads(batch, self._write_run, self._run_alone, alone=_alone)
+        write = self._write_run if self.nodes is None else self._cluster_write_run
+        return await cut_at_reads(batch, write, self._run_alone, alone=_alone)
+
+    async def _cluster_write_run(
+        self, batch: Sequence[Job], run: list[int], outcomes: list[BaseException | None]
+    ) -> None:
+        """The run's steps on a cluster, phase by phase (cluster.py, cluster_functions.py)."""
+        assert self.nodes is not None
+        plans = planned(self, batch, run, outcomes, self._cluster_plan)
+        steps = [(index, step) for index, plan in plans for step in plan]
+        if not steps:
+            return
+        try:
+            await PhasedBatch(self.nodes, self._command, self.is_recoverable, self.pool).run(steps, outcomes)
+        except rexc.NoScriptError:
+            self._shas.clear()  # a master promoted since the scripts were loaded: load them again
+            self.nodes.stale = True
+            raise
+
+    def _cluster_plan(self, job: Job) -> Steps:
+        action = job.rule.action
+        if isinstance(action, FunctionAction):
+            return CLUSTER_WRITERS[action.spec.impl_name](job)
+        return [(0, command) for command in self._plan(job)]  # a rule's own commands, in order
 
     async def _write_run(self, batch: Sequence[Job], run: list[int], outcomes: list[BaseException | None]) -> None:
         """The run's commands in one pipeline."""
@@ -182,9 +223,10 @@ class RedisBackend(Backend):
 
     async def _one_by_one(self, job: Job, action: CommandsAction) -> BaseException | None:
         for command in action.commands:
-            try:
-                await self.redis.execute_command(*command.render(job.values))
-            except rexc.ResponseError as exc:
+            name, *args = command.render(job.values)
+            try:  # RedisCluster routes by the command's name as text
+                await self.redis.execute_command(name.decode() if isinstance(name, bytes) else name, *args)
+            except (rexc.ResponseError, rexc.RedisClusterException) as exc:  # a keyless command on a cluster
                 return exc
         return None
 
@@ -196,3 +238,5 @@ class RedisBackend(Backend):
         await self.index.ensure()
         if self.trim_enabled:
             await self.index.trim_expired()
+        if self.nodes is not None:
+            await self.index.prune()

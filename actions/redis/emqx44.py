@@ -76,14 +76,17 @@ async def _move_member(redis: Any, zset: bytes, other: bytes, old: bytes, new: s
     return present
 
 
-async def migrate_redis(redis: Any, dry_run: bool = False) -> Counts:
+async def migrate_redis(redis: Any, dry_run: bool = False, cluster: bool = False) -> Counts:
     counts = Counts()
+    # the topic index of the pool's kind (a cluster's has other names: keys.py)
+    msg_index = keys.CLUSTER_MSG_INDEX if cluster else keys.MSG_INDEX
+    retain_index = keys.CLUSTER_RETAIN_INDEX if cluster else keys.RETAIN_INDEX
     sets = [
-        (key, keys.RETAIN_PREFIX + key[len(keys.TOPIC_LIST_PREFIX) :], False, keys.MSG_INDEX)
+        (key, keys.RETAIN_PREFIX + key[len(keys.TOPIC_LIST_PREFIX) :], False, msg_index)
         for key in await _scan(redis, keys.TOPIC_LIST_PREFIX + b"*", "zset")
     ]
     sets += [
-        (key, keys.TOPIC_LIST_PREFIX + key[len(keys.RETAIN_PREFIX) :], True, keys.RETAIN_INDEX)
+        (key, keys.TOPIC_LIST_PREFIX + key[len(keys.RETAIN_PREFIX) :], True, retain_index)
         for key in await _scan(redis, keys.RETAIN_PREFIX + b"*", "zset")
     ]
     for zset, other, retained, index in sets:
@@ -129,12 +132,10 @@ async def migrate_redis(redis: Any, dry_run: bool = False) -> Counts:
 
 async def migrate(pool: Any, dry_run: bool) -> list[str]:
     """`hookbridge migrate-emqx44 --pool redis.<pool>`: a connection of the pool's own settings."""
-    import redis.asyncio as aioredis
+    from actions.redis.connection import redis_client
 
-    from actions.redis.connection import connection_pool
-
-    client = aioredis.Redis(connection_pool=connection_pool(pool, max_connections=2))
+    client = redis_client(pool, max_connections=2)
     try:
-        return (await migrate_redis(client, dry_run=dry_run)).lines(dry_run)
+        return (await migrate_redis(client, dry_run=dry_run, cluster=pool["type"] == "cluster")).lines(dry_run)
     finally:
         await client.aclose()

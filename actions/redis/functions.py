@@ -35,7 +35,7 @@ Command = tuple[Arg, ...] | Script
 Plan = list[Command]
 
 
-def _stored_fields(event: MessagePublish, expire: int) -> tuple[Arg, ...]:
+def stored_fields(event: MessagePublish, expire: int) -> tuple[Arg, ...]:
     if event.expiry is not None:  # a 5.0 message expiry shortens the rule's expired_time
         expire = min(expire, max(1, event.expiry)) if expire else max(1, event.expiry)
     return (
@@ -75,7 +75,7 @@ def client_disconnected(job: Job) -> Plan:
 def _store(job: Job) -> Plan:
     event = job.event
     assert isinstance(event, MessagePublish)
-    fields = _stored_fields(event, job.rule.expired_time or 0)
+    fields = stored_fields(event, job.rule.expired_time or 0)
     msgid, score, expire, sender, qos, topic, payload, ts, retain = fields
     key, topic_list = keys.message(event.msgid), keys.topic_list(event.topic)
     if event.retain:
@@ -108,7 +108,7 @@ def message_retain(job: Job) -> Plan:
         Script(
             "retain_set",
             (keys.message(event.msgid), keys.retain(event.topic), keys.topic_list(event.topic), keys.RETAIN_INDEX),
-            (*_stored_fields(event, job.rule.expired_time or 0), event.kept_for(None) or 0),
+            (*stored_fields(event, job.rule.expired_time or 0), event.kept_for(None) or 0),
         )
     ]
 

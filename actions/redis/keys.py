@@ -18,6 +18,14 @@ INDEX_PREFIX = b"mqtt:index:"
 MSG_INDEX = INDEX_PREFIX + b"msg"
 RETAIN_INDEX = INDEX_PREFIX + b"retain"
 INDEX_BUILT = INDEX_PREFIX + b"built"
+# On a Redis Cluster the index is two keys per kind, the sorted set and a hash of stamps (a
+# counter per topic, moved by every write of it), which a trim compares before it drops an entry
+# (cluster_scripts.INDEX_DROP). A script may only touch keys of one slot: the hash tag `{msg}`
+# puts both there. No EMQX tool reads the index.
+CLUSTER_MSG_INDEX = INDEX_PREFIX + b"{msg}"
+CLUSTER_MSG_STAMPS = INDEX_PREFIX + b"{msg}:stamps"
+CLUSTER_RETAIN_INDEX = INDEX_PREFIX + b"{retain}"
+CLUSTER_RETAIN_STAMPS = INDEX_PREFIX + b"{retain}:stamps"
 
 
 def enc(text: str) -> bytes:

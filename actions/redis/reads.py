@@ -12,7 +12,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from actions.redis import keys, scripts
+from actions.redis import cluster_offsets, keys, scripts
 from actions.redis.index import MSG, RETAIN, TopicIndex
 from bridge.fetch import Gone, Stored, Window
 from bridge.topics import is_wildcard
@@ -107,29 +107,36 @@ class RedisStore:
             else:
                 loaded.append(Gone(msgid))
                 expired.setdefault(topic, []).append(msgid)
-        for topic, msgids in expired.items():  # lazy trim: the hashes expired, drop their list entries
-            await self.index.forget(MSG, topic, msgids, client=pipe)
-        if expired:
-            await pipe.execute()
+        if expired:  # lazy trim: the hashes expired, drop their list entries
+            await self.index.forget_many(MSG, expired)
         return loaded
 
     async def offset(self, clientid: str, topic_filter: str) -> str | None:
         """None also when the offset key is another client's: start_offset then refuses and says so."""
         key = keys.acked(clientid, topic_filter)
-        ambiguous = 1 if keys.acked_ambiguous(clientid, topic_filter) else 0
-        reply = await self.redis.eval(scripts.OFFSET_GET, 2, key, keys.ACKED_OWNER, keys.enc(clientid), ambiguous)
-        if reply[0] != 2:
+        ambiguous = keys.acked_ambiguous(clientid, topic_filter)
+        if self.index.cluster:
+            found = await cluster_offsets.get(self.redis, key, keys.enc(clientid), ambiguous)
+        else:
+            reply = await self.redis.eval(
+                scripts.OFFSET_GET, 2, key, keys.ACKED_OWNER, keys.enc(clientid), int(ambiguous)
+            )
+            found = reply[1] if reply[0] == 2 else None
+        if found is None:
             return None
-        offset = reply[1].decode()
+        offset = found.decode()
         return "" if offset == _BEFORE_EVERYTHING else str(offset)
 
     async def start_offset(self, clientid: str, topic_filter: str, topics: Sequence[str], before: str | None) -> None:
         first = await self._newest(topics, before) or _BEFORE_EVERYTHING
         key = keys.acked(clientid, topic_filter)
-        ambiguous = 1 if keys.acked_ambiguous(clientid, topic_filter) else 0
-        created = await self.redis.eval(
-            scripts.OFFSET_CREATE, 2, key, keys.ACKED_OWNER, keys.enc(clientid), ambiguous, first
-        )
+        ambiguous = keys.acked_ambiguous(clientid, topic_filter)
+        if self.index.cluster:
+            created = await cluster_offsets.create(self.redis, key, keys.enc(clientid), ambiguous, first)
+        else:
+            created = await self.redis.eval(
+                scripts.OFFSET_CREATE, 2, key, keys.ACKED_OWNER, keys.enc(clientid), int(ambiguous), first
+            )
         if not created:
             log.warning(
                 "client %r, filter %r: its pubsub offset key is another client's (a `:` in both makes them one"

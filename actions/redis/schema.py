@@ -16,6 +16,8 @@ mqtt:event_log                 stream  on_event_log entries: event, ts (ms), cli
 mqtt:index:msg                 zset    topic index: topics that have a mqtt:msg:<topic> set (score 0, member topic)
 mqtt:index:retain              zset    topic index: topics that have a mqtt:retain:<topic> set
 mqtt:index:built               string  1 once the index holds the topics written before it (DEL + restart: rebuild)
+# type = cluster: the two indexes are mqtt:index:{msg} and mqtt:index:{retain} (one slot each), each with a
+# hash of stamps beside it, mqtt:index:{msg}:stamps (topic -> counter) (docs/backends/redis.md#redis-cluster)
 """
 
 

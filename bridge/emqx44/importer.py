@@ -112,12 +112,6 @@ def _verify(value: str) -> tuple[str | None, str, bool | None]:
     return mapped, "ssl.verify", None
 
 
-def _redis_type(value: str) -> tuple[str | None, str, bool | None]:
-    if value.strip() == "cluster":
-        return None, "Redis Cluster pools are not supported yet (docs/backends/redis.md); use single or sentinel", False
-    return value, "type", None
-
-
 def _redis_channel(value: str) -> tuple[str | None, str, bool | None]:
     return None, "hookbridge does not subscribe to a Redis channel (EMQX's `channel` is not honoured)", True
 
@@ -176,7 +170,7 @@ _COMMON: dict[str, Special] = {
 POOL_KEYS: dict[str, dict[str, Special]] = {
     "redis": {
         **_COMMON,
-        "type": _redis_type,
+        "type": _same("type"),
         "sentinel": _same("sentinel"),
         "database": _same("database"),
         "channel": _redis_channel,

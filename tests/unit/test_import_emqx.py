@@ -86,7 +86,7 @@ def test_idempotent_and_refuses_to_overwrite_a_changed_file(tmp_path: Path, caps
 
 
 BAD_REDIS = """\
-backend.redis.pool1.type = cluster
+backend.redis.pool1.type = galaxy
 backend.redis.pool1.server = 127.0.0.1:6379
 backend.redis.pool1.pool_size = lots
 backend.redis.pool1.max_overflow = 3
@@ -120,7 +120,7 @@ def test_every_problem_at_its_place_and_nothing_written(tmp_path: Path, capsys: 
         f"{mongo}:3:1: warning: hookbridge always writes safe",
         f"{mongo}:4:1: warning: hookbridge reads from the primary",
         f"{mongo}:5:1: warning: pymongo sizes and times its own topology",
-        f"{redis}:1:28: Redis Cluster pools are not supported yet",
+        f"{redis}:1:28: backend.redis.pool1.type: expected one of single, sentinel, cluster, got 'galaxy'",
         f"{redis}:3:33: backend.redis.pool1.pool_size: expected an integer",
         f"{redis}:4:1: unknown EMQX 4.4 redis pool key 'max_overflow'",
         f"{redis}:5:1: backend.redis.server names no pool: write backend.redis.pool1.server",
