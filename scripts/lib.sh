@@ -126,3 +126,29 @@ port_and_action() {
     esac
   done
 }
+
+# redis_pid PIDFILE: the pid PIDFILE holds, if that process is alive and is a redis-server (a
+# stale pid file, or a pid reused by another process, is not ours to stop).
+redis_pid() {
+  local pid
+  [ -f "$1" ] && pid="$(cat "$1" 2>/dev/null)" && [ -n "$pid" ] || return 1
+  kill -0 "$pid" 2>/dev/null || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q redis-server || return 1
+  echo "$pid"
+}
+
+# kill_redis PIDFILE...: kill -9 the redis-servers these pid files name (test servers without
+# persistence: nothing to save), wait until each is gone, and remove the files.
+kill_redis() {
+  local file pid pids=()
+  for file in "$@"; do
+    if pid="$(redis_pid "$file")"; then
+      kill -KILL "$pid" 2>/dev/null || true
+      pids+=("$pid")
+    fi
+    rm -f "$file"
+  done
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+  done
+}

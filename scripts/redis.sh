@@ -19,14 +19,7 @@ port_and_action 6379 "${positional[@]}"
 DIR="$RUN_DIR/redis-$PORT"
 PIDFILE="$DIR/redis.pid"
 
-# The pid in our pid file, if that process is alive and is a redis-server.
-own_pid() {
-  local pid
-  [ -f "$PIDFILE" ] && pid="$(cat "$PIDFILE" 2>/dev/null)" && [ -n "$pid" ] || return 1
-  kill -0 "$pid" 2>/dev/null || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q redis-server || return 1
-  echo "$pid"
-}
+own_pid() { redis_pid "$PIDFILE"; }
 
 if [ "$ACTION" = stop ]; then
   if ! pid="$(own_pid)"; then

@@ -27,27 +27,10 @@ done
 DIR="$RUN_DIR/redis-cluster-$PORT"
 NODES=($PORT $((PORT + 1)) $((PORT + 2)) $((PORT + 3)) $((PORT + 4)) $((PORT + 5)))
 
-# own_pid PORT: the pid in DIR/node-PORT.pid, if that process is alive and is a redis-server.
-own_pid() {
-  local pid file="$DIR/node-$1.pid"
-  [ -f "$file" ] && pid="$(cat "$file" 2>/dev/null)" && [ -n "$pid" ] || return 1
-  kill -0 "$pid" 2>/dev/null || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q redis-server || return 1
-  echo "$pid"
-}
-
 stop_all() {
-  local port pid pids=()
-  for port in "${NODES[@]}"; do
-    if pid="$(own_pid "$port")"; then
-      kill -KILL "$pid" 2>/dev/null || true # no persistence: nothing to save
-      pids+=("$pid")
-    fi
-    rm -f "$DIR/node-$port.pid"
-  done
-  for pid in "${pids[@]}"; do
-    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-  done
+  local port files=()
+  for port in "${NODES[@]}"; do files+=("$DIR/node-$port.pid"); done
+  kill_redis "${files[@]}"
 }
 
 answers() { redis-cli -p "$1" ping >/dev/null 2>&1; }

@@ -22,27 +22,12 @@ MASTER=hookbridge
 REPLICA=$((PORT + 1))
 SENTINELS=($((PORT + 2)) $((PORT + 3)) $((PORT + 4)))
 
-# own_pid NAME: the pid in DIR/NAME.pid, if that process is alive and is a redis-server.
-own_pid() {
-  local pid file="$DIR/$1.pid"
-  [ -f "$file" ] && pid="$(cat "$file" 2>/dev/null)" && [ -n "$pid" ] || return 1
-  kill -0 "$pid" 2>/dev/null || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q redis-server || return 1
-  echo "$pid"
-}
-
 stop_all() {
-  local name pid pids=()
+  local name files=()
   for name in primary replica sentinel-"${SENTINELS[0]}" sentinel-"${SENTINELS[1]}" sentinel-"${SENTINELS[2]}"; do
-    if pid="$(own_pid "$name")"; then
-      kill -KILL "$pid" 2>/dev/null || true # no persistence: nothing to save
-      pids+=("$pid")
-    fi
-    rm -f "$DIR/$name.pid"
+    files+=("$DIR/$name.pid")
   done
-  for pid in "${pids[@]}"; do
-    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-  done
+  kill_redis "${files[@]}"
 }
 
 answers() { redis-cli -p "$1" ping >/dev/null 2>&1; }
