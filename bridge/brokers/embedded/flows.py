@@ -95,24 +95,26 @@ class FlowsMixin:
     async def _publish_end(self, publishing: Publishing, accepted: Callable[[Kept], Awaitable[None]] | None) -> None:
         """Acknowledge (once kept) and route a begun publish; must follow every _publish_begin."""
         sequencer = self.router.sequencer
-        ticket, stored = publishing.ticket, publishing.stored
+        stored = publishing.stored
+        routed = False
         try:
             kept: Kept = None
             if publishing.taken is not None:
                 kept = await publishing.taken
             if accepted is not None:
                 await accepted(kept if stored is None else both(kept, stored))
-            if not sequencer.ready(ticket):
-                await sequencer.wait(ticket)
+            if not sequencer.ready(publishing.ticket):
+                await sequencer.wait(publishing.ticket)
             self.router.route(publishing.message)
-            if stored is not None:
-                journal = self.router.journal
-                _chain(journal.committed() if journal is not None else None, stored)
-                stored = None
+            routed = True
         finally:
-            sequencer.leave(ticket)
-            if stored is not None:
-                stored.cancel()  # not routed: the client is not told it was kept
+            if routed:
+                sequencer.leave(publishing.ticket)
+            else:
+                self._publish_abandon(publishing)  # not routed: the client is not told it was kept
+        if stored is not None:
+            journal = self.router.journal
+            _chain(journal.committed() if journal is not None else None, stored)
 
     def _publish_abandon(self, publishing: Publishing) -> None:
         """A begun publish that will not end (its connection's task was cancelled): it gives up
