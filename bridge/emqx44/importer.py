@@ -25,6 +25,7 @@ from bridge.conf import registry
 from bridge.conf.config import Config, parse_config
 from bridge.conf.errors import ConfError, ConfErrors, Position
 from bridge.conf.lexer import Entry, read_entries
+from bridge.conf.parsers import JsonProblem, load_json
 from bridge.rules import RuleContext, parse_rules
 
 # hookbridge <db> -> the file EMQX 4.4 keeps it in
@@ -40,8 +41,29 @@ POOL_PREFIX = {"redis": "redis", "pgsql": "pgsql", "mysql": "mysql", "mongo": "m
 
 FETCH = frozenset({"on_message_fetch", "on_message_fetch_for_queue", "on_message_fetch_for_pubsub"})
 STORE = frozenset({"on_message_publish", "on_message_store"})
-# EMQX names hookbridge spells differently (its Cassandra page: `on_subscription_lookup`)
-FUNCTION_ALIASES = {"on_subscription_lookup": "on_subscribe_lookup"}
+# JSON strings of a hook line that EMQX spells differently: EMQX's string -> (hookbridge's, why).
+# Each is a warning and a comment above the line; the rest of the line is copied as written.
+VALUE_ALIASES = {
+    # the Cassandra page (and emqx-operator's shipped emqx_backend_cassa.conf)
+    "on_subscription_lookup": (
+        "on_subscribe_lookup",
+        "EMQX's on_subscription_lookup is hookbridge's on_subscribe_lookup",
+    ),
+    # the MongoDB pages: "payload_format options mongo_json | plain_text"; hookbridge's `json` stores
+    # a JSON payload as a document, as mongo_json did (docs/import-emqx.md says what is unverified)
+    "mongo_json": (
+        "json",
+        "EMQX's payload_format mongo_json is hookbridge's json (a JSON payload stored as a document)",
+    ),
+}
+# EMQX functions hookbridge has no counterpart for: the name -> why it is refused. The Chinese
+# Redis page shows the keep-latest trio (commented out) as an alternative to the fetch functions.
+REFUSED_FUNCTIONS = {
+    name: f"EMQX's {name} (keep only each topic's latest message) has no hookbridge counterpart:"
+    " on_message_publish with on_message_fetch_for_pubsub keeps and delivers every message, and"
+    " on_message_retain with on_retain_lookup keeps one message per topic"
+    for name in ("on_message_fetch_for_keep_latest", "on_message_store_keep_latest", "on_message_acked_for_keep_latest")
+}
 # EMQX hookpoints hookbridge has not: session.created ran when a session was opened, which for
 # the functions bound there (on_subscribe_lookup) is client.connected
 HOOK_ALIASES = {"session.created": "client.connected"}
@@ -64,15 +86,16 @@ class _Line:
     text: str
     entry: Entry | None = None
     value_col: int = 0  # 1-based column of the value in `text` (0: not a copy of the entry's value)
-    shift_at: int = 0  # columns of the value after this one (1-based, in `text`) moved by `shift`
-    shift: int = 0
+    # (column, shift): the value's columns from `column` on (1-based, in `text`) moved by `shift`
+    # characters by a renamed string before them (VALUE_ALIASES)
+    shifts: list[tuple[int, int]] = field(default_factory=list)
+    emqx_key: str = ""  # the EMQX pool key this line stands for (to find a key set twice)
 
     def source(self, col: int) -> Position | None:
         if self.entry is None:
             return None
         if self.value_col and col >= self.value_col:
-            if self.shift and col >= self.shift_at:
-                col -= self.shift
+            col -= sum(shift for at, shift in self.shifts if col >= at)
             offset = col - self.value_col
             if offset <= len(self.entry.value):
                 return self.entry.at(offset)
@@ -213,8 +236,9 @@ class _Hook:
     hookpoint: str
     order: int
     value: str
-    renamed_at: int = 0  # offset in value of a renamed function name
-    shift: int = 0
+    renamed: list[str] = field(default_factory=list)  # what VALUE_ALIASES renamed in `value`
+    # (offset in `value` just after a renamed string, its change in length), in value order
+    shifts: list[tuple[int, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -288,6 +312,7 @@ def _read(db: str, path: Path, text: str, problems: list[Problem]) -> _File:
     problems.extend(Problem(e.where, e.message) for e in lexer_errors)
     prefix = POOL_PREFIX[db]
     keys = POOL_KEYS[db]
+    poolless: list[tuple[Entry, str]] = []  # pool keys without a pool name, placed once the pools are known
     for entry in entries:
         key = entry.key
         hook = _HOOK.match(key)
@@ -307,10 +332,60 @@ def _read(db: str, path: Path, text: str, problems: list[Problem]) -> _File:
             continue
         rest = key.removeprefix(f"backend.{prefix}.").removeprefix(f"backend.{db}.")
         if rest != key and rest in keys:
-            problems.append(Problem(entry.key_at, f"{key} names no pool: write backend.{prefix}.pool1.{rest}"))
+            poolless.append((entry, rest))
             continue
         problems.append(Problem(entry.key_at, f"unknown EMQX 4.4 {db} backend key {key}"))
+    for entry, rest in poolless:
+        _poolless_key(file, entry, rest, keys, problems)
+    _redis_type(file, problems)
     return file
+
+
+def _poolless_key(file: _File, entry: Entry, key: str, keys: dict[str, Special], problems: list[Problem]) -> None:
+    """A pool key written without a pool name, as the English Redis page's Sentinel example writes
+    `backend.redis.server` and `backend.redis.sentinel`: it belongs to the file's one pool."""
+    pools = sorted(file.pools) or ["pool1"]
+    if len(pools) > 1:
+        problems.append(
+            Problem(
+                entry.key_at, f"{entry.key} names no pool and the file has {len(pools)}: write backend.<pool>.{key}"
+            )
+        )
+        return
+    pool = pools[0]
+    taken = next((line for line in file.pools.get(pool, []) if line.emqx_key == key), None)
+    if taken is not None and taken.entry is not None:
+        problems.append(
+            Problem(
+                entry.key_at,
+                f"{entry.key} names no pool, and {taken.entry.key} (line {taken.entry.key_at.line}) already sets"
+                f" {pool}'s {key}: keep one of them",
+            )
+        )
+        return
+    problems.append(Problem(entry.key_at, f"{entry.key} names no pool: taken as {pool}'s {key}", warning=True))
+    _pool_key(file, entry, pool, key, keys, problems)
+
+
+def _redis_type(file: _File, problems: list[Problem]) -> None:
+    """A Redis pool's `sentinel` and `type` as EMQX's pages pair them: the English page has no `type`
+    (a master name there means Sentinel mode); the Chinese page shows `sentinel` beside `type = single`
+    ("the sentinel name in sentinel mode"), where it has no use: a warning, and it is left out."""
+    if file.db != "redis":
+        return
+    for pool, lines in file.pools.items():
+        sentinel = next((line for line in lines if line.emqx_key == "sentinel" and line.entry), None)
+        kind = next((line for line in lines if line.emqx_key == "type" and line.entry), None)
+        if sentinel is None or sentinel.entry is None:
+            continue
+        where = f"## {file.path.name}:{sentinel.entry.key_at.line}:"
+        if kind is None:
+            lines.append(_Line(f"{where} a sentinel name without a type: Sentinel mode"))
+            lines.append(_Line(f"backend.{file.db}.{pool}.type = sentinel", emqx_key="type"))
+        elif kind.entry is not None and kind.entry.value.strip() != "sentinel":
+            why = f"sentinel applies to type = sentinel only: left out (type is {kind.entry.value.strip()})"
+            problems.append(Problem(sentinel.entry.key_at, why, warning=True))
+            lines[lines.index(sentinel)] = _Line(f"{where} sentinel = {sentinel.entry.value}: {why}")
 
 
 def _pool_key(
@@ -322,17 +397,21 @@ def _pool_key(
         known = ", ".join(sorted(keys))
         problems.append(Problem(entry.key_at, f"unknown EMQX 4.4 {file.db} pool key {key!r} (known: {known})"))
         return
+    if not entry.value.strip():  # the pages show `keyfile =` and `password =` empty: nothing set
+        lines.append(_Line(f"## {file.path.name}:{entry.key_at.line}: {key} is empty: left unset", emqx_key=key))
+        return
     value, what, warning = special(entry.value)
     if value is not None:
         text = f"backend.{file.db}.{pool}.{what} = "
-        lines.append(_Line(text + value, entry, value_col=len(text) + 1 if value == entry.value else 0))
+        value_col = len(text) + 1 if value == entry.value else 0
+        lines.append(_Line(text + value, entry, value_col=value_col, emqx_key=key))
         return
     if warning is False:
         problems.append(Problem(entry.value_at, what))
         return
     if warning:
         problems.append(Problem(entry.key_at, what, warning=True))
-    lines.append(_Line(f"## {file.path.name}:{entry.key_at.line}: {key} = {entry.value}: {what}"))
+    lines.append(_Line(f"## {file.path.name}:{entry.key_at.line}: {key} = {entry.value}: {what}", emqx_key=key))
 
 
 def _global(file: _File, entry: Entry, problems: list[Problem]) -> bool:
@@ -393,20 +472,31 @@ def _hook(file: _File, entry: Entry, hookpoint: str, order: int, problems: list[
         )
         hook.hookpoint = HOOK_ALIASES[hookpoint]
         hook.order = -order  # numbered after the rules of that hookpoint (below)
-    for old, new in FUNCTION_ALIASES.items():
-        at = hook.value.find(f'"{old}"')
-        if at >= 0:
-            problems.append(Problem(entry.at(at), f"EMQX's {old} is hookbridge's {new}", warning=True))
-            hook.value = hook.value[:at] + f'"{new}"' + hook.value[at + len(old) + 2 :]
-            hook.renamed_at, hook.shift = at + len(old) + 2, len(new) - len(old)
+    refused = [(entry.value.find(f'"{name}"'), why) for name, why in REFUSED_FUNCTIONS.items()]
+    refused = [(at, why) for at, why in refused if at >= 0]
+    if refused:  # reported once, with its reason (not again as the rules parser's unknown function)
+        problems.extend(Problem(entry.at(at + 1), why) for at, why in refused)
+        return
+    # Renames, in the order they occur in the value, so each shift is measured in the new text.
+    found = sorted((entry.value.find(f'"{old}"'), old) for old in VALUE_ALIASES if f'"{old}"' in entry.value)
+    value, moved = entry.value, 0
+    for at, old in found:
+        new, why = VALUE_ALIASES[old]
+        problems.append(Problem(entry.at(at), why, warning=True))
+        start = at + moved
+        value = value[:start] + f'"{new}"' + value[start + len(old) + 2 :]
+        moved += len(new) - len(old)
+        hook.shifts.append((start + len(new) + 2, len(new) - len(old)))
+        hook.renamed.append(old)
+    hook.value = value
     file.hooks.append(hook)
 
 
 def _extra_options(file: _File, value: str) -> dict[str, object]:
     """What the backend-wide keys add to a rule that does not set them itself."""
     try:
-        body = json.loads(value)
-    except ValueError:
+        body = load_json(value)
+    except JsonProblem:
         return {}  # its error comes from the rules parser
     if not isinstance(body, dict) or not isinstance(body.get("action"), dict):
         return {}
@@ -443,8 +533,10 @@ def _rule_lines(file: _File) -> list[_Line]:
         value = hook.value
         extra = _extra_options(file, value)
         notes = []
-        if hook.hookpoint != hook.entry.key.split(".hook.")[1].rsplit(".", 1)[0] or hook.shift:
-            notes.append(f"## {file.path.name}:{hook.entry.key_at.line}: renamed from EMQX's {hook.entry.key}")
+        where = f"## {file.path.name}:{hook.entry.key_at.line}:"
+        if hook.hookpoint != hook.entry.key.split(".hook.")[1].rsplit(".", 1)[0]:
+            notes.append(f"{where} renamed from EMQX's {hook.entry.key}")
+        notes.extend(f"{where} {VALUE_ALIASES[old][1]}" for old in hook.renamed)
         if extra and value.rstrip().endswith("}"):
             keys = ", ".join(extra)
             notes.append(f"## {file.path.name}:{hook.entry.key_at.line}: {keys} from the backend-wide keys")
@@ -454,10 +546,8 @@ def _rule_lines(file: _File) -> list[_Line]:
         lines.extend(_Line(note) for note in notes)
         key = f"backend.{file.db}.hook.{hook.hookpoint}.{order}"
         text = f"{key} = "
-        line = _Line(text + value, hook.entry, value_col=len(text) + 1)
-        if hook.shift:
-            line.shift_at, line.shift = len(text) + 1 + hook.renamed_at + hook.shift, hook.shift
-        lines.append(line)
+        shifts = [(len(text) + 1 + at, shift) for at, shift in hook.shifts]
+        lines.append(_Line(text + value, hook.entry, value_col=len(text) + 1, shifts=shifts))
     return lines
 
 
