@@ -23,7 +23,7 @@ from pathlib import Path
 
 from bridge.conf import registry
 from bridge.conf.config import Config, parse_config
-from bridge.conf.errors import ConfError, ConfErrors, Position
+from bridge.conf.errors import ConfError, ConfErrors, Position, printable
 from bridge.conf.lexer import Entry, read_entries
 from bridge.conf.parsers import JsonProblem, load_json
 from bridge.rules import RuleContext, parse_rules
@@ -76,7 +76,7 @@ class Problem:
     warning: bool = False
 
     def __str__(self) -> str:
-        return f"{self.where}: {'warning: ' if self.warning else ''}{self.message}"
+        return f"{self.where}: {'warning: ' if self.warning else ''}{printable(self.message)}"
 
 
 @dataclass
@@ -429,14 +429,14 @@ def _global(file: _File, entry: Entry, problems: list[Problem]) -> bool:
                     warning=True,
                 )
             )
-        elif value.isdigit() and int(value) > 0:
+        elif re.fullmatch(r"[0-9]{1,9}", value) and int(value) > 0:  # not isdigit(): int("²") raises
             file.max_returned_count = int(value)
         else:
             problems.append(Problem(entry.value_at, f"expected a positive number or infinity, got {value!r}"))
         return True
     if rest == "time_range" and file.db != "redis":
         if value != "infinity":
-            if not re.fullmatch(r"\d+[dhms]", value):
+            if not re.fullmatch(r"[0-9]{1,9}[dhms]", value):
                 problems.append(
                     Problem(entry.value_at, f"expected a duration such as 2h (d, h, m, s) or infinity, got {value!r}")
                 )
@@ -444,7 +444,7 @@ def _global(file: _File, entry: Entry, problems: list[Problem]) -> bool:
                 file.time_range = value
         return True
     if rest == "msg.expired_after" and file.db == "redis":
-        if not re.fullmatch(r"-?\d+", value):
+        if not re.fullmatch(r"-?[0-9]{1,10}", value):  # bounded: int() of 5,000 digits raises
             problems.append(Problem(entry.value_at, f"expected seconds, got {value!r}"))
         elif int(value) > 0:
             file.expired_after = int(value)
