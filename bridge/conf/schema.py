@@ -106,7 +106,6 @@ CORE: dict[str, Setting] = {
 }
 
 
-
 @functools.cache
 def global_settings() -> dict[str, Setting]:
     """Every global key: the core's (CORE) and those each installed broker mode declares with its
@@ -148,6 +147,20 @@ POOL_COMMON: dict[str, Setting] = {
         60.0,
         "how often expired messages are removed (rules with expired_time)",
         example="60s",
+    ),
+    # EMQX 4.4's semantics, for configs written by `hookbridge import-emqx` (docs/import-emqx.md);
+    # the defaults keep hookbridge's own behaviour
+    "fetch_clean_sessions": Setting(
+        p.parse_bool,
+        False,
+        "on: the pool's fetch functions also deliver stored messages to a new QoS>0 subscription of a "
+        "clean session (EMQX 4.4); off: to persistent sessions only",
+    ),
+    "default_expired_time": Setting(
+        p.int_in(0, 630_720_000),
+        0,
+        "seconds a message stored by on_message_publish / on_message_store lives when its rule sets no "
+        "expired_time (0: no expiry; EMQX 4.4's Redis backend: 7200)",
     ),
 }
 

@@ -56,6 +56,12 @@ VALUE_ALIASES = {
         "EMQX's payload_format mongo_json is hookbridge's json (a JSON payload stored as a document)",
     ),
 }
+# EMQX let a retained message expire (the Chinese Redis page binds on_message_retain with
+# "expired_time": 3600); hookbridge keeps it while it is retained (docs/backends/redis.md).
+RETAIN_EXPIRY = (
+    "expired_time on on_message_retain: hookbridge keeps a retained message until it is replaced or"
+    " deleted (or its own MQTT 5 expiry), not for expired_time"
+)
 # EMQX functions hookbridge has no counterpart for: the name -> why it is refused. The Chinese
 # Redis page shows the keep-latest trio (commented out) as an alternative to the fetch functions.
 REFUSED_FUNCTIONS = {
@@ -250,7 +256,8 @@ class _File:
     hooks: list[_Hook] = field(default_factory=list)
     max_returned_count: int | None = None
     time_range: str | None = None
-    expired_after: int | None = None
+    expired_after: int | None = None  # backend.redis.msg.expired_after when > 0
+    expired_after_set: bool = False  # the key was there (<= 0: EMQX's default applies)
 
 
 def find_files(directory: Path) -> dict[str, Path]:
@@ -446,8 +453,9 @@ def _global(file: _File, entry: Entry, problems: list[Problem]) -> bool:
     if rest == "msg.expired_after" and file.db == "redis":
         if not re.fullmatch(r"-?[0-9]{1,10}", value):  # bounded: int() of 5,000 digits raises
             problems.append(Problem(entry.value_at, f"expected seconds, got {value!r}"))
-        elif int(value) > 0:
-            file.expired_after = int(value)
+        else:
+            file.expired_after_set = True
+            file.expired_after = int(value) if int(value) > 0 else None
         return True
     if file.db == "mongo" and rest.startswith("topology."):
         problems.append(
@@ -489,6 +497,9 @@ def _hook(file: _File, entry: Entry, hookpoint: str, order: int, problems: list[
         hook.shifts.append((start + len(new) + 2, len(new) - len(old)))
         hook.renamed.append(old)
     hook.value = value
+    at = entry.value.find('"expired_time"')
+    if at >= 0 and '"on_message_retain"' in entry.value:  # the Chinese Redis page's publish.2
+        problems.append(Problem(entry.at(at), RETAIN_EXPIRY, warning=True))
     file.hooks.append(hook)
 
 
@@ -568,8 +579,34 @@ def _config_lines(files: list[_File]) -> list[_Line]:
         lines.append(_Line(""))
         lines.append(_Line(f"## from {file.path.name}"))
         lines.extend(_Line(note) for note in file.notes)
-        for pool_lines in file.pools.values():
+        for pool, pool_lines in file.pools.items():
             lines.extend(pool_lines)
+            lines.extend(_Line(text) for text in _emqx_semantics(file, pool))
+    return lines
+
+
+# The Redis backend's lifetime of a stored message when `msg.expired_after` (or a rule's
+# `expired_time`) is <= 0 or absent: 7200 s in a third-party decompile of emqx_backend_redis 4.2.1
+# (the plug-in is closed source: unverified for 4.4, as
+# docs/import-emqx.md#evidence-configuration-keys-and-semantics says).
+EMQX_REDIS_DEFAULT_EXPIRY = 7200
+
+
+def _emqx_semantics(file: _File, pool: str) -> list[str]:
+    """The settings that make a pool behave as EMQX 4.4's backend did where a user would notice
+    (docs/migrate-from-emqx44.md); an ordinary hookbridge config leaves them at their defaults."""
+    prefix = f"backend.{file.db}.{pool}"
+    lines = [
+        "## EMQX 4.4's semantics (docs/import-emqx.md#emqx-44s-semantics): fetch for clean sessions too",
+        f"{prefix}.fetch_clean_sessions = on",
+    ]
+    if file.db == "redis":
+        lines.append("## EMQX's Redis backend wrote online_at, offline_at and ts in milliseconds")
+        lines.append(f"{prefix}.timestamps = milliseconds")
+        if file.expired_after is None:
+            why = "msg.expired_after <= 0" if file.expired_after_set else "no msg.expired_after"
+            lines.append(f"## {why}: EMQX's default lifetime of a stored message (7200 s)")
+            lines.append(f"{prefix}.default_expired_time = {EMQX_REDIS_DEFAULT_EXPIRY}")
     return lines
 
 

@@ -1,4 +1,4 @@
-"""`hookbridge import-emqx` on hostile input (issue 37): no traceback whatever the files hold, no
+"""`hookbridge import-emqx` on hostile input: no traceback whatever the files hold, no
 write outside --out (a symlink planted in it is refused), and no control character reaches the
 terminal from a path or value it echoes."""
 

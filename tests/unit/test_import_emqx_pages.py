@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bridge.cli import main
-from bridge.emqx44.importer import FILES, REFUSED_FUNCTIONS, convert
+from bridge.emqx44.importer import FILES, REFUSED_FUNCTIONS, RETAIN_EXPIRY, convert
 from support.services import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "emqx44"
@@ -38,7 +38,9 @@ def test_the_five_files_as_emqx_shows_them_import_and_check(
     out = tmp_path / "out"
     assert main(["import-emqx", str(source), "--out", str(out)]) == 0, capsys.readouterr().err
     assert sorted(p.name for p in (out / "rules").iterdir()) == sorted(f"{db}.conf" for db in FILES)
-    capsys.readouterr()
+    warnings = capsys.readouterr().err
+    if name == "pages/zh_CN":  # on_message_retain with "expired_time": 3600: a warning, it is not honoured
+        assert f"{source / FILES['redis']}:36:104: warning: {RETAIN_EXPIRY}" in warnings
     assert main(["check", "-c", str(out / "config" / "bridge.conf"), "-r", str(out / "rules")]) == 0
     if name == "pages/en_US":  # the English MongoDB page stores with payload_format mongo_json
         mongo = (out / "rules" / "mongo.conf").read_text()
@@ -129,3 +131,55 @@ def test_a_refusal_in_one_file_does_not_stop_the_others_being_read(tmp_path: Pat
     assert messages[FILES["mongo"]].startswith("cannot read:")
     assert messages[FILES["pgsql"]].startswith("unknown function 'on_retain_lookupp'")
     assert result.files == {}
+
+
+@pytest.mark.parametrize(
+    ("expired_after", "default_line"),
+    [
+        ("3600", None),  # > 0: the store rules' expired_time (as before)
+        ("0", "backend.redis.pool1.default_expired_time = 7200"),
+        ("-1", "backend.redis.pool1.default_expired_time = 7200"),
+        (None, "backend.redis.pool1.default_expired_time = 7200"),
+    ],
+)
+def test_the_import_writes_emqxs_semantics(expired_after: str | None, default_line: str | None, tmp_path: Path) -> None:
+    text = (FIXTURES / "pages" / "en_US" / FILES["redis"]).read_text(encoding="utf-8")
+    line = "backend.redis.msg.expired_after = 3600"
+    assert line in text
+    text = text.replace(line, f"backend.redis.msg.expired_after = {expired_after}" if expired_after else "")
+    source = tmp_path / "plugins"
+    source.mkdir()
+    (source / FILES["redis"]).write_text(text, encoding="utf-8")
+    (source / FILES["pgsql"]).write_text(
+        (FIXTURES / "pages" / "en_US" / FILES["pgsql"]).read_text(encoding="utf-8"), encoding="utf-8"
+    )
+    result = convert(source, "config/bridge.conf", "rules")
+    assert result.errors == []
+    config = result.files["config/bridge.conf"].splitlines()
+    assert "backend.redis.pool1.fetch_clean_sessions = on" in config
+    assert "backend.pgsql.pool1.fetch_clean_sessions = on" in config
+    assert "backend.redis.pool1.timestamps = milliseconds" in config
+    assert not any(line.startswith("backend.pgsql.pool1.timestamps") for line in config)  # real time types there
+    defaults = [line for line in config if "default_expired_time" in line and not line.startswith("#")]
+    assert defaults == ([default_line] if default_line else [])
+    publish = next(line for line in result.files["rules/redis.conf"].splitlines() if "on_message_publish" in line)
+    assert ('"expired_time": 3600' in publish) == (expired_after == "3600")
+
+
+def test_the_emqx_semantics_settings_are_checked_and_default_to_hookbridges_behaviour() -> None:
+    from bridge.conf.config import parse_config
+    from bridge.conf.errors import ConfErrors
+
+    plain = parse_config("c.conf", "backend.redis.pool1.server = 127.0.0.1:6379\n").pools["redis.pool1"]
+    assert (plain["fetch_clean_sessions"], plain["default_expired_time"], plain["timestamps"]) == (False, 0, "seconds")
+    bad = (
+        "backend.redis.pool1.server = 127.0.0.1:6379\n"
+        "backend.redis.pool1.fetch_clean_sessions = sometimes\n"
+        "backend.redis.pool1.default_expired_time = -5\n"
+        "backend.redis.pool1.timestamps = microseconds\n"
+        "backend.pgsql.pool1.timestamps = milliseconds\n"
+    )
+    with pytest.raises(ConfErrors) as raised:
+        parse_config("c.conf", bad)
+    where = [(e.where.line, e.message.split(":")[0]) for e in raised.value.errors]
+    assert [line for line, _ in where] == [2, 3, 4, 5]
