@@ -6,19 +6,24 @@ ordinary config (the setting absent) keeps hookbridge's own behaviour.
   messages after its offset (EMQX fetched for any session); off: only persistent sessions do.
 - `timestamps = milliseconds`: online_at, offline_at and a message's ts in milliseconds.
 - `default_expired_time = 7200`: a message stored by a rule without expired_time expires.
+
+And all three at once, from a config `import-emqx` wrote from the Chinese Redis page's file.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 import redis as redis_sync
 
+from bridge.app import Bridge, Paths
+from bridge.cli import main
 from support.bridges import BridgeFactory, mqtt_port
 from support.mqtt import Client, wait_until
-from support.services import start_redis
+from support.services import ROOT, start_redis
 
 # This module's own Redis (started by the project's script, reused when up): its tests flush it,
 # and the shared test Redis may be in use by a parallel run.
@@ -128,3 +133,62 @@ async def test_default_expired_time_applies_to_rules_without_expired_time(
     else:
         assert ttl == -1  # hookbridge's own default: no expiry
     assert 0 < redis_db.ttl(f"mqtt:msg:{own_id}") <= 60  # a rule's own expired_time wins
+
+
+@pytest.fixture
+async def imported_bridge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, redis_port: int) -> AsyncIterator[Bridge]:
+    """A bridge started from what `import-emqx` writes for EMQX 4.4's Chinese Redis page (its
+    `emqx_backend_redis.conf` as the page shows it, pointed at this module's Redis, its store rule
+    without the page's own expired_time)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOOKBRIDGE_MQTT_LISTEN", "127.0.0.1:0")
+    monkeypatch.setenv("HOOKBRIDGE_METRICS_LISTEN", "off")
+    monkeypatch.setenv("HOOKBRIDGE_SPOOL_DIR", str(tmp_path / "spool"))
+    page = ROOT / "tests" / "fixtures" / "emqx44" / "pages" / "zh_CN" / "emqx_backend_redis.conf"
+    text = page.read_text(encoding="utf-8")
+    assert "backend.redis.pool1.server = 127.0.0.1:6379" in text and "msg.expired_after" not in text
+    source = tmp_path / "emqx" / "etc" / "plugins"
+    source.mkdir(parents=True)
+    text = text.replace("server = 127.0.0.1:6379", f"server = 127.0.0.1:{redis_port}")
+    # the store rule without its own expired_time, as many users' files have it: EMQX's default applies
+    own = '"on_message_publish"}, "expired_time" : 3600,'
+    assert own in text
+    text = text.replace(own, '"on_message_publish"},')
+    (source / page.name).write_text(text, encoding="utf-8")
+    out = tmp_path / "hookbridge"
+    assert main(["import-emqx", str(tmp_path / "emqx"), "--out", str(out)]) == 0
+    bridge = Bridge.load(Paths(out / "config" / "bridge.conf", out / "rules"))
+    await bridge.start()
+    yield bridge
+    await bridge.stop(drain_timeout=5)
+
+
+async def test_a_config_written_by_import_emqx_behaves_as_emqx_44(
+    imported_bridge: Bridge, redis_db: redis_sync.Redis
+) -> None:
+    port = mqtt_port(imported_bridge)
+    before = int(time.time() * 1000)
+    device = await Client("zh-device", port, clean=True).connect()
+    await device.subscribe("pubsub/#", qos=1)  # the page's on_message_fetch_for_pubsub: the offset starts
+    await imported_bridge.idle()
+    await device.disconnect()
+    await wait_until(lambda: redis_db.hget("mqtt:client:zh-device", "state") == b"0", what="offline state")
+
+    publisher = await Client("zh-app", port).connect()
+    await publisher.publish("pubsub/cmd", b"while away", qos=1)
+    await publisher.disconnect()
+    await imported_bridge.idle()
+
+    device = await Client("zh-device", port, clean=True).connect()
+    await device.subscribe("pubsub/#", qos=1)
+    assert [(m.topic, m.payload) for m in await device.expect(1)] == [("pubsub/cmd", b"while away")]
+    after = int(time.time() * 1000) + 1
+
+    client = redis_db.hgetall("mqtt:client:zh-device")
+    assert before <= int(client[b"online_at"]) <= after  # milliseconds
+    assert before <= int(client[b"offline_at"]) <= after
+    msgid = redis_db.zrange("mqtt:msg:pubsub/cmd", 0, -1)[0]
+    assert before <= int(redis_db.hget(b"mqtt:msg:" + msgid, "ts") or 0) <= after
+    # no msg.expired_after and no expired_time on the rule: EMQX's default lifetime, 7200 s
+    assert 7000 < redis_db.ttl(b"mqtt:msg:" + msgid) <= 7200
+    await device.disconnect()
