@@ -183,3 +183,20 @@ def test_the_emqx_semantics_settings_are_checked_and_default_to_hookbridges_beha
         parse_config("c.conf", bad)
     where = [(e.where.line, e.message.split(":")[0]) for e in raised.value.errors]
     assert [line for line, _ in where] == [2, 3, 4, 5]
+
+
+def test_problems_after_two_renamed_strings_keep_their_column(tmp_path: Path) -> None:
+    """Renames change the line's length; errors after them still point into the EMQX file."""
+    line = (
+        'backend.mongo.hook.message.publish.1 = {"topic": "#", "action": {"function": "on_subscription_lookup"},'
+        ' "pool": "pool1", "payload_format": "mongo_json", "poool": 1}'
+    )
+    source = tmp_path / "plugins"
+    source.mkdir()
+    (source / FILES["mongo"]).write_text(f"backend.mongo.pool1.server = 127.0.0.1:27017\n{line}\n", encoding="utf-8")
+    result = convert(source, "config/bridge.conf", "rules")
+    errors = {p.message.split(" (")[0]: p.where.col for p in result.errors}
+    assert errors == {
+        "function on_subscribe_lookup cannot run on message.publish": line.index('"on_subscription_lookup"') + 1,
+        "unknown key 'poool'": line.index('"poool"') + 1,
+    }
