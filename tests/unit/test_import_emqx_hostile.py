@@ -113,3 +113,37 @@ def test_control_characters_in_paths_and_values_are_escaped(tmp_path: Path, caps
     assert "etc\\x1b]0;owned\\x07\\x1b[2J\\u202e" in captured.err
     assert "nothing\\x1b[1A" in captured.err
     assert "out\\x1b[K" in captured.out
+
+
+_NASTY = ["[" * 5000, "{", "}", '"', "\\", "\x00", "\x1b[2J", "9" * 5000, "=", "#", "\udcff", "\u202e", "\n", " "]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_no_exception_on_mutated_page_files(seed: int, tmp_path: Path) -> None:
+    """The English and Chinese page files with random cuts, insertions and byte flips (fixed seeds):
+    convert() answers with problems, never an exception."""
+    import random
+
+    from bridge.emqx44.importer import convert
+
+    rng = random.Random(seed)
+    pages = ROOT / "tests" / "fixtures" / "emqx44" / "pages"
+    originals = sorted(pages.glob("*/*.conf"))
+    for round_ in range(25):
+        source = tmp_path / f"round{round_}"
+        source.mkdir()
+        for original in rng.sample(originals, 3):
+            text = original.read_text(encoding="utf-8")
+            for _ in range(rng.randint(1, 6)):
+                at = rng.randrange(len(text))
+                choice = rng.random()
+                if choice < 0.4:
+                    text = text[:at] + rng.choice(_NASTY) + text[at:]
+                elif choice < 0.7:
+                    text = text[:at] + text[at + rng.randint(1, 80) :]
+                else:
+                    text = text[:at] + chr(rng.randrange(0x20, 0x3000)) + text[at + 1 :]
+            (source / original.name).write_bytes(text.encode("utf-8", errors="surrogateescape"))
+        result = convert(source, str(tmp_path / "out" / "config" / "bridge.conf"), str(tmp_path / "out" / "rules"))
+        for problem in result.problems:
+            assert str(problem).isprintable()
