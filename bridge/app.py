@@ -28,6 +28,7 @@ from bridge.msgid import MsgIdGenerator
 from bridge.ops.http import StatusServer
 from bridge.ops.metrics import Metrics
 from bridge.ops.redact import Redactor
+from bridge.ops.status_topics import bridge_status
 from bridge.pipeline.deadletter import DeadLetters
 from bridge.pipeline.dispatcher import Dispatcher
 from bridge.pipeline.engine import Engine
@@ -135,6 +136,7 @@ class Bridge:
                 ssl_context=http_listener_context(self.config.settings),
             )
             await self.status.start()
+        self.broker.report_bridge_status(lambda: bridge_status(self))  # $SYS/broker/hookbridge/...
         await self.broker.start(self.dispatcher)
         log.info(
             "hookbridge %s running: %d rules, pools %s, broker %s",
