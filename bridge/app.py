@@ -25,6 +25,7 @@ from bridge.conf.errors import ConfError, ConfErrors
 from bridge.conf.schema import global_settings
 from bridge.conf.tls import http_listener_context
 from bridge.msgid import MsgIdGenerator
+from bridge.ops.broker_metrics import BrokerMetrics
 from bridge.ops.http import StatusServer
 from bridge.ops.metrics import Metrics
 from bridge.ops.redact import Redactor
@@ -297,6 +298,7 @@ class Bridge:
             )
         self._refusals()
         if self.config["broker.mode"] == "embedded":
+            BrokerMetrics(self.broker).register(self.metrics)  # connections, traffic, drops
             self.metrics.counter(
                 "hookbridge_broker_output_paused_total",
                 "Times the embedded broker stopped reading from a client that had not taken "
