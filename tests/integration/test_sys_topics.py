@@ -195,3 +195,31 @@ async def test_not_written_to_the_durable_store(
     with sqlite3.connect(store / FILENAME) as db:
         topics = [row[0] for row in db.execute("SELECT topic FROM retained")]
     assert topics == ["keep/me"]
+
+
+async def test_the_bridges_own_status_under_the_hookbridge_prefix(
+    make_bridge: BridgeFactory, tmp_path: Path, clients: list[Client]
+) -> None:
+    """Pools, spool and rules of a bridge with the shipped Redis rules (real Redis), read over
+    MQTT after a message was written: the numbers /metrics and /healthz show."""
+    acl = tmp_path / "acl"
+    acl.write_text(ACL)
+    bridge = await make_bridge(extra_config=f"broker.acl.file = {acl}\nbroker.sys_interval = 1h\n")
+    source = bridge.broker
+    assert isinstance(source, EmbeddedBroker) and source.sys_topics is not None
+    writer = await connect(clients, bridge, "w1", "writer")
+    assert await writer.publish("t/1", b"stored", 1) == 0
+    await bridge.idle()
+    rules, events = bridge.metrics.rules, sum(bridge.metrics.events.values())  # as the round sees them
+    succeeded = sum(counts["succeeded"] for counts in rules.values())
+    assert await source.sys_topics.publish() > 0
+    sysreader = await connect(clients, bridge, "sys1", "sysreader")  # (its events come after the round)
+    assert await sysreader.subscribe(SYS + "hookbridge/#", 0) == [0]
+    own_count = sum(1 for topic in source.sys_topics.values() if topic.startswith(SYS + "hookbridge/"))
+    got = {m.topic.removeprefix(SYS + "hookbridge/"): m.payload.decode() for m in await sysreader.messages_n(own_count)}
+    assert got["pools/redis.pool1/up"] == "1"
+    assert got["pools/redis.pool1/queue"] == "0" and got["pools/redis.pool1/spooled"] == "0"
+    assert got["rules/count"] == str(len(bridge.engine.rules)) != "0"
+    assert got["rules/succeeded"] == str(succeeded) and succeeded > 0  # the message stored, among others
+    assert got["rules/failed"] == "0"
+    assert got["events/received"] == str(events) and events > 0
