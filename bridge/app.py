@@ -25,9 +25,11 @@ from bridge.conf.errors import ConfError, ConfErrors
 from bridge.conf.schema import global_settings
 from bridge.conf.tls import http_listener_context
 from bridge.msgid import MsgIdGenerator
+from bridge.ops.broker_metrics import BrokerMetrics
 from bridge.ops.http import StatusServer
 from bridge.ops.metrics import Metrics
 from bridge.ops.redact import Redactor
+from bridge.ops.status_topics import bridge_status
 from bridge.pipeline.deadletter import DeadLetters
 from bridge.pipeline.dispatcher import Dispatcher
 from bridge.pipeline.engine import Engine
@@ -135,6 +137,7 @@ class Bridge:
                 ssl_context=http_listener_context(self.config.settings),
             )
             await self.status.start()
+        self.broker.report_bridge_status(lambda: bridge_status(self))  # $SYS/broker/hookbridge/...
         await self.broker.start(self.dispatcher)
         log.info(
             "hookbridge %s running: %d rules, pools %s, broker %s",
@@ -295,6 +298,7 @@ class Bridge:
             )
         self._refusals()
         if self.config["broker.mode"] == "embedded":
+            BrokerMetrics(self.broker).register(self.metrics)  # connections, traffic, drops
             self.metrics.counter(
                 "hookbridge_broker_output_paused_total",
                 "Times the embedded broker stopped reading from a client that had not taken "

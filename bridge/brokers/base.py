@@ -47,6 +47,33 @@ def callback_sink(sink: EventSink) -> CallbackSink:
 
 
 @dataclass(frozen=True, slots=True)
+class BrokerNumbers:
+    """A broker's own numbers at one moment (the embedded broker's: brokers/embedded/traffic.py),
+    in Mosquitto's meanings; `$SYS/broker/...` and /metrics both show these."""
+
+    clients_connected: int
+    clients_disconnected: int  # sessions kept without a connection
+    clients_maximum: int  # most sessions (connected or not) at once
+    clients_expired: int
+    subscriptions: int  # of every session, shared ones not included
+    shared_subscriptions: int
+    retained: int  # every retained message, the broker's own `$SYS` ones included
+    stored_messages: int  # retained, queued and in-flight messages, each once
+    stored_bytes: int  # their payload bytes
+    packets_received: int
+    packets_sent: int
+    publish_received: int
+    publish_sent: int
+    bytes_received: int
+    bytes_sent: int
+    publish_bytes_received: int  # payload bytes
+    publish_bytes_sent: int
+    sockets: int  # network connections accepted
+    connections: int  # CONNECTs accepted
+    dropped: Mapping[str, int]  # messages dropped, by reason
+
+
+@dataclass(frozen=True, slots=True)
 class Delivery:
     """A stored message the bridge sends to one subscriber (fetch, retain lookup).
 
@@ -114,6 +141,15 @@ class BrokerSource(abc.ABC):
     def dropped_messages(self) -> int:
         """Messages the source dropped because a bound was hit (counted, never silent)."""
         return 0
+
+    def numbers(self) -> BrokerNumbers | None:
+        """The broker's own traffic and state (the embedded broker); None: a broker outside."""
+        return None
+
+    def report_bridge_status(self, read: Callable[[], Mapping[str, str]]) -> None:
+        """Where the broker publishes its status (`$SYS`), also publish `read()`: the bridge's
+        own (pools, spool, rules), under `$SYS/broker/hookbridge/`. Brokers outside: nothing."""
+        del read  # a broker outside publishes its own `$SYS`; the bridge adds nothing to it
 
     @property
     def output_pauses(self) -> int:

@@ -113,6 +113,7 @@ class Broker(FlowsMixin):
     # -- connections -------------------------------------------------------------
 
     def accept(self, conn: Connection) -> None:
+        self.traffic.sockets += 1  # every socket accepted, refused ones too (Mosquitto's load/sockets)
         if self.limits.max_connections and len(self.connections) >= self.limits.max_connections:
             self.refused["max_connections"] += 1
             log.warning("connection from %s refused: %d connections open", conn.peername, len(self.connections))
@@ -217,7 +218,7 @@ class Broker(FlowsMixin):
             conn.connacked = True
             traffic = self.traffic
             traffic.connections += 1
-            traffic.clients_maximum = max(traffic.clients_maximum, len(self.active))
+            traffic.clients_maximum = max(traffic.clients_maximum, len(self.states))  # sessions, as Mosquitto
             state.touch(whole=True)
             event = ClientConnected(
                 clientid=clientid,

@@ -407,7 +407,9 @@ class Connection(asyncio.Protocol):
         return None
 
     def _on_publish(self, packet: Publish, state: SessionState) -> Any:
-        self.broker.traffic.publish_received += 1
+        traffic = self.broker.traffic
+        traffic.publish_received += 1
+        traffic.publish_bytes_received += len(packet.payload)
         topic, props = packet.topic, packet.properties
         if self.level == MQTT_5 and props is not EMPTY:
             alias = props.topic_alias
@@ -603,6 +605,7 @@ class Connection(asyncio.Protocol):
         room = self.broker.limits.max_output_bytes - transport.get_write_buffer_size()
         now = 0.0
         wants = self.broker.wants
+        payload_bytes = 0
         while state.outbox and len(state.inflight) < self.send_window and room > 0 and not self.writing_paused:
             message = state.pop()
             if message.expires:
@@ -617,6 +620,7 @@ class Connection(asyncio.Protocol):
                 state.inflight.pop(message.packet_id, None)  # 5.0 3.1.2.25: discarded for this client
                 continue
             out.append(data)
+            payload_bytes += len(message.payload)
             room -= len(data)
             if wants(Hookpoint.MESSAGE_DELIVERED, state.clientid, message.topic):
                 state.lane.post(self._receipt(MessageDelivered, message))
@@ -626,6 +630,7 @@ class Connection(asyncio.Protocol):
             traffic = self.broker.traffic
             traffic.packets_sent += len(out)
             traffic.publish_sent += len(out)
+            traffic.publish_bytes_sent += payload_bytes
             traffic.bytes_sent += len(data)
 
     def resend_inflight(self) -> None:
@@ -639,6 +644,7 @@ class Connection(asyncio.Protocol):
             else:
                 out.append(self._publish_bytes(message, dup=True, now=time.monotonic()))
                 self.broker.traffic.publish_sent += 1
+                self.broker.traffic.publish_bytes_sent += len(message.payload)
         if out:
             self.write(b"".join(out), len(out))
 

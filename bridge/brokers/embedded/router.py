@@ -167,11 +167,15 @@ class _Group:
         return connected[self.turn % len(connected)]
 
 
+def _payload_size(retained: Retained) -> int:
+    return len(retained.payload)
+
+
 class Router:
     def __init__(self) -> None:
         self._subscribers: FilterTree[_Subscribers] = FilterTree()
         self._shared: FilterTree[dict[str, _Group]] = FilterTree()  # filter -> group name -> members
-        self.retained: RetainedTree[Retained] = RetainedTree()
+        self.retained: RetainedTree[Retained] = RetainedTree(_payload_size)  # payload bytes kept ($SYS)
         self.sequencer = Sequencer()
         self.journal: MessageLog | None = None  # durable sessions on
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-from bridge.brokers.base import BrokerSource, Delivery, EventSink
+from bridge.brokers.base import BrokerNumbers, BrokerSource, Delivery, EventSink
 from bridge.brokers.embedded.access import ACL_REFUSALS, LOGIN_REFUSALS, Gate
 from bridge.brokers.embedded.auth.gate import AuthGate
 from bridge.brokers.embedded.broker import Broker
@@ -15,6 +15,7 @@ from bridge.brokers.embedded.durable import DurableStore
 from bridge.brokers.embedded.limits import REFUSALS, Limits
 from bridge.brokers.embedded.listeners import Listener, serve
 from bridge.brokers.embedded.systopics import SysTopics
+from bridge.brokers.embedded.traffic import count
 from bridge.msgid import MsgIdGenerator
 
 log = logging.getLogger("bridge.brokers.embedded")
@@ -69,6 +70,7 @@ class EmbeddedBroker(BrokerSource):
         self._commit_interval = durable_commit_interval
         self._sys_interval = sys_interval  # $SYS/broker/... every this many seconds; 0: never
         self._sys: SysTopics | None = None
+        self._bridge_status: Callable[[], Mapping[str, str]] | None = None  # $SYS/broker/hookbridge/...
         self._broker: Broker | None = None
         self._servers: list[asyncio.Server] = []
         self._ports: dict[str, int] = {}
@@ -92,6 +94,15 @@ class EmbeddedBroker(BrokerSource):
         if broker is None:
             return 0
         return broker.dropped_by_ended_sessions + sum(state.dropped for state in broker.states.values())
+
+    def numbers(self) -> BrokerNumbers | None:
+        """Connections, sessions, subscriptions, stored messages and traffic (traffic.count)."""
+        return count(self._broker) if self._broker is not None else None
+
+    def report_bridge_status(self, read: Callable[[], Mapping[str, str]]) -> None:
+        self._bridge_status = read
+        if self._sys is not None:
+            self._sys.bridge_status = read
 
     @property
     def output_pauses(self) -> int:
@@ -161,6 +172,7 @@ class EmbeddedBroker(BrokerSource):
             raise
         self._broker = broker
         self._sys = SysTopics(broker, self._sys_interval)
+        self._sys.bridge_status = self._bridge_status
         self._sys.start()
 
     async def _close_servers(self) -> None:
