@@ -17,10 +17,12 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path, PurePath
 
+from bridge.errors import HookbridgeError
+
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
-class Refused(Exception):
+class Refused(HookbridgeError):
     """A path below --out that is a symbolic link or not what it should be (a file / a directory)."""
 
     def __init__(self, path: Path, why: str) -> None:
