@@ -449,6 +449,11 @@ class Connection(asyncio.Protocol):
         if self.incoming_unacked >= RECEIVE_MAXIMUM and self.level == MQTT_5:
             self.broker.refused["receive_maximum"] += 1
             return self._refuse("over the receive maximum", R.RECEIVE_MAXIMUM_EXCEEDED)
+        if ack_code and qos == 2:
+            # 5.0 section 4.3.3: a PUBREC with a reason code >= 0x80 ends the exchange (no PUBREL
+            # follows), so the packet id is not held and takes no place in the receive maximum:
+            # the client may reuse it at once for a new message [MQTT-4.3.3-4].
+            return Inbound(topic, packet.payload, qos, packet.retain, props, expires, ack, packet_id, refused)
         self.incoming_unacked += 1
         if qos == 2:
             state.incoming_qos2[packet_id] = IncomingQos2()
