@@ -637,10 +637,12 @@ class Connection(asyncio.Protocol):
         if state is None or transport is None or self.reason is not None or state.conn is not self:
             return
         out: list[bytes] = []
+        # Not paused means the transport holds at most max_output_bytes (it pauses past it), so
+        # room >= 0 and at least one message goes out each turn: the pump always moves.
         room = self.broker.limits.max_output_bytes - transport.get_write_buffer_size()
         now = 0.0
         wants = self.broker.wants
-        while state.outbox and len(state.inflight) < self.send_window and room > 0 and not self.writing_paused:
+        while state.outbox and len(state.inflight) < self.send_window and room >= 0 and not self.writing_paused:
             message = state.pop()
             if message.expires:
                 now = now or time.monotonic()
@@ -664,6 +666,11 @@ class Connection(asyncio.Protocol):
             traffic.packets_sent += len(out)
             traffic.publish_sent += len(out)
             traffic.bytes_sent += len(data)
+        if state.outbox and len(state.inflight) < self.send_window and not self.writing_paused:
+            # This turn's room is used up but the transport took the bytes without pausing (the
+            # kernel's socket buffer had space), so no resume_writing will come to restart the
+            # pump: it goes on in the next loop step, after the other connections had theirs.
+            self.pump()
 
     def resend_inflight(self) -> None:
         """[MQTT-4.4.0-1] resend unacknowledged PUBLISH (DUP) and PUBREL, in order."""
