@@ -351,10 +351,15 @@ class Bridge:
         budget = self.spool_budget
         spool = {"bytes": budget.used, "max_bytes": budget.max_bytes, "near_full": budget.near_full}
         writable = not any(runner.spool_error for runner in self.runners.values())
+        durable = self.broker.durable_health()  # the embedded broker's durable store, when on
         ready = broker_up and all(p["up"] for p in pools.values()) and not budget.near_full and writable
-        return ready, {
+        ready = ready and (durable is None or bool(durable["up"]))
+        detail = {
             "ready": ready,
             "broker": {"mode": self.broker.mode, "up": broker_up},
             "pools": pools,
             "spool": spool,
         }
+        if durable is not None:
+            detail["durable"] = dict(durable)
+        return ready, detail
