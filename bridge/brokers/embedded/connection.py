@@ -533,8 +533,9 @@ class Connection(asyncio.Protocol):
                     await self.ack_when_kept(item.held.kept, item.ack)
                 elif kind is Refusal:
                     await self._acks_written()
-                    inbox.clear()  # what came after it is not handled
-                    self._refuse(item.why, item.code)
+                    self._refuse(item.why, item.code)  # END is queued now, or was when the connection ended
+                    while inbox and inbox[0] is not END:
+                        inbox.popleft()  # what came after it is not handled
                 elif kind is Subscribe:
                     await broker.subscribe(self, item)
                 elif kind is Unsubscribe:
