@@ -667,10 +667,11 @@ class Connection(asyncio.Protocol):
             traffic.packets_sent += len(out)
             traffic.publish_sent += len(out)
             traffic.bytes_sent += len(data)
-        if state.outbox and len(state.inflight) < self.send_window and not self.writing_paused:
+        if room < 0 and out and state.outbox and not self.writing_paused:
             # This turn's room is used up but the transport took the bytes without pausing (the
             # kernel's socket buffer had space), so no resume_writing will come to restart the
             # pump: it goes on in the next loop step, after the other connections had theirs.
+            # (The other stops have their own restart: an ack for the window, resume_writing.)
             self.pump()
 
     def resend_inflight(self) -> None:
