@@ -293,6 +293,13 @@ class Bridge:
                 " (it is when the client returns or something first needs it)",
                 lambda: {self.broker.mode: float(self.broker.durable.get("unloaded", 0))},
             )
+            self.metrics.gauge(
+                "hookbridge_broker_durable_store_up",
+                "1 while the durable store can write: its last commit worked and its disk has"
+                " broker.durable_min_free free (/healthz says why not)",
+                lambda: {self.broker.mode: float(bool((self.broker.durable_health() or {}).get("up")))},
+                merge="each",
+            )
         self._refusals()
         if self.config["broker.mode"] == "embedded":
             self.metrics.counter(

@@ -47,6 +47,7 @@ async def test_a_store_that_cannot_write_turns_healthz_503(tmp_path: Path) -> No
     clients: list[RawClient] = []
     try:
         bridge.wait_for(bridge.ready, "/healthz ready")
+        assert bridge.metric("hookbridge_broker_durable_store_up") == 1
         absent, _ = await RawClient.connect(bridge.mqtt_port, "absent", clean_session=False)
         clients.append(absent)
         assert (await absent.subscribe(1, ("fill/#", 1))).reason_codes == [1]
@@ -67,6 +68,7 @@ async def test_a_store_that_cannot_write_turns_healthz_503(tmp_path: Path) -> No
         assert answer is not None
         store = json.loads(answer[1])["durable"]
         assert not store["up"] and store["error"], store
+        assert bridge.metric("hookbridge_broker_durable_store_up") == 0
     finally:
         for client in clients:
             client.abort()
