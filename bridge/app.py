@@ -296,6 +296,13 @@ class Bridge:
                 " (it is when the client returns or something first needs it)",
                 lambda: {self.broker.mode: float(self.broker.durable.get("unloaded", 0))},
             )
+            self.metrics.gauge(
+                "hookbridge_broker_durable_store_up",
+                "1 while the durable store can write: its last commit worked and its disk has"
+                " broker.durable_min_free free (/healthz says why not)",
+                lambda: {self.broker.mode: float(bool((self.broker.durable_health() or {}).get("up")))},
+                merge="each",
+            )
         self._refusals()
         if self.config["broker.mode"] == "embedded":
             BrokerMetrics(self.broker).register(self.metrics)  # connections, traffic, drops
@@ -355,10 +362,15 @@ class Bridge:
         budget = self.spool_budget
         spool = {"bytes": budget.used, "max_bytes": budget.max_bytes, "near_full": budget.near_full}
         writable = not any(runner.spool_error for runner in self.runners.values())
+        durable = self.broker.durable_health()  # the embedded broker's durable store, when on
         ready = broker_up and all(p["up"] for p in pools.values()) and not budget.near_full and writable
-        return ready, {
+        ready = ready and (durable is None or bool(durable["up"]))
+        detail = {
             "ready": ready,
             "broker": {"mode": self.broker.mode, "up": broker_up},
             "pools": pools,
             "spool": spool,
         }
+        if durable is not None:
+            detail["durable"] = dict(durable)
+        return ready, detail

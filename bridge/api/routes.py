@@ -56,6 +56,10 @@ class ApiError(HookbridgeError):
         self.message = message
 
 
+def _is_sys(topic: str) -> bool:
+    return topic == "$SYS" or topic.startswith("$SYS/")
+
+
 def _json(data: Any, status: int = 200) -> web.Response:
     return web.Response(
         text=json.dumps(data, ensure_ascii=False) + "\n", status=status, content_type="application/json"
@@ -388,11 +392,20 @@ class Api:
         return _json(self._retained(retained))
 
     async def retained_delete(self, request: web.Request) -> web.Response:
+        """An empty retained publish in the bridge's own name: the broker's copy goes, live
+        subscribers get it as from any publisher, and the rules see it (on_retain_delete removes
+        the databases' copy); the answer waits until they kept it."""
         from bridge.brokers.embedded.router import Message
 
+        if _is_sys(request.match_info["topic"]):
+            raise ApiError(403, "$SYS retained values are the broker's own: it publishes them again itself")
         broker, retained = self._retained_topic(request)
         self._changed(request, "deleted the retained message on %r", retained.topic)
-        broker.router.store_retained(Message(broker.msgids.next(), retained.topic, b"", 0, True, ""))
+        kept = await broker.publish_own(Message(broker.msgids.next(), retained.topic, b"", 0, True, ""))
+        if kept is not None:
+            await asyncio.wait([kept])
+            if kept.cancelled():
+                raise ApiError(503, "deleted from the broker, but a rule failed: the databases may still hold it")
         return _json({"deleted": retained.topic})
 
     async def publish(self, request: web.Request) -> web.Response:
@@ -422,7 +435,7 @@ class Api:
                 raise ApiError(404, "no such client")
             if not state.permissions.may_publish(topic):
                 raise ApiError(403, "the client's ACL does not allow publishing to this topic")
-        elif topic == "$SYS" or topic.startswith("$SYS/"):
+        elif _is_sys(topic):
             raise ApiError(403, "$SYS topics are the broker's own")
         self._changed(request, "published to %r (%d bytes, qos %d, retain %s)", topic, len(payload), qos, retain)
         message = Message(broker.msgids.next(), topic, payload, qos, retain, clientid or "")

@@ -13,6 +13,7 @@ import abc
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from bridge.errors import HookbridgeError
 from bridge.events import Event
@@ -160,6 +161,10 @@ class BrokerSource(abc.ABC):
     def durable(self) -> Mapping[str, int]:
         """Durable sessions on: what the store holds ({"sessions": n, "messages": n}); else empty."""
         return {}
+
+    def durable_health(self) -> Mapping[str, Any] | None:
+        """Durable sessions on: whether the store can write, for /healthz; None when there is none."""
+        return None
 
     @property
     def refused(self) -> Mapping[str, int]:

@@ -21,6 +21,7 @@ import pytest
 import redis as redis_sync
 from broker_suite.clients import V5, V311, Client
 
+from actions.redis import keys
 from bridge.app import Bridge, Paths
 from bridge.brokers.embedded.broker import Broker
 from bridge.cli import main
@@ -251,6 +252,37 @@ async def test_retained_messages_listed_read_and_deleted(bridge: Bridge, api: Ap
     assert await late.until("r/marker", b"m") == []  # r/b/c is not sent any more
     assert (await api.call("GET", "/retained", params={"filter": "r/#/x"}))[0] == 400
     assert (await api.call("GET", "/retained/r/+"))[0] == 400  # a wildcard is not a topic name
+
+
+async def test_retained_delete_reaches_the_database_and_spares_sys(
+    bridge: Bridge, api: Api, clients: list[Client], redis_db: redis_sync.Redis
+) -> None:
+    """A retained delete is an empty retained publish through the broker's publish path: the
+    rules see it (on_retain_delete removes mqtt:retain:<topic>, so on_retain_lookup does not
+    bring it back to the next subscriber) and live subscribers get it as from any publisher.
+    Before, only the broker's copy went and the next subscriber got the message back from Redis."""
+    sender = await connected(bridge, clients, "rd-sender", version=V5)
+    assert await sender.publish("rd/a", b"kept", 1, retain=True) == 0
+    assert redis_db.exists(keys.retain("rd/a"))
+    watcher = await connected(bridge, clients, "rd-watch", version=V5)
+    assert await watcher.subscribe("rd/#", 1) == [1]
+    assert (await watcher.message()).payload == b"kept"
+    status, body = await api.call("DELETE", "/retained/rd/a")
+    assert (status, body) == (200, {"deleted": "rd/a"})
+    assert not redis_db.exists(keys.retain("rd/a"))  # the answer waited for the rules
+    got = await watcher.message()
+    assert (got.topic, got.payload) == ("rd/a", b"")
+    late = await connected(bridge, clients, "rd-late", version=V5)
+    assert await late.subscribe("rd/#", 1) == [1]
+    assert await sender.publish("rd/marker", b"m", 1) == 0
+    assert await late.until("rd/marker", b"m") == []  # neither the broker nor Redis has it
+
+    # $SYS values are the broker's own: refused, kept
+    sys_topics = [r["topic"] for r in (await api.get("/retained", params={"filter": "$SYS/#"}))["data"]]
+    assert sys_topics, "no $SYS retained value to try"
+    status, body = await api.call("DELETE", "/retained/" + quote(sys_topics[0]))
+    assert status == 403 and "$SYS" in body["error"], body
+    assert core(bridge).router.retained.get(sys_topics[0]) is not None
 
 
 async def test_publish_plain_and_as_a_client(bridge: Bridge, api: Api, clients: list[Client]) -> None:

@@ -190,6 +190,8 @@ async def test_publish_retained_status_and_json(bridge: Bridge, clients: list[Cl
         "deleted the retained message on dev/2/cfg"
     )
     assert [r["topic"] for r in json.loads(await ok("--url", base, "--json", "retained", "list"))] == ["dev/1/cfg"]
+    code, _, err = await ctl("--url", base, "retained", "del", "$SYS/broker/version")
+    assert code == 1 and "403" in err and "$SYS" in err, err
 
     status = json.loads(await ok("--url", base, "--json", "status"))
     assert status["version"] and status["uptime"] >= 0

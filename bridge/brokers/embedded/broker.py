@@ -40,7 +40,7 @@ from bridge.brokers.embedded.codec import (
 from bridge.brokers.embedded.connection import RECEIVE_MAXIMUM, TOPIC_ALIAS_MAXIMUM, Connection, Inbound
 from bridge.brokers.embedded.deadlines import Deadlines
 from bridge.brokers.embedded.durable import DurableStore, Journal
-from bridge.brokers.embedded.flows import FlowsMixin, Publishing
+from bridge.brokers.embedded.flows import FlowsMixin, OwnPublisher, Publishing
 from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.router import Message, Router
 from bridge.brokers.embedded.sessions import NEVER, PendingWill, QueuedBytes, SessionState, Subscription
@@ -97,6 +97,7 @@ class Broker(FlowsMixin):
         self.journal = self.router.journal = journal
         self.expiring: dict[str, float] = {}
         self.busy_lanes: set[EventStream] = set()  # client event lanes with events not yet at the sink
+        self.own_publisher = OwnPublisher(EventStream(sink, "(bridge)", self.busy_lanes))
         self.active: dict[str, Connection] = {}  # clientid -> connection until its teardown ends
         self.connections: set[Connection] = set()
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}

@@ -130,6 +130,17 @@ class Inbound:
 
 
 @dataclass(frozen=True, slots=True)
+class Refusal:
+    """A limit the client broke mid-stream (over the receive maximum). It waits its turn in the
+    inbox: what the client sent before it is handled and acknowledged first, so every message
+    passed on got its PUBACK / PUBREC (a client resending the rest makes no duplicate); then the
+    connection closes and nothing sent after it is handled."""
+
+    why: str
+    code: int
+
+
+@dataclass(frozen=True, slots=True)
 class AckAgain:
     """A resent QoS 2 PUBLISH of a message already passed on: PUBREC again once it is kept."""
 
@@ -193,6 +204,7 @@ class Connection(asyncio.Protocol):
         "raw_pending",
         "reading_paused",
         "reason",
+        "refusal",
         "send_window",
         "serving",
         "state",
@@ -214,6 +226,7 @@ class Connection(asyncio.Protocol):
         self.will: Will | None = None
         self.peername = ""
         self.reason: str | None = None  # why the connection ended; None while it is open
+        self.refusal: Refusal | None = None  # queued in the inbox: nothing read after it is handled
         self.inbox: deque[Any] | None = None  # made by _queue, dropped by _serve once empty
         self.raw_pending = 0  # packets queued undecided until the session exists
         self.serving: asyncio.Task[None] | None = None
@@ -352,7 +365,7 @@ class Connection(asyncio.Protocol):
     # -- reading -----------------------------------------------------------------
 
     def _on_packet(self, packet: Any) -> None:
-        if self.reason is not None:
+        if self.reason is not None or self.refusal is not None:
             return
         if self.state is None or self.raw_pending:
             if type(packet) is not Connect:
@@ -448,13 +461,27 @@ class Connection(asyncio.Protocol):
             held = state.incoming_qos2.get(packet_id)
             if held is not None:  # a resent PUBLISH of a held packet id is the same message
                 return AckAgain(held, ack)
-        if self.incoming_unacked >= RECEIVE_MAXIMUM and self.level == MQTT_5:
+        if self._over_receive_maximum(state, qos):
             self.broker.refused["receive_maximum"] += 1
-            return self._refuse("over the receive maximum", R.RECEIVE_MAXIMUM_EXCEEDED)
+            self.refusal = Refusal("over the receive maximum", R.RECEIVE_MAXIMUM_EXCEEDED)
+            return self.refusal  # nothing of this PUBLISH is passed on
+        if ack_code and qos == 2:
+            # 5.0 section 4.3.3: a PUBREC with a reason code >= 0x80 ends the exchange (no PUBREL
+            # follows), so the packet id is not held and takes no place in the receive maximum:
+            # the client may reuse it at once for a new message [MQTT-4.3.3-4].
+            return Inbound(topic, packet.payload, qos, packet.retain, props, expires, ack, packet_id, refused)
         self.incoming_unacked += 1
         if qos == 2:
             state.incoming_qos2[packet_id] = IncomingQos2()
         return Inbound(topic, packet.payload, qos, packet.retain, props, expires, ack, packet_id, refused)
+
+    def _over_receive_maximum(self, state: SessionState, qos: int) -> bool:
+        """One QoS 1/2 PUBLISH more than the broker allows in progress: 5.0 counts both against
+        the Receive Maximum it announced (5.0 section 4.9); 3.1.1 announces none, and what is
+        bounded there is the QoS 2 packet ids held until their PUBREL."""
+        if self.level == MQTT_5:
+            return self.incoming_unacked >= RECEIVE_MAXIMUM
+        return qos == 2 and len(state.incoming_qos2) >= RECEIVE_MAXIMUM
 
     def _on_disconnect(self, packet: Disconnect, state: SessionState) -> None:
         if packet.reason_code != R.DISCONNECT_WITH_WILL_MESSAGE:
@@ -506,6 +533,11 @@ class Connection(asyncio.Protocol):
                     await broker.connect(self, item)
                 elif kind is AckAgain:
                     await self.ack_when_kept(item.held.kept, item.ack)
+                elif kind is Refusal:
+                    await self._acks_written()
+                    self._refuse(item.why, item.code)  # END is queued now, or was when the connection ended
+                    while inbox and inbox[0] is not END:
+                        inbox.popleft()  # what came after it is not handled
                 elif kind is Subscribe:
                     await broker.subscribe(self, item)
                 elif kind is Unsubscribe:
@@ -550,6 +582,12 @@ class Connection(asyncio.Protocol):
             kept.add_done_callback(self._kept)
         elif len(acks) == 1:
             self._kept(None)
+
+    async def _acks_written(self) -> None:
+        """Wait until every queued acknowledgement went out (or the connection ended)."""
+        while self.acks and self.reason is None:
+            self._ack_room = asyncio.get_running_loop().create_future()
+            await self._ack_room
 
     def _kept(self, _: Any) -> None:
         if not self._flush_soon:
@@ -602,11 +640,13 @@ class Connection(asyncio.Protocol):
         if state is None or transport is None or self.reason is not None or state.conn is not self:
             return
         out: list[bytes] = []
+        # Not paused means the transport holds at most max_output_bytes (it pauses past it), so
+        # room >= 0 and at least one message goes out each turn: the pump always moves.
         room = self.broker.limits.max_output_bytes - transport.get_write_buffer_size()
         now = 0.0
         wants = self.broker.wants
         payload_bytes = 0
-        while state.outbox and len(state.inflight) < self.send_window and room > 0 and not self.writing_paused:
+        while state.outbox and len(state.inflight) < self.send_window and room >= 0 and not self.writing_paused:
             message = state.pop()
             if message.expires:
                 now = now or time.monotonic()
@@ -632,6 +672,12 @@ class Connection(asyncio.Protocol):
             traffic.publish_sent += len(out)
             traffic.publish_bytes_sent += payload_bytes
             traffic.bytes_sent += len(data)
+        if room < 0 and out and state.outbox and not self.writing_paused:
+            # This turn's room is used up but the transport took the bytes without pausing (the
+            # kernel's socket buffer had space), so no resume_writing will come to restart the
+            # pump: it goes on in the next loop step, after the other connections had theirs.
+            # (The other stops have their own restart: an ack for the window, resume_writing.)
+            self.pump()
 
     def resend_inflight(self) -> None:
         """[MQTT-4.4.0-1] resend unacknowledged PUBLISH (DUP) and PUBREL, in order."""

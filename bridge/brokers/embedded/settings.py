@@ -268,6 +268,14 @@ SETTINGS: dict[str, Setting] = {
         "larger commits",
         example="2ms",
     ),
+    "broker.durable_min_free": Setting(
+        p.size_in(0, 1 << 50),
+        64 << 20,
+        "embedded mode, durable sessions on: /healthz answers 503 (not ready) while the disk holding "
+        "`broker.durable_dir` has less free space than this, before the store's commits start failing "
+        "(a failed commit turns it 503 too); 0: only failed commits count",
+        example="64MB",
+    ),
     "broker.durable_dir": Setting(
         p.writable_dir,
         "data/durable",

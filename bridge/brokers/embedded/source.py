@@ -6,12 +6,14 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from bridge.brokers.base import BrokerNumbers, BrokerSource, Delivery, EventSink
 from bridge.brokers.embedded.access import ACL_REFUSALS, LOGIN_REFUSALS, Gate
 from bridge.brokers.embedded.auth.gate import AuthGate
 from bridge.brokers.embedded.broker import Broker
 from bridge.brokers.embedded.durable import DurableStore
+from bridge.brokers.embedded.durable.health import store_health
 from bridge.brokers.embedded.limits import REFUSALS, Limits
 from bridge.brokers.embedded.listeners import Listener, serve
 from bridge.brokers.embedded.systopics import SysTopics
@@ -56,6 +58,7 @@ class EmbeddedBroker(BrokerSource):
         listeners: Sequence[Listener] = (),
         durable_dir: str | None = None,
         durable_commit_interval: float = 0.002,
+        durable_min_free: int = 0,
         sys_interval: float = 0.0,
     ) -> None:
         limits = limits or Limits()
@@ -68,6 +71,7 @@ class EmbeddedBroker(BrokerSource):
         self._listeners = tuple(listeners)  # besides `listen` (tcp): ssl, ws, wss
         self._durable_dir = durable_dir  # durable sessions on: where the store is
         self._commit_interval = durable_commit_interval
+        self._min_free = durable_min_free  # bytes the store's disk must have free for /healthz
         self._sys_interval = sys_interval  # $SYS/broker/... every this many seconds; 0: never
         self._sys: SysTopics | None = None
         self._bridge_status: Callable[[], Mapping[str, str]] | None = None  # $SYS/broker/hookbridge/...
@@ -116,6 +120,12 @@ class EmbeddedBroker(BrokerSource):
         messages, sessions = broker.journal.store.counts()
         unloaded = sum(1 for state in broker.states.values() if state.unloaded is not None)
         return {"sessions": sessions, "messages": messages, "unloaded": unloaded}
+
+    def durable_health(self) -> Mapping[str, Any] | None:
+        broker = self._broker
+        if broker is None or broker.journal is None:
+            return None
+        return store_health(broker.journal, self._min_free)
 
     @property
     def refused(self) -> Mapping[str, int]:

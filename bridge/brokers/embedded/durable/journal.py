@@ -87,6 +87,7 @@ class Journal:
         self.store = store
         self.states = states
         self.commit_failures = 0
+        self.last_error = ""  # why the last commit failed, for /healthz (durable/health.py); "" once one worked
         # At most one commit per `interval` (broker.durable_commit_interval): under load a commit
         # holds many messages and acknowledgements; when idle the first change commits at once.
         self.interval = interval
@@ -227,13 +228,16 @@ class Journal:
         error = done.exception()
         if error is not None:
             self.commit_failures += 1
+            self.last_error = str(error)
             log.error("%s: not committed, the messages of this step are not acknowledged", error)
             self._dirty |= dirty  # the sessions are written again with the next commit
             self._dirty_whole |= dirty
             if future is not None and not future.done():
                 future.cancel()
-        elif future is not None and not future.done():
-            future.set_result(None)
+        else:
+            self.last_error = ""
+            if future is not None and not future.done():
+                future.set_result(None)
         if self._batch or self._dirty:
             self._soon()
 
