@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from bridge.emqx_msgid import IdForm, UnconvertibleId, convert, id_form
 from bridge.msgid import MsgIdGenerator
-from tests.support.emqx_ids import emqttd_base62, emqx_base62, guid, mongo_base64, to_hexstr, to_hexstr_v2
+from support.emqx_ids import emqttd_base62, emqx_base62, guid, mongo_base64, to_hexstr, to_hexstr_v2
 
 # Every guid whose timestamp is one second after 1970 or later (the domain the module's docstring
 # proves unambiguous): ts >= 10**6 microseconds.
@@ -116,7 +116,7 @@ def test_what_is_no_id_is_refused(text: str) -> None:
 
 def test_digits_with_a_leading_zero_are_refused() -> None:
     # integer_to_binary never writes one: this text was not made by emqx_guid
-    from tests.support.emqx_ids import emqx_base62_encode_binary
+    from support.emqx_ids import emqx_base62_encode_binary
 
     text = emqx_base62_encode_binary(b"0" + str(10**34).encode())
     assert id_form(text) is IdForm.BASE62_DECIMAL
