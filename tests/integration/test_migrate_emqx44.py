@@ -262,3 +262,37 @@ def test_the_command_names_the_pools_it_can_migrate(
     conf.write_text(config_text(6390))
     assert main(["migrate-emqx44", "-c", str(conf), "--pool", pool]) == 2
     assert "those configured: redis.pool1" in capsys.readouterr().err
+
+
+async def test_a_retained_key_emqx_wrote_unmigrated_is_a_counted_error_for_its_topic_only(
+    redis_db: redis_sync.Redis, make_bridge: Callable[..., Any]
+) -> None:
+    """Before (or without) the migration, a bridge meets EMQX's string and hash retained keys: the
+    lookup of their topics fails, counted on the rule, and every other topic is served; a retained
+    publish to such a topic stores the message and leaves the key alone."""
+    ids = write_as_emqx44(redis_db)  # status/s a string, status/h a hash: not migrated
+    bridge = await make_bridge()  # the shipped rules/redis.conf
+    port = mqtt_port(bridge)
+    publisher = await Client("hb-pub", port).connect()
+    await publisher.publish("status/ok", b"retained-by-hookbridge", qos=1, retain=True)
+    await bridge.idle()
+    lookup = "redis.session.subscribed.3"
+
+    fresh = await Client("fresh", port).connect()
+    for topic in ("status/s", "status/h", "status/ok"):
+        await fresh.subscribe(topic, qos=1)
+    got = await fresh.expect(1)
+    assert [m.payload for m in got] == [b"retained-by-hookbridge"]
+    await bridge.idle()
+    assert bridge.metrics.rules[lookup]["failed"] == 2
+    assert bridge.metrics.rules[lookup]["succeeded"] == 1
+
+    retain_rule, store_rule = "redis.message.publish.2", "redis.message.publish.1"
+    stored_before = bridge.metrics.rules[store_rule]["succeeded"]
+    await publisher.publish("status/s", b"new-retained", qos=1, retain=True)
+    await bridge.idle()
+    assert bridge.metrics.rules[retain_rule]["failed"] == 1
+    assert bridge.metrics.rules[store_rule]["succeeded"] == stored_before + 1  # the message is stored
+    assert redis_db.get("mqtt:retain:status/s") == ids["str"].encode()  # EMQX's key, left as it was
+    for client in (fresh, publisher):
+        await client.disconnect()
