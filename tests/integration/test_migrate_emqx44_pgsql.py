@@ -6,6 +6,7 @@ stores after the switch."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from bridge.cli import main
 from bridge.msgid import hookbridge_id
 from support.bridges import mqtt_port
 from support.conf import config_text
+from support.emqx_ids import emqttd_base62, emqx_base62, guid, to_hexstr, to_hexstr_v2
 from support.mqtt import Client
 from support.services import postgres_dsn, start_postgres, stop_postgres
 
@@ -53,14 +55,20 @@ CREATE TABLE mqtt_acked (id SERIAL primary key, clientid character varying(100),
   mid integer, created timestamp without time zone, UNIQUE (clientid, topic));
 """
 
-# EMQX's hex msgids, one hour ago, one second apart (its guid: 64-bit µs time, 48 bits node, 16 seq)
+# EMQX's msgids, one hour ago, one second apart (its guid: 64-bit µs time, 48 bits node, 16 seq)
+
+
+def emqx_id(seconds_ago: int, seq: int, encode: Callable[[int], str] = to_hexstr_v2) -> str:
+    ts_us = (int(time.time()) - seconds_ago) * 1_000_000
+    return encode(guid(ts_us, 0x0A0B0C0D0E0F, seq))
 
 
 def emqx_hex(seconds_ago: int, seq: int) -> str:
-    import time
+    return emqx_id(seconds_ago, seq)  # no padding, as EMQ X 2.x wrote it
 
-    ts_us = (int(time.time()) - seconds_ago) * 1_000_000
-    return f"{ts_us << 64 | 0x0A0B0C0D0E0F << 16 | seq:X}"  # no padding, as older EMQX wrote it
+
+# One queue holding the forms EMQX wrote: 4.x emqx_base62 (what its backends wrote), 2.x base62, 32 hex
+QUEUE_FORMS = [emqx_base62, emqttd_base62, to_hexstr]
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +90,7 @@ async def emqx_tables(pg_port: int) -> AsyncIterator[asyncpg.Connection]:
         " VALUES ('dev1', 0, 'emqx@127.0.0.1', now() - interval '2h', now() - interval '1h', now())"
     )
     await conn.execute("INSERT INTO mqtt_sub (clientid, topic, qos) VALUES ('dev1', 'proxy/dev1', 1)")
-    ids = [emqx_hex(3600 - n, n) for n in range(3)]
+    ids = [emqx_id(3600 - n, n, encode) for n, encode in enumerate(QUEUE_FORMS)]
     for n, msgid in enumerate(ids):
         await conn.execute(
             "INSERT INTO mqtt_msg (msgid, sender, topic, qos, retain, payload, arrived)"
@@ -95,20 +103,29 @@ async def emqx_tables(pg_port: int) -> AsyncIterator[asyncpg.Connection]:
     await conn.execute(
         "INSERT INTO mqtt_retain (topic, msgid, sender, qos, payload, arrived)"
         " VALUES ('status/x', $1, 'emqx-pub', 1, 'retained-by-emqx', now() - interval '1h')",
-        emqx_hex(3000, 7),
+        emqx_id(3000, 7, emqx_base62),
     )
     yield conn
     await conn.close()
 
 
 async def test_tables_migrate_then_a_bridge_serves_them_in_order(
-    tmp_path: Path, emqx_tables: asyncpg.Connection, make_bridge: Callable[..., Any]
+    tmp_path: Path,
+    emqx_tables: asyncpg.Connection,
+    make_bridge: Callable[..., Any],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     conn = emqx_tables
     conf = tmp_path / "migrate.conf"
     conf.write_text(config_text(pools=POOL))
     args = ["migrate-emqx44", "-c", str(conf), "--pool", "pgsql.pool1"]
     assert await asyncio.to_thread(main, [*args, "--dry-run"]) == 0
+    report = capsys.readouterr().out
+    assert (
+        "mqtt_msg: 1 emqx_base62 of the decimal text (EMQX 3.x/4.x), 1 positional base62 (EMQ X 2.x), 1 32 hex;"
+        in report
+    )
+    assert "mqtt_retain: 1 emqx_base62 of the decimal text (EMQX 3.x/4.x);" in report
     assert (
         await conn.fetchval(
             "SELECT data_type FROM information_schema.columns WHERE table_name = 'mqtt_msg' AND column_name = 'payload'"
@@ -156,3 +173,29 @@ async def test_tables_migrate_then_a_bridge_serves_them_in_order(
 def test_emqx_hex_ids_without_padding_become_hookbridge_ids() -> None:
     short = emqx_hex(0, 1)
     assert len(short) < 32 and hookbridge_id(short.encode()) == short.rjust(32, "0")
+
+
+async def test_a_msgid_that_is_no_id_stops_it_before_anything_changes(
+    tmp_path: Path, emqx_tables: asyncpg.Connection, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conn = emqx_tables
+    bad = await conn.fetchval(
+        "INSERT INTO mqtt_msg (msgid, sender, topic, qos, retain, payload, arrived)"
+        " VALUES ('not-an-id', 'emqx-pub', 'pubsub/t', 1, 0, 'bad', now()) RETURNING id"
+    )
+
+    async def state() -> list[Any]:
+        columns = await conn.fetch(
+            "SELECT table_name, column_name, data_type FROM information_schema.columns"
+            " WHERE table_schema = current_schema() ORDER BY 1, 2"
+        )
+        rows = await conn.fetch("SELECT id, msgid, payload FROM mqtt_msg ORDER BY id")
+        return [*map(tuple, columns), *map(tuple, rows)]
+
+    before = await state()
+    conf = tmp_path / "migrate.conf"
+    conf.write_text(config_text(pools=POOL))
+    assert await asyncio.to_thread(main, ["migrate-emqx44", "-c", str(conf), "--pool", "pgsql.pool1"]) == 2
+    err = capsys.readouterr().err
+    assert f"mqtt_msg row id {bad}: 'not-an-id'" in err and "nothing was changed" in err
+    assert await state() == before
