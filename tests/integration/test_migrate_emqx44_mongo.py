@@ -6,7 +6,6 @@ bridge (embedded broker) in one order with what hookbridge stores after the swit
 from __future__ import annotations
 
 import asyncio
-import base64
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -20,8 +19,11 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from actions.mongo.emqx44 import migrate_mongo, mongo_hookbridge_id
 from bridge.cli import main
+from bridge.emqx44.survey import MigrationRefused
+from bridge.emqx_msgid import convert
 from support.bridges import eventually, mqtt_port
 from support.conf import config_text
+from support.emqx_ids import emqttd_base62, emqx_base62, guid, mongo_base64, to_hexstr
 from support.mqtt import Client
 from support.services import start_ferretdb
 
@@ -47,14 +49,19 @@ Db = AsyncDatabase[dict[str, Any]]
 NOW = int(time.time())
 
 
-def emqx_guid(seconds_ago: int, seq: int) -> str:
-    """EMQX's msgid as its MongoDB backend writes it: the 16-byte guid (64-bit µs time, 48 bits
-    node, 16-bit sequence) in base64, as in the page's `AAVEwm0la4RufgAABeIAAQ==`."""
-    value = (NOW - seconds_ago) * 1_000_000 << 64 | 0x0A0B0C0D0E0F << 16 | seq
-    return base64.b64encode(value.to_bytes(16, "big")).decode()
+def emqx_guid(seconds_ago: int, seq: int, encode: Callable[[int], str] = mongo_base64) -> str:
+    """EMQX's msgid (64-bit µs time, 48 bits node, 16-bit sequence) in the text `encode` gives it:
+    the page's base64 (`AAVEwm0la4RufgAABeIAAQ==`) by default; the 4.x `${msgid}` (emqx_base62 of
+    the decimal text), 2.x base62 and 32 hex in one queue too."""
+    return encode(guid((NOW - seconds_ago) * 1_000_000, 0x0A0B0C0D0E0F, seq))
 
 
-EMQX_IDS = {"e1": emqx_guid(3600, 1), "e2": emqx_guid(3599, 2), "e3": emqx_guid(3598, 3), "ret": emqx_guid(3000, 7)}
+EMQX_IDS = {
+    "e1": emqx_guid(3600, 1, emqx_base62),
+    "e2": emqx_guid(3599, 2),
+    "e3": emqx_guid(3598, 3, to_hexstr),
+    "ret": emqx_guid(3000, 7, emqttd_base62),
+}
 
 
 async def write_as_emqx44(db: Db) -> None:
@@ -156,9 +163,7 @@ async def mongo() -> AsyncIterator[Db]:
 
 
 def new(name: str) -> str:
-    converted = mongo_hookbridge_id(EMQX_IDS[name])
-    assert converted is not None
-    return converted
+    return convert(EMQX_IDS[name])[1]
 
 
 async def test_migration_converts_is_idempotent_and_resumes_after_any_interruption(mongo: Db) -> None:
@@ -166,6 +171,10 @@ async def test_migration_converts_is_idempotent_and_resumes_after_any_interrupti
     before = await snapshot(mongo)
     dry = await migrate_mongo(mongo, dry_run=True)
     assert (dry.messages, dry.retained, dry.offsets, dry.clients, dry.second_keys) == (4, 1, 2, 1, 1)
+    assert dry.survey.lines() == [
+        "mqtt_msg: 1 emqx_base62 of the decimal text (EMQX 3.x/4.x), 2 base64 of the 16 bytes (MongoDB), 1 32 hex",
+        "mqtt_retain: 1 positional base62 (EMQ X 2.x)",
+    ]
     assert await snapshot(mongo) == before  # a dry run changes nothing
 
     counts = await migrate_mongo(mongo)
@@ -258,3 +267,26 @@ def test_the_page_example_msgid_is_its_guid_in_hex() -> None:
     converted = mongo_hookbridge_id("AAVEwm0la4RufgAABeIAAQ==")
     assert converted == "000544C26D256B846E7E000005E20001"
     assert int(converted[:16], 16) // 1_000_000 == 1482976729
+
+
+@pytest.mark.parametrize(
+    ("collection", "document", "named"),
+    [
+        (
+            "mqtt_msg",
+            {"_id": 9, "topic": "pubsub/t", "msgid": "no id", "payload": "x"},
+            "mqtt_msg _id 9 msgid: 'no id'",
+        ),
+        ("mqtt_msg", {"_id": 9, "topic": "pubsub/t", "payload": "x"}, "mqtt_msg _id 9 msgid: None"),
+        ("mqtt_retain", {"topic": "status/bad", "msgid": "Z" * 60}, "mqtt_retain topic 'status/bad' msgid"),
+    ],
+)
+async def test_a_msgid_that_is_no_id_stops_it_before_anything_changes(
+    mongo: Db, collection: str, document: dict[str, Any], named: str
+) -> None:
+    await write_as_emqx44(mongo)
+    await mongo[collection].insert_one(document)
+    before = await snapshot(mongo)
+    with pytest.raises(MigrationRefused, match=named.replace("(", r"\(")):
+        await migrate_mongo(mongo)
+    assert await snapshot(mongo) == before
