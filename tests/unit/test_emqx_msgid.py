@@ -51,8 +51,8 @@ def test_emqx_2x_hex_without_leading_zeros_is_read_as_hex(value: int) -> None:
 
 @given(value=TIMESTAMPED)
 def test_lengths_of_ids_of_our_time(value: int) -> None:
-    """The lengths the docs give: 45-47 (today 47) for EMQX 3.x/4.x, 20-22 for 2.x, 32 for hex."""
-    assert 45 <= len(emqx_base62(value)) <= 47
+    """The lengths the docs give: 47 for EMQX 3.x/4.x (every id of 1987 to 2141), 20-22 for 2.x."""
+    assert len(emqx_base62(value)) == 47
     assert 20 <= len(emqttd_base62(value)) <= 22
     assert "9" not in emqx_base62(value)  # the escape for 61-63: never met in decimal text
 
