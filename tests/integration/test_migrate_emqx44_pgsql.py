@@ -1,7 +1,7 @@
 """`hookbridge migrate-emqx44 --pool pgsql.pool1` on a real PostgreSQL: the tables of EMQX 4.4
 Enterprise's PostgreSQL backend page (etc/sql/emqx_backend_pgsql.sql), filled as EMQX would have,
-migrated twice, then served by a real bridge (embedded broker) in one order with what hookbridge
-stores after the switch."""
+migrated twice, then served by a bridge started from `import-emqx`'s output (embedded broker) in
+one order with what hookbridge stores after the switch."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from bridge.cli import main
 from bridge.msgid import hookbridge_id
 from support.bridges import mqtt_port
 from support.conf import config_text
+from support.emqx44_import import import_emqx, imported_bridge, migrate
 from support.emqx_ids import emqttd_base62, emqx_base62, guid, to_hexstr, to_hexstr_v2
 from support.mqtt import Client
 from support.services import postgres_dsn, start_postgres, stop_postgres
@@ -28,17 +29,6 @@ POOL = (
     "backend.pgsql.pool1.password = hookbridge\nbackend.pgsql.pool1.database = mqtt\n"
     "backend.pgsql.pool1.batch_time = 1ms\n"
 )
-RULES = """\
-backend.pgsql.hook.client.connected.1    = {"action": {"function": "on_client_connected"}, "pool": "pool1"}
-backend.pgsql.hook.client.connected.2    = {"action": {"function": "on_subscribe_lookup"}, "pool": "pool1"}
-backend.pgsql.hook.client.disconnected.1 = {"action": {"function": "on_client_disconnected"}, "pool": "pool1"}
-backend.pgsql.hook.message.publish.1     = {"topic": "#", "action": {"function": "on_message_publish"}, "pool": "pool1"}
-backend.pgsql.hook.message.publish.2     = {"topic": "#", "action": {"function": "on_message_retain"}, "pool": "pool1"}
-backend.pgsql.hook.message.publish.3     = {"topic": "#", "action": {"function": "on_retain_delete"}, "pool": "pool1"}
-backend.pgsql.hook.session.subscribed.1  = {"topic": "pubsub/#", "action": {"function": "on_message_fetch"}, "pool": "pool1"}
-backend.pgsql.hook.session.subscribed.2  = {"topic": "#", "action": {"function": "on_retain_lookup"}, "pool": "pool1"}
-backend.pgsql.hook.message.acked.1       = {"topic": "pubsub/#", "action": {"function": "on_message_acked"}, "pool": "pool1"}
-"""
 
 # The tables as EMQX 4.4's PostgreSQL backend page gives them.
 EMQX44_TABLES = """
@@ -109,17 +99,25 @@ async def emqx_tables(pg_port: int) -> AsyncIterator[asyncpg.Connection]:
     await conn.close()
 
 
+IMPORT = {
+    "server = 127.0.0.1:5432": f"server = 127.0.0.1:{PORT}",
+    "username = root": "username = hookbridge",
+    "password = public": "password = hookbridge",
+}
+
+
 async def test_tables_migrate_then_a_bridge_serves_them_in_order(
     tmp_path: Path,
     emqx_tables: asyncpg.Connection,
-    make_bridge: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """As a user switches: import-emqx of EMQX's emqx_backend_pgsql.conf, migrate-emqx44 with the
+    config it wrote (dry run, then twice), a bridge of that config and rules."""
     conn = emqx_tables
-    conf = tmp_path / "migrate.conf"
-    conf.write_text(config_text(pools=POOL))
-    args = ["migrate-emqx44", "-c", str(conf), "--pool", "pgsql.pool1"]
-    assert await asyncio.to_thread(main, [*args, "--dry-run"]) == 0
+    paths = import_emqx(tmp_path, "emqx_backend_pgsql.conf", IMPORT)
+    capsys.readouterr()
+    assert await migrate(paths, "pgsql.pool1", "--dry-run") == 0
     report = capsys.readouterr().out
     assert (
         "mqtt_msg: 1 emqx_base62 of the decimal text (EMQX 3.x/4.x), 1 positional base62 (EMQ X 2.x), 1 32 hex;"
@@ -133,19 +131,23 @@ async def test_tables_migrate_then_a_bridge_serves_them_in_order(
         == "text"
     )
     for _ in range(2):
-        assert await asyncio.to_thread(main, args) == 0
+        assert await migrate(paths, "pgsql.pool1") == 0
     offset = await conn.fetchrow("SELECT msgid, mid FROM mqtt_acked WHERE clientid = 'dev1'")
     e1 = await conn.fetchrow("SELECT id, msgid FROM mqtt_msg WHERE payload = 'e1'::bytea")
     assert offset["msgid"] == e1["msgid"] and len(e1["msgid"]) == 32 and offset["mid"] == e1["id"]
     assert await conn.fetchval("SELECT count(*) FROM mqtt_topic") == 1
 
-    bridge = await make_bridge(rules=RULES, pools=POOL)
+    async with imported_bridge(paths, tmp_path, monkeypatch) as bridge:
+        await serve(bridge, conn, e1["msgid"])
+
+
+async def serve(bridge: Any, conn: asyncpg.Connection, e1: str) -> None:
     port = mqtt_port(bridge)
     publisher = await Client("hb-pub", port).connect()
     await publisher.publish("pubsub/t", b"h4", qos=1)  # stored by hookbridge after the switch
     await bridge.idle()
     ours = await conn.fetchval("SELECT msgid FROM mqtt_msg WHERE payload = 'h4'::bytea")
-    assert ours > e1["msgid"]
+    assert ours > e1
 
     dev1 = await Client("dev1", port, clean=False).connect()
     await dev1.subscribe("pubsub/t", qos=1)
