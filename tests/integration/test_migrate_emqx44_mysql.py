@@ -1,7 +1,7 @@
 """`hookbridge migrate-emqx44 --pool mysql.pool1` on a real MariaDB: the tables of EMQX 4.4
 Enterprise's MySQL backend page (etc/sql/emqx_backend_mysql.sql), filled as EMQX would have,
-migrated twice and after an interruption, then served by a real bridge (embedded broker) in one
-order with what hookbridge stores after the switch."""
+migrated twice and after an interruption, then served by a bridge started from `import-emqx`'s
+output (embedded broker) in one order with what hookbridge stores after the switch."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from bridge.cli import main
 from bridge.emqx_msgid import convert
 from support.bridges import mqtt_port
 from support.conf import config_text
+from support.emqx44_import import import_emqx, imported_bridge, migrate
 from support.emqx_ids import emqttd_base62, emqx_base62, guid, to_hexstr, to_hexstr_v2
 from support.mqtt import Client
 from support.services import start_mariadb, stop_mariadb
@@ -29,16 +30,6 @@ POOL = (
     "backend.mysql.pool1.password = hookbridge\nbackend.mysql.pool1.database = mqtt\n"
     "backend.mysql.pool1.batch_time = 1ms\n"
 )
-RULES = """\
-backend.mysql.hook.client.connected.1    = {"action": {"function": "on_client_connected"}, "pool": "pool1"}
-backend.mysql.hook.client.connected.2    = {"action": {"function": "on_subscribe_lookup"}, "pool": "pool1"}
-backend.mysql.hook.message.publish.1     = {"topic": "#", "action": {"function": "on_message_publish"}, "pool": "pool1"}
-backend.mysql.hook.message.publish.2     = {"topic": "#", "action": {"function": "on_message_retain"}, "pool": "pool1"}
-backend.mysql.hook.session.subscribed.1  = {"topic": "pubsub/#", "action": {"function": "on_message_fetch"}, "pool": "pool1"}
-backend.mysql.hook.session.subscribed.2  = {"topic": "#", "action": {"function": "on_retain_lookup"}, "pool": "pool1"}
-backend.mysql.hook.message.acked.1       = {"topic": "pubsub/#", "action": {"function": "on_message_acked"}, "pool": "pool1"}
-"""
-
 # The tables as EMQX 4.4's MySQL backend page gives them.
 EMQX44_TABLES = [
     """CREATE TABLE mqtt_client (id int(11) unsigned NOT NULL AUTO_INCREMENT, clientid varchar(64) DEFAULT NULL,
@@ -119,14 +110,22 @@ async def emqx_tables(my_port: int) -> AsyncIterator[Any]:
     conn.close()
 
 
+IMPORT = {
+    "server = 127.0.0.1:3306": f"server = 127.0.0.1:{PORT}",
+    "user = root": "user = hookbridge",
+    "password = public": "password = hookbridge",
+}
+
+
 async def test_tables_migrate_then_a_bridge_serves_them_in_order(
-    tmp_path: Path, emqx_tables: Any, make_bridge: Callable[..., Any], capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, emqx_tables: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """As a user switches: import-emqx of EMQX's emqx_backend_mysql.conf, migrate-emqx44 with the
+    config it wrote (dry run, interrupted, then twice), a bridge of that config and rules."""
     conn = emqx_tables
-    conf = tmp_path / "migrate.conf"
-    conf.write_text(config_text(pools=POOL))
-    args = ["migrate-emqx44", "-c", str(conf), "--pool", "mysql.pool1"]
-    assert await asyncio.to_thread(main, [*args, "--dry-run"]) == 0
+    paths = import_emqx(tmp_path, "emqx_backend_mysql.conf", IMPORT)
+    capsys.readouterr()
+    assert await migrate(paths, "mysql.pool1", "--dry-run") == 0
     report = capsys.readouterr().out
     assert (
         "mqtt_msg: 1 emqx_base62 of the decimal text (EMQX 3.x/4.x), 1 positional base62 (EMQ X 2.x), 1 32 hex"
@@ -146,14 +145,18 @@ async def test_tables_migrate_then_a_bridge_serves_them_in_order(
     )
     assert (await run(conn, "SELECT COUNT(*) FROM mqtt_msg__hookbridge"))[0][0] == 1
     for _ in range(2):
-        assert await asyncio.to_thread(main, args) == 0
+        assert await migrate(paths, "mysql.pool1") == 0
     assert await run(conn, "SHOW TABLES LIKE 'mqtt_msg__emqx44'")
     (offset,) = await run(conn, "SELECT msgid, mid FROM mqtt_acked WHERE clientid = 'dev1'")
     (e1,) = await run(conn, "SELECT id, msgid FROM mqtt_msg WHERE payload = 'e1'")
     assert offset == (e1[1], e1[0]) and len(e1[1]) == 32
     assert (await run(conn, "SELECT COUNT(*) FROM mqtt_topic"))[0][0] == 1
 
-    bridge = await make_bridge(rules=RULES, pools=POOL)
+    async with imported_bridge(paths, tmp_path, monkeypatch) as bridge:
+        await serve(bridge)
+
+
+async def serve(bridge: Any) -> None:
     port = mqtt_port(bridge)
     publisher = await Client("hb-pub", port).connect()
     await publisher.publish("pubsub/t", b"h4", qos=1)  # stored by hookbridge after the switch
