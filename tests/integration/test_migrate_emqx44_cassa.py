@@ -1,12 +1,12 @@
 """`hookbridge migrate-emqx44 --pool cassa.pool1` on a real Cassandra node: the tables of EMQX 4.4
-Enterprise's Cassandra backend page (`msg` keyed (topic, msgid) newest first with base62 ids,
-`client` with connected / disconnected, `retain` with only the msgid), filled as EMQX would have,
-migrated twice and after interruptions at each step, then served by a real bridge (embedded
-broker) in one order with what hookbridge stores after the switch."""
+Enterprise's Cassandra backend page (`msg` keyed (topic, msgid) newest first with ids in every form
+EMQX wrote, `client` with connected / disconnected, `retain` with only the msgid), filled as EMQX
+would have, migrated twice and after interruptions at each step, then served by a bridge started
+from `import-emqx`'s output (embedded broker) in one order with what hookbridge stores after the
+switch."""
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -17,30 +17,17 @@ import pytest
 
 from actions.cassa.emqx44 import BACKUP, CONVERTED, migrate_cassa
 from actions.cassa.functions import bucket_of
-from bridge.cli import main
 from bridge.emqx44.survey import MigrationRefused
 from bridge.emqx_msgid import convert
-from conformance.cassa_store import KEYSPACE, CassaStore
+from conformance.cassa_store import CassaStore
 from support.bridges import eventually, mqtt_port
-from support.conf import config_text
+from support.emqx44_import import import_emqx, imported_bridge, migrate
 from support.emqx_ids import emqttd_base62, emqx_base62, guid, to_hexstr
 from support.mqtt import Client
 from support.services import start_cassandra
 
 PORT = 9042  # shared: this module keeps to its own keyspace
 KS = "emqx44_migrate"
-POOL = CassaStore(PORT).pool_config().replace(f"keyspace = {KEYSPACE}", f"keyspace = {KS}")
-RULES = """\
-backend.cassa.hook.client.connected.1    = {"action": {"function": "on_client_connected"}, "pool": "pool1"}
-backend.cassa.hook.client.connected.2    = {"action": {"function": "on_subscribe_lookup"}, "pool": "pool1"}
-backend.cassa.hook.client.disconnected.1 = {"action": {"function": "on_client_disconnected"}, "pool": "pool1"}
-backend.cassa.hook.message.publish.1     = {"topic": "#", "action": {"function": "on_message_publish"}, "pool": "pool1"}
-backend.cassa.hook.message.publish.2     = {"topic": "#", "action": {"function": "on_message_retain"}, "pool": "pool1"}
-backend.cassa.hook.message.publish.3     = {"topic": "#", "action": {"function": "on_retain_delete"}, "pool": "pool1"}
-backend.cassa.hook.session.subscribed.1  = {"topic": "pubsub/#", "action": {"function": "on_message_fetch"}, "pool": "pool1"}
-backend.cassa.hook.session.subscribed.2  = {"topic": "#", "action": {"function": "on_retain_lookup"}, "pool": "pool1"}
-backend.cassa.hook.message.acked.1       = {"topic": "pubsub/#", "action": {"function": "on_message_acked"}, "pool": "pool1"}
-"""
 
 # The tables as EMQX 4.4's Cassandra backend page gives them.
 EMQX44_TABLES = (
@@ -205,18 +192,28 @@ async def test_migration_converts_is_idempotent_and_resumes_after_interruptions(
         assert await snapshot(cql) == reference, f"interrupted at {run.statements[stop]}"
 
 
-async def test_a_bridge_serves_what_emqx44_stored_in_order_with_its_own(
-    tmp_path: Path, cql: Any, make_bridge: Callable[..., Any]
-) -> None:
-    await write_as_emqx44(cql)
-    conf = tmp_path / "migrate.conf"
-    conf.write_text(config_text(pools=POOL))
-    args = ["migrate-emqx44", "-c", str(conf), "--pool", "cassa.pool1"]
-    assert await asyncio.to_thread(main, [*args, "--dry-run"]) == 0
-    for _ in range(2):
-        assert await asyncio.to_thread(main, args) == 0
+IMPORT = {
+    "username = cassandra": "username = hookbridge",
+    "password = cassandra": "password = hookbridge",
+    "keyspace = mqtt": f"keyspace = {KS}",
+}
 
-    bridge = await make_bridge(rules=RULES, pools=POOL)
+
+async def test_a_bridge_serves_what_emqx44_stored_in_order_with_its_own(
+    tmp_path: Path, cql: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a user switches: import-emqx of EMQX's emqx_backend_cassa.conf, migrate-emqx44 with the
+    config it wrote (dry run, then twice), a bridge of that config and rules."""
+    await write_as_emqx44(cql)
+    paths = import_emqx(tmp_path, "emqx_backend_cassa.conf", IMPORT)
+    assert await migrate(paths, "cassa.pool1", "--dry-run") == 0
+    for _ in range(2):
+        assert await migrate(paths, "cassa.pool1") == 0
+    async with imported_bridge(paths, tmp_path, monkeypatch) as bridge:
+        await serve(bridge, cql)
+
+
+async def serve(bridge: Any, cql: Any) -> None:
     port = mqtt_port(bridge)
     publisher = await Client("hb-pub", port).connect()
     await publisher.publish("pubsub/t", b"h4", qos=1)  # stored by hookbridge after the switch

@@ -1,11 +1,11 @@
 """`hookbridge migrate-emqx44 --pool mongo.pool1` on FerretDB: the collections of EMQX 4.4 Enterprise's
 MongoDB backend page (counter `_id`s, base64 msgids, `mongo_id` offsets, text payloads, times as
-numbers), filled as EMQX would have, migrated twice and after interruptions, then served by a real
-bridge (embedded broker) in one order with what hookbridge stores after the switch."""
+numbers; ids in every form EMQX wrote), filled as EMQX would have, migrated twice and after
+interruptions, then served by a bridge started from `import-emqx`'s output (embedded broker) in one
+order with what hookbridge stores after the switch."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -18,32 +18,16 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
 
 from actions.mongo.emqx44 import migrate_mongo, mongo_hookbridge_id
-from bridge.cli import main
 from bridge.emqx44.survey import MigrationRefused
 from bridge.emqx_msgid import convert
 from support.bridges import eventually, mqtt_port
-from support.conf import config_text
+from support.emqx44_import import import_emqx, imported_bridge, migrate
 from support.emqx_ids import emqttd_base62, emqx_base62, guid, mongo_base64, to_hexstr
 from support.mqtt import Client
 from support.services import start_ferretdb
 
 PORT = 27018  # shared: this module keeps to its own database
 DATABASE = "emqx44_migrate"
-POOL = (
-    f"backend.mongo.pool1.server = 127.0.0.1:{PORT}\nbackend.mongo.pool1.database = {DATABASE}\n"
-    "backend.mongo.pool1.batch_time = 1ms\n"
-)
-RULES = """\
-backend.mongo.hook.client.connected.1    = {"action": {"function": "on_client_connected"}, "pool": "pool1"}
-backend.mongo.hook.client.connected.2    = {"action": {"function": "on_subscribe_lookup"}, "pool": "pool1"}
-backend.mongo.hook.client.disconnected.1 = {"action": {"function": "on_client_disconnected"}, "pool": "pool1"}
-backend.mongo.hook.message.publish.1     = {"topic": "#", "action": {"function": "on_message_publish"}, "pool": "pool1"}
-backend.mongo.hook.message.publish.2     = {"topic": "#", "action": {"function": "on_message_retain"}, "pool": "pool1"}
-backend.mongo.hook.message.publish.3     = {"topic": "#", "action": {"function": "on_retain_delete"}, "pool": "pool1"}
-backend.mongo.hook.session.subscribed.1  = {"topic": "pubsub/#", "action": {"function": "on_message_fetch"}, "pool": "pool1"}
-backend.mongo.hook.session.subscribed.2  = {"topic": "#", "action": {"function": "on_retain_lookup"}, "pool": "pool1"}
-backend.mongo.hook.message.acked.1       = {"topic": "pubsub/#", "action": {"function": "on_message_acked"}, "pool": "pool1"}
-"""
 
 Db = AsyncDatabase[dict[str, Any]]
 NOW = int(time.time())
@@ -220,18 +204,24 @@ async def test_migration_converts_is_idempotent_and_resumes_after_any_interrupti
     assert budget > 10
 
 
-async def test_a_bridge_serves_what_emqx44_stored_in_order_with_its_own(
-    tmp_path: Path, mongo: Db, make_bridge: Callable[..., Any]
-) -> None:
-    await write_as_emqx44(mongo)
-    conf = tmp_path / "migrate.conf"
-    conf.write_text(config_text(pools=POOL))
-    args = ["migrate-emqx44", "-c", str(conf), "--pool", "mongo.pool1"]
-    assert await asyncio.to_thread(main, [*args, "--dry-run"]) == 0
-    for _ in range(2):
-        assert await asyncio.to_thread(main, args) == 0
+IMPORT = {"server = 127.0.0.1:27017": f"server = 127.0.0.1:{PORT}", "database = mqtt": f"database = {DATABASE}"}
 
-    bridge = await make_bridge(rules=RULES, pools=POOL)
+
+async def test_a_bridge_serves_what_emqx44_stored_in_order_with_its_own(
+    tmp_path: Path, mongo: Db, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a user switches: import-emqx of EMQX's emqx_backend_mongo.conf, migrate-emqx44 with the
+    config it wrote (dry run, then twice), a bridge of that config and rules."""
+    await write_as_emqx44(mongo)
+    paths = import_emqx(tmp_path, "emqx_backend_mongo.conf", IMPORT)
+    assert await migrate(paths, "mongo.pool1", "--dry-run") == 0
+    for _ in range(2):
+        assert await migrate(paths, "mongo.pool1") == 0
+    async with imported_bridge(paths, tmp_path, monkeypatch) as bridge:
+        await serve(bridge, mongo)
+
+
+async def serve(bridge: Any, mongo: Db) -> None:
     port = mqtt_port(bridge)
     publisher = await Client("hb-pub", port).connect()
     await publisher.publish("pubsub/t", b"h4", qos=1)  # stored by hookbridge after the switch

@@ -30,6 +30,7 @@ POOL = (
     "backend.mysql.pool1.password = hookbridge\nbackend.mysql.pool1.database = mqtt\n"
     "backend.mysql.pool1.batch_time = 1ms\n"
 )
+
 # The tables as EMQX 4.4's MySQL backend page gives them.
 EMQX44_TABLES = [
     """CREATE TABLE mqtt_client (id int(11) unsigned NOT NULL AUTO_INCREMENT, clientid varchar(64) DEFAULT NULL,
