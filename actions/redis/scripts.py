@@ -26,7 +26,7 @@ return 1
 
 # Shared by the two retain scripts: a retained key EMQX 4.4 wrote as a string or a hash (not
 # migrated) is left as it is, and this job fails with an error naming it (not the batch).
-_SORTED_SET_OR_NONE = """
+SORTED_SET_OR_NONE = """
 local function refuse_other_type(key)
   local kind = redis.call('TYPE', key).ok
   if kind ~= 'zset' and kind ~= 'none' then
@@ -58,7 +58,7 @@ end
 # message expiry: then the retain lookup finds no hash and sends nothing.
 RETAIN_SET = (
     _RELEASE
-    + _SORTED_SET_OR_NONE
+    + SORTED_SET_OR_NONE
     + """
 local refused = refuse_other_type(KEYS[2])
 if refused then return refused end
@@ -78,7 +78,7 @@ return 1
 # KEYS: retain zset, topic zset, retained topic index     ARGV: expire, topic
 RETAIN_CLEAR = (
     _RELEASE
-    + _SORTED_SET_OR_NONE
+    + SORTED_SET_OR_NONE
     + """
 local refused = refuse_other_type(KEYS[1])
 if refused then return refused end

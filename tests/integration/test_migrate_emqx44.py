@@ -270,6 +270,13 @@ async def test_a_retained_key_emqx_wrote_unmigrated_is_a_counted_error_for_its_t
     """Before (or without) the migration, a bridge meets EMQX's string and hash retained keys: the
     lookup of their topics fails, counted on the rule, and every other topic is served; a retained
     publish to such a topic stores the message and leaves the key alone."""
+    await unmigrated_retained_keys_are_errors_of_their_topic(redis_db, make_bridge)
+
+
+async def unmigrated_retained_keys_are_errors_of_their_topic(
+    redis_db: redis_sync.Redis | Any, make_bridge: Callable[..., Any]
+) -> None:
+    """(Also run on a Redis Cluster by test_redis_cluster.py.)"""
     ids = write_as_emqx44(redis_db)  # status/s a string, status/h a hash: not migrated
     bridge = await make_bridge()  # the shipped rules/redis.conf
     port = mqtt_port(bridge)

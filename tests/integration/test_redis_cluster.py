@@ -29,7 +29,7 @@ from support.mqtt import Client, wait_until
 from support.services import ROOT
 from tests.integration import test_redis_offsets as offsets
 from tests.integration import test_redis_walkthrough as walkthrough
-from tests.integration.test_migrate_emqx44 import write_as_emqx44
+from tests.integration.test_migrate_emqx44 import unmigrated_retained_keys_are_errors_of_their_topic, write_as_emqx44
 
 PORT = 7100  # the six nodes on PORT..PORT+5
 DIR = ROOT / ".run" / f"redis-cluster-{PORT}"
@@ -231,6 +231,12 @@ async def test_migrate_emqx44_on_a_cluster(redis_db: RedisCluster) -> None:
     assert redis_db.zrange(b"mqtt:index:{msg}", 0, -1) == [b"pubsub/t", b"status/x"]
     # the retained key in each of EMQX's forms (sorted set, string, hash) is a sorted set now
     assert redis_db.zrange(b"mqtt:index:{retain}", 0, -1) == [b"status/h", b"status/s", b"status/x"]
+
+
+async def test_a_retained_key_emqx_wrote_unmigrated_is_a_counted_error_for_its_topic_only(
+    make_bridge: BridgeFactory, redis_db: RedisCluster
+) -> None:
+    await unmigrated_retained_keys_are_errors_of_their_topic(redis_db, make_bridge)
 
 
 def _master_of(key: str) -> int:
