@@ -111,8 +111,8 @@ async def _tables(conn: Any) -> dict[str, str]:
     return {str(name): str(collation or "") for name, collation in rows}
 
 
-# What one row of a copy is, to count them before and after: every row of EMQX's table with this
-# key (rows without one are not copied: no function could find them), once per distinct key.
+# What one row of a copy is, to count them before and after: every row of EMQX's table, once per
+# distinct key. A row without its key (NULL) could not be copied: the survey refuses it.
 _KEYS = {
     "mqtt_client": "BINARY clientid",
     "mqtt_sub": "BINARY clientid, BINARY topic",
@@ -131,8 +131,17 @@ def _emqx_source(table: str, tables: dict[str, str]) -> str | None:
 
 
 async def _survey(conn: Any, tables: dict[str, str], survey: IdSurvey) -> dict[str, str]:
-    """Every msgid of EMQX's mqtt_msg and mqtt_retain read and converted (nothing changed)."""
+    """Every msgid of EMQX's mqtt_msg and mqtt_retain read and converted, every row without its key
+    noted as refused (nothing changed)."""
     ids: dict[str, str] = {}
+    for table, key in _KEYS.items():
+        source = _emqx_source(table, tables)
+        if source is None or source.endswith(BACKUP):
+            continue
+        columns = [name.split()[-1] for name in key.split(", ")]
+        nulls = " OR ".join(f"{column} IS NULL" for column in columns)
+        for (row_id,) in await query(conn, f"SELECT id FROM {source} WHERE {nulls} ORDER BY id LIMIT 20"):
+            survey.unconvertible.append(f"{table} id {row_id}: no {' / '.join(columns)} (NULL)")
     for table in ("mqtt_msg", "mqtt_retain"):
         source = _emqx_source(table, tables)
         if source is None:
@@ -166,9 +175,7 @@ async def _expected_rows(conn: Any, table: str) -> int:
             conn, f"SELECT COUNT(DISTINCT ids.new) FROM mqtt_msg JOIN {ID_MAP} ids ON ids.old = BINARY mqtt_msg.msgid"
         )
     else:
-        key = _KEYS[table]
-        not_null = " AND ".join(f"{name.split()[-1]} IS NOT NULL" for name in key.split(", "))
-        rows = await query(conn, f"SELECT COUNT(*) FROM (SELECT DISTINCT {key} FROM {table} WHERE {not_null}) k")
+        rows = await query(conn, f"SELECT COUNT(*) FROM (SELECT DISTINCT {_KEYS[table]} FROM {table}) k")
     return int(rows[0][0])
 
 

@@ -58,8 +58,9 @@ class IdSurvey:
         more = len(self.unconvertible) - _NAMED
         named = "\n  ".join(self.unconvertible[:_NAMED]) + (f"\n  ... and {more} more" if more > 0 else "")
         raise MigrationRefused(
-            f"{len(self.unconvertible)} value(s) are not a message id in any form EMQX wrote;"
-            f" nothing was changed. Correct or remove them, then run again:\n  {named}"
+            f"{len(self.unconvertible)} value(s) cannot be converted (no message id in any form EMQX"
+            f" wrote, or a row without its key); nothing was changed. Correct or remove them, then run"
+            f" again:\n  {named}"
         )
 
     def lines(self) -> list[str]:
