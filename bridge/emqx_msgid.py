@@ -73,14 +73,13 @@ _V2_INDEX = {char: index for index, char in enumerate(_V2_ALPHABET)}
 
 def _base62_decimal_bytes(text: str) -> bytes:
     """The bytes emqx_base62:encode/1 was given, from its output: 4 characters per 3 bytes, and a
-    tail of 3 characters (6+6+4 bits) for 2 bytes or 2 characters (6+2 bits) for 1 byte."""
-    values = [_V4_INDEX[char] for char in text]
-    out = bytearray()
-    whole = len(values) - len(values) % 4
-    for i in range(0, whole, 4):
-        bits = values[i] << 18 | values[i + 1] << 12 | values[i + 2] << 6 | values[i + 3]
-        out += bits.to_bytes(3, "big")
-    tail = values[whole:]
+    tail of 3 characters (6+6+4 bits) for 2 bytes or 2 characters (6+2 bits) for 1 byte.
+
+    For 0-60 its alphabet is base64's (`A`-`Z`, `a`-`z`, `0`-`8`), so whole groups are decoded as
+    base64; its tail is not (its last character holds the low bits, base64's the high ones)."""
+    whole = len(text) - len(text) % 4
+    out = base64.b64decode(text[:whole]) if whole else b""
+    tail = [_V4_INDEX[char] for char in text[whole:]]
     if len(tail) == 3:
         if tail[2] >> 4:
             raise UnconvertibleId("its last character holds more than 4 bits")
@@ -88,10 +87,10 @@ def _base62_decimal_bytes(text: str) -> bytes:
     elif len(tail) == 2:
         if tail[1] >> 2:
             raise UnconvertibleId("its last character holds more than 2 bits")
-        out.append(tail[0] << 2 | tail[1])
+        out += bytes([tail[0] << 2 | tail[1]])
     elif tail:
         raise UnconvertibleId("a length emqx_base62 never writes")
-    return bytes(out)
+    return out
 
 
 def _decode_base62_decimal(text: str) -> int:
