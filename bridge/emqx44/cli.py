@@ -115,8 +115,13 @@ def run_migrate(args: argparse.Namespace) -> int:
         )
         return EXIT_CONFIG
 
+    from bridge.emqx44.survey import MigrationRefused
+
     try:
         lines = asyncio.run(migration(pool, args.dry_run))
+    except MigrationRefused as exc:  # data it cannot convert: named, nothing changed
+        print(f"migrate-emqx44 {args.pool}: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     except Exception as exc:  # unreachable server: one line; rerunning resumes
         print(f"migrate-emqx44 {args.pool}: {exc} (run it again: it resumes)", file=sys.stderr)
         return 1
