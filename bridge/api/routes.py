@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from bridge.api import anonymous
 from bridge.api.history import History
 from bridge.api.openapi import describe
 from bridge.conf.apikeys import is_loopback, key_name
@@ -46,6 +47,7 @@ STATIC = Path(__file__).parent / "static"  # the dashboard (served at /)
 _CSP = "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 BODY_TIMEOUT = 5.0  # seconds to receive a request body
 _ID_MAX = 65535  # an MQTT string's longest
+ANONYMOUS = "anonymous-loopback"  # who a request without a key is (bridge/api/anonymous.py)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -83,6 +85,8 @@ class Api:
         config = bridge.config
         self.keys: dict[str, str] = config["api.keys"] or {}
         self.anonymous_loopback = bool(config["api.allow_anonymous_loopback"])
+        listener = config["metrics.listener"]
+        self.listener_host = str(listener[0]) if listener else ""  # a Host an anonymous request may name
         self.max_page = int(config["api.max_page"])
         self.max_body = int(config["api.max_body"])
         self._reloading = asyncio.Lock()  # one API reload at a time
@@ -135,6 +139,11 @@ class Api:
             refused = _error(401, "a valid API key is needed: Authorization: Bearer <key>")
             refused.headers["WWW-Authenticate"] = "Bearer"
             return refused
+        if who == ANONYMOUS:
+            why = anonymous.refusal(request, self.listener_host)
+            if why is not None:
+                log.warning("api: %s %r refused: %s (from %s)", request.method, request.path, why, request.remote)
+                return _error(403, why)
         try:
             response = await handler(request)
         except ApiError as refused:
@@ -154,7 +163,7 @@ class Api:
         if scheme.lower() == "bearer" and presented.strip() and self.keys:
             return key_name(self.keys, presented.strip())
         if not header and self.anonymous_loopback and request.remote and is_loopback(request.remote):
-            return "anonymous-loopback"
+            return ANONYMOUS
         return None
 
     def _changed(self, request: web.Request, what: str, *args: Any) -> None:

@@ -49,6 +49,7 @@ class Client:
         url = self.base + path + (f"?{urlencode(query)}" if query else "")
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(url, data=data, method=method)
+        request.add_header("X-Hookbridge", "ctl")  # without a key, a change needs it (bridge/api/anonymous.py)
         if data is not None:
             request.add_header("Content-Type", "application/json")
         if self.key:

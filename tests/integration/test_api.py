@@ -484,6 +484,57 @@ async def test_anonymous_loopback_when_asked(make_api_bridge: Any) -> None:
         assert (await Api(bridge, session, WRONG).call("GET", "/clients"))[0] == 401  # a wrong key is not anonymous
 
 
+async def test_no_other_web_page_can_drive_the_anonymous_api(make_api_bridge: Any, clients: list[Client]) -> None:
+    """The finding: with api.allow_anonymous_loopback a page of any local origin POSTed text/plain
+    (published a retained message, subscribed a client to #, reloaded) and a foreign Host was served."""
+    bridge = await make_api_bridge("api.enabled = on\napi.allow_anonymous_loopback = on\n")
+    await connected(bridge, clients, "victim", version=V311, clean=False)
+    broker = core(bridge)
+    assert bridge.status is not None
+    port = bridge.status.port
+    page = {"Origin": "http://localhost:8080", "Content-Type": "text/plain"}  # what a form or fetch() sends unasked
+    async with aiohttp.ClientSession() as session:
+        api = Api(bridge, session, None)
+        publish = '{"topic": "planted", "payload": "x", "retain": true}'
+        assert (await api.call("POST", "/publish", data=publish, headers=page))[0] == 403
+        no_origin = {"Content-Type": "text/plain"}  # a form post whose browser sends no Origin: still no mark
+        assert (await api.call("POST", "/publish", data=publish, headers=no_origin))[0] == 403
+        subscribe = '{"filter": "#", "qos": 0}'
+        assert (await api.call("POST", "/clients/victim/subscriptions", data=subscribe, headers=page))[0] == 403
+        assert (await api.call("POST", "/reload", headers=page))[0] == 403
+        assert (await api.call("DELETE", "/clients/victim", headers={"Sec-Fetch-Site": "same-site"}))[0] == 403
+        # JSON from another origin (the browser would have asked first; the answer has no CORS header)
+        status, _ = await api.call("POST", "/publish", data=publish, headers={**page, "Content-Type": "application/json"})
+        assert status == 403
+        # DNS rebinding: a page's own name in Host, from loopback
+        for host in (f"evil.example:{port}", "evil.example", f"127.0.0.1.evil.example:{port}", "[::1"):
+            assert (await api.call("GET", "/clients", headers={"Host": host}))[0] == 403, host
+        # a preflight is never granted
+        async with session.options(
+            api.base + "/publish",
+            headers={"Origin": "http://localhost:8080", "Access-Control-Request-Method": "POST"},
+        ) as preflight:
+            assert "Access-Control-Allow-Origin" not in preflight.headers
+        assert "planted" not in {r.topic for r in broker.router.retained_for("#", 0.0)}
+        assert broker.states["victim"].subscriptions == {}
+        # what is allowed: loopback Host names, JSON or the X-Hookbridge mark, the same origin
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", "127.0.0.2"):
+            assert (await api.call("GET", "/clients", headers={"Host": host}))[0] == 200, host
+        same_origin = {"Origin": f"http://127.0.0.1:{port}", "Content-Type": "application/json"}
+        status, body = await api.call("POST", "/publish", data=publish, headers=same_origin)
+        assert status == 200, body
+        assert (await api.call("POST", "/clients/victim/subscriptions", json={"filter": "a/b"}))[0] == 201
+        assert (await api.call("DELETE", "/retained/planted", headers={"X-Hookbridge": "x"}))[0] == 200
+        assert (await api.call("DELETE", "/clients/victim"))[0] == 403  # a change without either
+        # keys mode is unchanged: a key's request is served whatever its Host or content type
+    keyed = await make_api_bridge(f"api.enabled = on\n{KEY_LINE}")
+    async with aiohttp.ClientSession() as session:
+        status, body = await Api(keyed, session).call(
+            "POST", "/publish", data='{"topic": "t"}', headers={"Content-Type": "text/plain", "Host": "evil.example"}
+        )
+        assert status == 200, body
+
+
 async def test_off_by_default(make_api_bridge: Any) -> None:
     bridge = await make_api_bridge(KEY_LINE)
     async with aiohttp.ClientSession() as session:
