@@ -36,6 +36,7 @@ from bridge.topics import filter_error, topic_name_error
 
 if TYPE_CHECKING:
     from bridge.api.host import Host
+    from bridge.brokers.embedded.access import Permissions
     from bridge.brokers.embedded.broker import Broker
     from bridge.brokers.embedded.sessions import SessionState
 
@@ -218,6 +219,17 @@ class Api:
         return broker, state
 
     @staticmethod
+    async def _permissions(broker: Broker, state: SessionState) -> Permissions:
+        """The session's permissions as the broker checks them (a restored one's read as at CONNECT)."""
+        from bridge.accounts import BackendDown
+        from bridge.brokers.embedded.auth.aclsource import AclBackendDown
+
+        try:
+            return await broker.permissions_of(state)
+        except (AclBackendDown, BackendDown):  # the log of the database's pool says why
+            raise ApiError(503, "the client's permissions could not be read: its ACL database did not answer") from None
+
+    @staticmethod
     def _client(broker: Broker, state: SessionState) -> dict[str, Any]:
         conn = broker.active.get(state.clientid)
         return {
@@ -339,7 +351,7 @@ class Api:
         if qos not in (0, 1, 2) or isinstance(qos, bool):
             raise ApiError(400, "qos must be 0, 1 or 2")
         plain = topic_filter.split("/", 2)[2] if topic_filter.startswith("$share/") else topic_filter
-        if not state.permissions.may_subscribe(plain):
+        if not (await self._permissions(broker, state)).may_subscribe(plain):
             raise ApiError(403, "the client's ACL does not allow this subscription")
         self._changed(request, "subscribed %r to %r qos %d", state.clientid, topic_filter, qos)
         broker.proxy_subscribe(state.clientid, topic_filter, qos)
@@ -429,7 +441,7 @@ class Api:
             state = broker.states.get(_clean(clientid, "clientid"))
             if state is None:
                 raise ApiError(404, "no such client")
-            if not state.permissions.may_publish(topic):
+            if not (await self._permissions(broker, state)).may_publish(topic):
                 raise ApiError(403, "the client's ACL does not allow publishing to this topic")
         elif topic == "$SYS" or topic.startswith("$SYS/"):
             raise ApiError(403, "$SYS topics are the broker's own")

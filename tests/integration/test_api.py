@@ -198,6 +198,44 @@ async def test_a_durable_session_is_listed_after_a_restart(make_api_bridge: Any,
         assert [s["clientid"] for s in listed["data"]] == ["keeper"]
 
 
+async def test_a_restored_sessions_acl_holds_for_the_api_as_before_the_restart(
+    make_api_bridge: Any, tmp_path: Path
+) -> None:
+    """The finding: after a restart, publishing through the API as an offline durable client to a
+    topic its ACL denies answered 200 (403 before the restart): the restored session's permissions
+    were the anonymous broker's."""
+    acl = tmp_path / "acl"
+    acl.write_text(ACL)
+    extra = (
+        f"api.enabled = on\n{KEY_LINE}broker.acl.file = {acl}\n"
+        f"broker.durable_sessions = on\nbroker.durable_dir = {tmp_path / 'store'}\n"
+    )
+
+    async def answers(bridge: Bridge) -> list[int]:
+        async with aiohttp.ClientSession() as session:
+            api = Api(bridge, session)
+            denied = await api.call("POST", "/publish", json={"topic": "other/x", "clientid": "ltd", "payload": "p"})
+            allowed = await api.call("POST", "/publish", json={"topic": "dev/x", "clientid": "ltd", "payload": "p"})
+            denied_sub = await api.call("POST", "/clients/ltd/subscriptions", json={"filter": "other/#"})
+            return [denied[0], allowed[0], denied_sub[0]]
+
+    first = await make_api_bridge(extra)
+    made: list[Client] = []
+    try:
+        away = await connected(first, made, "ltd", version=V311, clean=False, user="limited")
+        assert await away.subscribe("dev/#", 1) == [1]
+        await away.disconnect()
+    finally:
+        for client in made:
+            await client.close()
+    assert await answers(first) == [403, 200, 403]
+    await first.stop(drain_timeout=5)
+    second = await make_api_bridge(extra)
+    assert core(second).states["ltd"].connected is False
+    assert await answers(second) == [403, 200, 403]
+    assert core(second).states["ltd"].connected is False  # answered from the restored session, not a login
+
+
 async def test_subscriptions_added_and_removed_on_a_clients_behalf(
     bridge: Bridge, api: Api, clients: list[Client]
 ) -> None:

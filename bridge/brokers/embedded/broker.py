@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from bridge.brokers.base import EventSink
-from bridge.brokers.embedded.access import Gate, Login, OpenGate, Verdict
+from bridge.brokers.embedded.access import Gate, Login, OpenGate, Permissions, Verdict
 from bridge.brokers.embedded.codec import (
     EMPTY,
     MQTT_5,
@@ -279,7 +279,7 @@ class Broker(FlowsMixin):
             if old.permissions is not verdict.permissions and old.outbox:
                 # queued before this login (restored from the durable store): the ACL holds
                 old.keep_readable(verdict.permissions)
-            old.permissions = verdict.permissions
+            old.permissions, old.permissions_known = verdict.permissions, True
             return old, True
         lane = old.lane if old is not None else EventStream(self.sink, clientid, self.busy_lanes)
         if old is not None:
@@ -315,8 +315,19 @@ class Broker(FlowsMixin):
             queued=self.queued,
         )
         state.owner, state.journal = owner, self.journal
+        state.permissions_known = False  # read when first asked (permissions_of), not for every session at start
         self.states[clientid] = state
         return state
+
+    async def permissions_of(self, state: SessionState) -> Permissions:
+        """What a session may do, read as at its CONNECT. A session restored from the durable
+        store, its client not back since, has them read from the gate (the same ACL source) the
+        first time they are asked for, so a check answers the same before and after a restart."""
+        if not state.permissions_known:
+            permissions = await self.gate.permissions_of(state.username, state.clientid)
+            if not state.permissions_known:  # else its client logged in meanwhile: its login's stand
+                state.permissions, state.permissions_known = permissions, True
+        return state.permissions
 
     def loaded(self, state: SessionState) -> SessionState:
         """A session whose queue is in memory: a durable session restored at start has its queue
