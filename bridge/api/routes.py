@@ -69,14 +69,25 @@ def _error(status: int, message: str, **extra: Any) -> web.Response:
     return _json({"error": message, **extra}, status)
 
 
-def _clean(text: str, what: str) -> str:
-    """A query or path value without control characters, of an MQTT string's size at most."""
+def _mqtt_string(text: str, what: str) -> str:
+    """A query or path value that names what a client chose (a client id, a user name, a cursor
+    over them): any character an MQTT string may hold, control characters too, since the broker
+    accepts them at CONNECT; U+0000 and lone surrogates never (MQTT-1.5.3-1, -2)."""
     if len(text.encode("utf-8", "surrogatepass")) > _ID_MAX:
         raise ApiError(400, f"{what} is longer than {_ID_MAX} bytes")
-    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in text):
-        raise ApiError(400, f"{what} must not contain control characters")
+    if "\x00" in text:
+        raise ApiError(400, f"{what} must not contain U+0000")
     if any(0xD800 <= ord(c) <= 0xDFFF for c in text):
         raise ApiError(400, f"{what} is not valid UTF-8")
+    return text
+
+
+def _clean(text: str, what: str) -> str:
+    """A query or path value without control characters (topics, filters, rule ids), of an MQTT
+    string's size at most."""
+    _mqtt_string(text, what)
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in text):
+        raise ApiError(400, f"{what} must not contain control characters")
     return text
 
 
@@ -101,13 +112,13 @@ class Api:
             web.get(f"{p}/openapi.json", self.openapi, allow_head=False),
             web.get(f"{p}/status", self.status, allow_head=False),
             web.get(f"{p}/clients", self.clients, allow_head=False),
-            web.get(f"{p}/clients/{{clientid}}", self.client, allow_head=False),
-            web.delete(f"{p}/clients/{{clientid}}", self.kick),
+            web.get(f"{p}/clients/{{clientid:[^/]+}}", self.client, allow_head=False),
+            web.delete(f"{p}/clients/{{clientid:[^/]+}}", self.kick),
             web.get(f"{p}/sessions", self.sessions, allow_head=False),
-            web.get(f"{p}/sessions/{{clientid}}", self.session, allow_head=False),
+            web.get(f"{p}/sessions/{{clientid:[^/]+}}", self.session, allow_head=False),
             web.get(f"{p}/subscriptions", self.subscriptions, allow_head=False),
-            web.post(f"{p}/clients/{{clientid}}/subscriptions", self.subscribe),
-            web.delete(f"{p}/clients/{{clientid}}/subscriptions", self.unsubscribe),
+            web.post(f"{p}/clients/{{clientid:[^/]+}}/subscriptions", self.subscribe),
+            web.delete(f"{p}/clients/{{clientid:[^/]+}}/subscriptions", self.unsubscribe),
             web.get(f"{p}/retained", self.retained_list, allow_head=False),
             web.get(f"{p}/retained/{{topic:.+}}", self.retained_get, allow_head=False),
             web.delete(f"{p}/retained/{{topic:.+}}", self.retained_delete),
@@ -187,7 +198,7 @@ class Api:
         if not limit_text.isdigit() or not 1 <= int(limit_text) <= self.max_page:
             raise ApiError(400, f"limit must be an integer from 1 to {self.max_page}")
         limit = int(limit_text)
-        cursor = _clean(request.query.get("cursor", ""), "cursor")
+        cursor = _mqtt_string(request.query.get("cursor", ""), "cursor")
         # the first limit + 1 after the cursor, without sorting a whole fleet for one page
         chosen = heapq.nsmallest(limit + 1, (pair for pair in items if pair[0] > cursor), key=lambda pair: pair[0])
         page = chosen[:limit]
@@ -212,7 +223,7 @@ class Api:
 
     def _state(self, request: web.Request) -> tuple[Broker, SessionState]:
         broker = self._embedded()
-        clientid = _clean(request.match_info["clientid"], "client id")
+        clientid = _mqtt_string(request.match_info["clientid"], "client id")
         state = broker.states.get(clientid)
         if state is None:
             raise ApiError(404, "no such client")
@@ -262,10 +273,10 @@ class Api:
         }
 
     def _matching_states(self, request: web.Request, broker: Broker) -> Iterator[SessionState]:
-        prefix = _clean(request.query.get("prefix", ""), "prefix")
+        prefix = _mqtt_string(request.query.get("prefix", ""), "prefix")
         user = request.query.get("user")
         if user is not None:
-            user = _clean(user, "user")
+            user = _mqtt_string(user, "user")
         connected = request.query.get("connected")
         if connected not in (None, "true", "false"):
             raise ApiError(400, "connected must be true or false")
@@ -324,7 +335,7 @@ class Api:
         broker = self._embedded()
         clientid = request.query.get("clientid")
         if clientid is not None:
-            clientid = _clean(clientid, "clientid")
+            clientid = _mqtt_string(clientid, "clientid")
         wanted = request.query.get("filter")
         if wanted is not None:
             wanted = _clean(wanted, "filter")
@@ -438,7 +449,7 @@ class Api:
         if clientid is not None:
             if not isinstance(clientid, str):
                 raise ApiError(400, "clientid must be a string")
-            state = broker.states.get(_clean(clientid, "clientid"))
+            state = broker.states.get(_mqtt_string(clientid, "clientid"))
             if state is None:
                 raise ApiError(404, "no such client")
             if not (await self._permissions(broker, state)).may_publish(topic):

@@ -266,3 +266,20 @@ async def test_ctl_changes_things_without_a_key_in_anonymous_loopback_mode(
         await ok("--url", base, "reload", key=None)
     finally:
         await started.stop(drain_timeout=5)
+
+
+async def test_client_ids_with_control_characters_and_slashes(bridge: Bridge, clients: list[Client]) -> None:
+    """ctl percent-encodes an id in the path and shows what is not printable as an escape, never raw."""
+    base = url(bridge)
+    odd = "red\x1b[31m/%x y"
+    client = await connected(bridge, clients, odd, version=V5)
+    assert await client.subscribe("dev/#", 0) == [0]
+    listed = await ok("--url", base, "clients", "list")
+    assert "red\\x1b[31m/%x" in listed and "\x1b" not in listed
+    shown = await ok("--url", base, "clients", "show", odd)
+    assert "dev/#" in shown and "\x1b" not in shown
+    out = await ok("--url", base, "clients", "kick", odd)
+    assert out == "kicked red\\x1b[31m/%x y\n"
+    await client.wait_disconnected()
+    code, out, err = await ctl("--url", base, "clients", "show", odd)  # a clean session: gone
+    assert (code, out) == (1, "") and "404 no such client" in err and "\x1b" not in err
