@@ -27,12 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from bridge.api import anonymous
+from bridge.api import anonymous, paging
 from bridge.api.history import History
 from bridge.api.openapi import describe
+from bridge.api.paging import Source
 from bridge.conf.apikeys import is_loopback, key_name
 from bridge.errors import HookbridgeError
-from bridge.topics import filter_error, topic_name_error
+from bridge.topics import filter_error, matches, prefix_range, topic_name_error
 
 if TYPE_CHECKING:
     from bridge.api.host import Host
@@ -192,12 +193,21 @@ class Api:
             raise ApiError(503, "the embedded broker is not running")
         return core  # type: ignore[no-any-return]
 
-    def _page(self, request: web.Request, items: Iterable[tuple[str, Any]]) -> web.Response:
-        """A page of (key, item) pairs sorted by key, after `cursor`, at most `limit` long."""
+    def _limit(self, request: web.Request) -> int:
         limit_text = request.query.get("limit", "100")
         if not limit_text.isdigit() or not 1 <= int(limit_text) <= self.max_page:
             raise ApiError(400, f"limit must be an integer from 1 to {self.max_page}")
-        limit = int(limit_text)
+        return int(limit_text)
+
+    async def _paged(self, request: web.Request, source: Source[Any], after: Any) -> web.Response:
+        """A page of a broker list read through its sorted index (bridge/api/paging.py)."""
+        items, following = await paging.page(source, after, self._limit(request))
+        return _json({"data": items, "next": following})
+
+    def _page(self, request: web.Request, items: Iterable[tuple[str, Any]]) -> web.Response:
+        """A page of (key, item) pairs sorted by key, after `cursor`, at most `limit` long: for the
+        short lists (rules, pools) that have no index."""
+        limit = self._limit(request)
         cursor = _mqtt_string(request.query.get("cursor", ""), "cursor")
         # the first limit + 1 after the cursor, without sorting a whole fleet for one page
         chosen = heapq.nsmallest(limit + 1, (pair for pair in items if pair[0] > cursor), key=lambda pair: pair[0])
@@ -272,7 +282,11 @@ class Api:
             "expires_at": state.expires_at if not state.connected and state.expires_at else None,
         }
 
-    def _matching_states(self, request: web.Request, broker: Broker) -> Iterator[SessionState]:
+    def _sessions_source(
+        self, request: web.Request, broker: Broker, render: Callable[[Broker, SessionState], dict[str, Any]]
+    ) -> Source[str]:
+        """The sessions by client id from the broker's sorted ids, `?prefix=` a range of them,
+        `?user=` and `?connected=` checked on each."""
         prefix = _mqtt_string(request.query.get("prefix", ""), "prefix")
         user = request.query.get("user")
         if user is not None:
@@ -280,14 +294,26 @@ class Api:
         connected = request.query.get("connected")
         if connected not in (None, "true", "false"):
             raise ApiError(400, "connected must be true or false")
-        for clientid, state in broker.states.items():
-            if not clientid.startswith(prefix):
-                continue
-            if user is not None and state.username != user:
-                continue
-            if connected is not None and state.connected != (connected == "true"):
-                continue
-            yield state
+        states = broker.states
+
+        def source(position: str | None) -> Iterator[tuple[str, Any]]:
+            if position is None or position < prefix:
+                ids = broker.session_ids.after(prefix, inclusive=True)
+            else:
+                ids = broker.session_ids.after(position)
+            for clientid in ids:
+                if not clientid.startswith(prefix):
+                    return  # past the prefix's range
+                state = states[clientid]
+                wanted = (user is None or state.username == user) and (
+                    connected is None or state.connected == (connected == "true")
+                )
+                yield clientid, render(broker, state) if wanted else None
+
+        return source
+
+    def _cursor(self, request: web.Request) -> str | None:
+        return _mqtt_string(request.query.get("cursor", ""), "cursor") or None
 
     # -- handlers ---------------------------------------------------------------
 
@@ -300,9 +326,7 @@ class Api:
 
     async def clients(self, request: web.Request) -> web.Response:
         broker = self._embedded()
-        return self._page(
-            request, ((s.clientid, self._client(broker, s)) for s in self._matching_states(request, broker))
-        )
+        return await self._paged(request, self._sessions_source(request, broker, self._client), self._cursor(request))
 
     async def client(self, request: web.Request) -> web.Response:
         broker, state = self._state(request)
@@ -323,9 +347,7 @@ class Api:
 
     async def sessions(self, request: web.Request) -> web.Response:
         broker = self._embedded()
-        return self._page(
-            request, ((s.clientid, self._session(broker, s)) for s in self._matching_states(request, broker))
-        )
+        return await self._paged(request, self._sessions_source(request, broker, self._session), self._cursor(request))
 
     async def session(self, request: web.Request) -> web.Response:
         broker, state = self._state(request)
@@ -339,15 +361,12 @@ class Api:
         wanted = request.query.get("filter")
         if wanted is not None:
             wanted = _clean(wanted, "filter")
-        items = []
-        for state in broker.states.values():
-            if clientid is not None and state.clientid != clientid:
-                continue
-            for sub in state.subscriptions.values():
-                if wanted is None or sub.filter == wanted:
-                    entry = {"clientid": state.clientid, "filter": sub.filter, "qos": sub.qos}
-                    items.append((json.dumps([state.clientid, sub.filter]), entry))
-        return self._page(request, items)
+        cursor = self._cursor(request)
+        after = _subscription_cursor(cursor) if cursor is not None else None
+        items, following = await paging.page(
+            _subscriptions_source(broker, clientid, wanted), after, self._limit(request)
+        )
+        return _json({"data": items, "next": json.dumps(list(following)) if following is not None else None})
 
     async def subscribe(self, request: web.Request) -> web.Response:
         broker, state = self._state(request)
@@ -401,8 +420,8 @@ class Api:
         problem = filter_error(topic_filter)
         if problem:
             raise ApiError(400, f"bad topic filter: {problem}")
-        found = broker.router.retained_for(topic_filter, time.monotonic())
-        return self._page(request, ((r.topic, self._retained(r)) for r in found))
+        source = _retained_source(broker.router, topic_filter, time.monotonic())
+        return await self._paged(request, source, self._cursor(request))
 
     def _retained_topic(self, request: web.Request) -> tuple[Broker, Any]:
         broker = self._embedded()
@@ -515,6 +534,79 @@ class Api:
         if reloaded:
             return _json({"reloaded": True, "rules": len(self.bridge.engine.rules)})
         return _error(422, "the reload was refused: the rules and pools loaded before stay (see the log)")
+
+
+# A place in the list of subscriptions: (client id, filter), or (client id, None) once every filter
+# of that client was looked at.
+SubscriptionKey = tuple[str, str | None]
+
+
+def _subscription_cursor(cursor: str) -> SubscriptionKey:
+    """The `next` of a subscriptions page, `["<client id>", "<filter>"]`, read back."""
+    try:
+        clientid, topic_filter = json.loads(cursor)
+    except (ValueError, TypeError, RecursionError):
+        raise ApiError(400, "cursor is not a subscriptions cursor (the next of a page)") from None
+    if not isinstance(clientid, str) or not isinstance(topic_filter, str):
+        raise ApiError(400, "cursor is not a subscriptions cursor (the next of a page)")
+    return clientid, topic_filter
+
+
+def _subscriptions_source(broker: Broker, clientid: str | None, wanted: str | None) -> Source[SubscriptionKey]:
+    """Every subscription by (client id, filter), walking the sessions in client id order (their
+    sorted index) and each session's own filters; `clientid` one session, `wanted` one filter."""
+    states = broker.states
+
+    def filters_after(state: SessionState, last: str | None) -> list[str]:
+        if wanted is not None:
+            names = [wanted] if wanted in state.subscriptions else []
+        else:
+            names = sorted(state.subscriptions)  # a session's few filters
+        return [name for name in names if last is None or name > last]
+
+    def session(state: SessionState, last: str | None) -> Iterator[tuple[SubscriptionKey, Any]]:
+        for name in filters_after(state, last):
+            sub = state.subscriptions[name]
+            yield (state.clientid, name), {"clientid": state.clientid, "filter": name, "qos": sub.qos}
+        yield (state.clientid, None), None  # this session done (and one key looked at)
+
+    def source(position: SubscriptionKey | None) -> Iterator[tuple[SubscriptionKey, Any]]:
+        if position is not None:
+            current = states.get(position[0])
+            if current is not None and position[1] is not None and clientid in (None, position[0]):
+                yield from session(current, position[1])
+        after = position[0] if position is not None else None
+        if clientid is not None:
+            ids: Iterable[str] = [clientid] if clientid in states and (after is None or clientid > after) else []
+        else:
+            ids = broker.session_ids.after(after)
+        for each in ids:
+            yield from session(states[each], None)
+
+    return source
+
+
+def _retained_source(router: Any, topic_filter: str, now: float) -> Source[str]:
+    """The retained messages a filter matches, by topic: a range of the tree's sorted topics (the
+    filter's literal levels), each checked with MQTT's matching; expired ones skipped."""
+    tree = router.retained
+    bounds = prefix_range(topic_filter)
+    low, high = bounds if bounds is not None else ("", None)
+
+    def source(position: str | None) -> Iterator[tuple[str, Any]]:
+        if position is None or position < low:
+            topics = tree.topics.after(low, inclusive=True)
+        else:
+            topics = tree.topics.after(position)
+        for topic in topics:
+            if high is not None and topic >= high:
+                return
+            retained = tree.get(topic) if matches(topic_filter, topic) else None
+            if retained is not None and retained.expires and retained.expires <= now:
+                retained = None  # expired: removed when a subscriber or retained_for next meets it
+            yield topic, Api._retained(retained) if retained is not None else None
+
+    return source
 
 
 async def _page_headers(request: web.Request, response: web.StreamResponse) -> None:

@@ -44,6 +44,8 @@ from bridge.brokers.embedded.flows import FlowsMixin, Publishing
 from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.router import Message, Router
 from bridge.brokers.embedded.sessions import NEVER, PendingWill, QueuedBytes, SessionState, Subscription
+from bridge.brokers.embedded.sessiontable import SessionTable
+from bridge.brokers.embedded.sortedkeys import SortedKeys
 from bridge.brokers.embedded.stream import EventStream, Kept
 from bridge.brokers.embedded.traffic import Traffic
 from bridge.events import ClientConnected, ClientDisconnected, Hookpoint
@@ -90,7 +92,10 @@ class Broker(FlowsMixin):
         self.output_pauses = 0  # connections' reading paused for unsent output (max_output_bytes)
         self.traffic = Traffic()  # what $SYS/broker/... reports (systopics.py)
         self.router = Router()
-        self.states: dict[str, SessionState] = {}
+        # A dict to every reader; the table also keeps the ids in order for the API's pages
+        # (session_ids): it changes only through [] =, del and pop.
+        self._table = SessionTable()
+        self.states: dict[str, SessionState] = self._table
         self.queued = QueuedBytes(limits.max_queued_bytes, self.states)  # broker-wide bound (sessions.py)
         # Durable sessions on: what the store keeps is written through the journal.
         journal = Journal(store, self.states, interval=commit_interval) if store is not None else None
@@ -328,6 +333,11 @@ class Broker(FlowsMixin):
             if not state.permissions_known:  # else its client logged in meanwhile: its login's stand
                 state.permissions, state.permissions_known = permissions, True
         return state.permissions
+
+    @property
+    def session_ids(self) -> SortedKeys:
+        """The client ids of `states`, in order (sortedkeys.py): the API pages sessions by them."""
+        return self._table.ids
 
     def loaded(self, state: SessionState) -> SessionState:
         """A session whose queue is in memory: a durable session restored at start has its queue

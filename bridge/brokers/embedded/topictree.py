@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
+from bridge.brokers.embedded.sortedkeys import SortedKeys
+
 V = TypeVar("V")
 
 
@@ -154,15 +156,30 @@ class FilterTree(_Tree[V]):
 
 
 class RetainedTree(_Tree[V]):
-    """Values (retained messages) by topic name, found by filter."""
+    """Values (retained messages) by topic name, found by filter; `topics` holds the same topic
+    names in order (sortedkeys.py), for the API's pages."""
 
-    __slots__ = ()
+    __slots__ = ("topics",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.topics = SortedKeys()
 
     def __bool__(self) -> bool:
         return self._count > 0
 
     def __setitem__(self, topic: str, value: V) -> None:
-        self._node(topic).value = value
+        node = self._node(topic)
+        if node.value is None:
+            self.topics.add(topic)
+        node.value = value
+
+    def pop(self, key: str, default: V | None = None) -> V | None:
+        value = super().pop(key)
+        if value is None:
+            return default
+        self.topics.discard(key)
+        return value
 
     def values(self) -> Iterator[V]:
         yield from _subtree(self._root)
