@@ -1,4 +1,4 @@
-"""The management API's lists at a fleet's size (issue 37): 300,000 retained messages and 1,000,000
+"""The management API's lists at a fleet's size: 300,000 retained messages and 1,000,000
 subscriptions (250,000 sessions of 4 filters), put directly in a real bridge's embedded broker (the
 wire would take minutes), read over HTTP.
 

@@ -37,6 +37,7 @@ from bridge.brokers.embedded.codec import (
     encode,
     split_shared,
 )
+from bridge.brokers.embedded.compact import shrink_if_sparse
 from bridge.brokers.embedded.connection import RECEIVE_MAXIMUM, TOPIC_ALIAS_MAXIMUM, Connection, Inbound
 from bridge.brokers.embedded.deadlines import Deadlines
 from bridge.brokers.embedded.durable import DurableStore, Journal
@@ -528,6 +529,7 @@ class Broker(FlowsMixin):
         finally:
             if conn.state is not None and self.active.get(conn.state.clientid) is conn:
                 del self.active[conn.state.clientid]
+                shrink_if_sparse(self.active)  # a fleet that disconnected leaves no fleet-sized table
             self.connections.discard(conn)
             conn.done.set()
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from bridge.brokers.embedded.codec import EMPTY, Properties, split_shared
+from bridge.brokers.embedded.compact import shrink_if_sparse
 from bridge.brokers.embedded.sessions import Outgoing, SessionState, Subscription
 from bridge.brokers.embedded.topictree import FilterTree, RetainedTree
 from bridge.topics import is_wildcard, matches
@@ -202,6 +203,8 @@ class Router:
                 subscribers.pop(state.clientid, None)
                 if not subscribers:
                     self._subscribers.pop(topic_filter)
+                else:
+                    shrink_if_sparse(subscribers)  # a filter a fleet shared, most of it gone
         else:
             groups = self._shared.get(topic_filter)
             if groups is not None:
@@ -210,6 +213,8 @@ class Router:
                     members.members.pop(state.clientid, None)
                     if not members.members:
                         del groups[group]
+                    else:
+                        shrink_if_sparse(members.members)
                 if not groups:
                     self._shared.pop(topic_filter)
         return True

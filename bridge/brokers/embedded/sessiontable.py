@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from bridge.brokers.embedded.compact import shrink_if_sparse
 from bridge.brokers.embedded.sortedkeys import SortedKeys
 
 if TYPE_CHECKING:
@@ -29,10 +30,12 @@ class SessionTable(dict[str, "SessionState"]):
     def __delitem__(self, clientid: str) -> None:
         super().__delitem__(clientid)
         self.ids.discard(clientid)
+        shrink_if_sparse(self)  # a fleet gone leaves no fleet-sized table behind
 
     def pop(self, clientid: str, *default: Any) -> Any:
         found = super().pop(clientid, *default)
         self.ids.discard(clientid)
+        shrink_if_sparse(self)
         return found
 
     # The other ways to change a dict would leave `ids` behind: the broker does not use them.

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
+from bridge.brokers.embedded.compact import shrink_if_sparse
 from bridge.brokers.embedded.sortedkeys import SortedKeys
 
 V = TypeVar("V")
@@ -65,6 +66,8 @@ def _prune(path: list[_Node[V]], levels: list[str]) -> None:
         del parent.children[levels[depth - 1]]
         if not parent.children:
             parent.children = None
+        else:
+            shrink_if_sparse(parent.children)  # `dev/<id>` of a fleet that left: no fleet-sized table kept
 
 
 class _Tree(Generic[V]):
