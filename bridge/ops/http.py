@@ -85,6 +85,9 @@ class StatusServer:
         self._server: asyncio.Server | None = None
         self._guards: dict[asyncio.Transport, _Guard] = {}  # in the order they connected
         self._per_address: dict[str, int] = {}  # connections open now by peer address (all of them)
+        self._general = 0  # connections open now within the bounds (not probe-only)
+        # probe-only connections not refused, oldest first (a dict for its order): the reserve
+        self._reserve: dict[_Guard, None] = {}
 
     @property
     def connections(self) -> int:
@@ -159,23 +162,31 @@ class StatusServer:
         or, when there is none, refuses this one."""
         assert guard._transport is not None
         from_there = self._per_address.get(guard.address, 0)
-        general = sum(1 for other in self._guards.values() if not other.probe_only)
         self._guards[guard._transport] = guard
         self._per_address[guard.address] = from_there + 1
-        if general < MAX_CONNECTIONS and from_there < PER_ADDRESS:
+        if self._general < MAX_CONNECTIONS and from_there < PER_ADDRESS:
+            self._general += 1
             return False
-        reserve = [other for other in self._guards.values() if other.probe_only and not other.refused]
-        if len(reserve) >= PROBE_RESERVE:
-            stalled = next((other for other in reserve if other.waiting_for_head), None)
+        if len(self._reserve) >= PROBE_RESERVE:
+            stalled = next((other for other in self._reserve if other.waiting_for_head), None)
             if stalled is None:
                 guard._refuse(503, "Service Unavailable")
-            else:
-                stalled.ended_for_a_probe()
+                return True
+            stalled.ended_for_a_probe()  # leaves the reserve (its _refuse)
+        self._reserve[guard] = None
         return True
 
-    def _forget(self, transport: asyncio.Transport, address: str) -> None:
+    def _left_the_reserve(self, guard: _Guard) -> None:
+        self._reserve.pop(guard, None)
+
+    def _forget(self, guard: _Guard, transport: asyncio.Transport) -> None:
         if self._guards.pop(transport, None) is None:
             return
+        if guard.probe_only:
+            self._reserve.pop(guard, None)
+        else:
+            self._general -= 1
+        address = guard.address
         left = self._per_address.get(address, 0) - 1
         if left > 0:
             self._per_address[address] = left
@@ -271,7 +282,7 @@ class _Guard(asyncio.Protocol):
         if self._deadline is not None:
             self._deadline.cancel()
         if self._transport is not None:
-            self._owner._forget(self._transport, self.address)
+            self._owner._forget(self, self._transport)
         if self._inner is not None:
             self._inner.connection_lost(exc)
 
@@ -286,6 +297,7 @@ class _Guard(asyncio.Protocol):
     def _refuse(self, status: int, reason: str) -> None:
         assert self._transport is not None
         self.refused = True
+        self._owner._left_the_reserve(self)  # a refused connection holds no probe's place
         self._head = bytearray()
         body = f"{status} {reason}\n".encode()
         self._transport.write(
