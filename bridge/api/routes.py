@@ -554,8 +554,15 @@ def _subscription_cursor(cursor: str) -> SubscriptionKey:
 
 def _subscriptions_source(broker: Broker, clientid: str | None, wanted: str | None) -> Source[SubscriptionKey]:
     """Every subscription by (client id, filter), walking the sessions in client id order (their
-    sorted index) and each session's own filters; `clientid` one session, `wanted` one filter."""
+    sorted index) and each session's own filters; `clientid` one session, `wanted` one filter.
+    The sessions of one filter come from the router's tree when they are few (sorted per page);
+    a filter a fleet shares is answered by the walk, in loop turns (bridge/api/paging.py)."""
     states = broker.states
+    few: dict[str, Any] | None = None
+    if wanted is not None and clientid is None:
+        subscribed = broker.router.subscribers_of(wanted)
+        if len(subscribed) <= paging.SCAN_PER_TURN:
+            few = subscribed
 
     def filters_after(state: SessionState, last: str | None) -> list[str]:
         if wanted is not None:
@@ -578,6 +585,8 @@ def _subscriptions_source(broker: Broker, clientid: str | None, wanted: str | No
         after = position[0] if position is not None else None
         if clientid is not None:
             ids: Iterable[str] = [clientid] if clientid in states and (after is None or clientid > after) else []
+        elif few is not None:
+            ids = sorted(each for each in few if each in states and (after is None or each > after))
         else:
             ids = broker.session_ids.after(after)
         for each in ids:

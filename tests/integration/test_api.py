@@ -300,6 +300,30 @@ async def test_subscriptions_added_and_removed_on_a_clients_behalf(
         assert (await api.call("POST", "/clients/lim/subscriptions", json=bad))[0] == 400, bad
 
 
+async def test_subscriptions_of_one_filter_page_by_client_id(bridge: Bridge, api: Api, clients: list[Client]) -> None:
+    """`subscriptions?filter=`: the sessions of that filter (plain or shared), by client id, a page
+    at a time; the other filters of those sessions are not listed."""
+    for name in ("s3", "s1", "s2"):
+        client = await connected(bridge, clients, name, version=V5)
+        assert await client.subscribe("grp/#", 1) == [1]
+        assert await client.subscribe("$share/g/grp/+", 0) == [0]
+        assert await client.subscribe(f"own/{name}", 0) == [0]
+    for wanted, qos in (("grp/#", 1), ("$share/g/grp/+", 0)):
+        first = await api.get("/subscriptions", params={"filter": wanted, "limit": "2"})
+        assert first["data"] == [{"clientid": c, "filter": wanted, "qos": qos} for c in ("s1", "s2")]
+        rest = await api.get("/subscriptions", params={"filter": wanted, "limit": "2", "cursor": first["next"]})
+        assert rest == {"data": [{"clientid": "s3", "filter": wanted, "qos": qos}], "next": None}
+    assert (await api.get("/subscriptions", params={"filter": "own/s2"}))["data"] == [
+        {"clientid": "s2", "filter": "own/s2", "qos": 0}
+    ]
+    assert (await api.get("/subscriptions", params={"filter": "nobody/#"})) == {"data": [], "next": None}
+    every = await api.get("/subscriptions", params={"limit": "4"})
+    assert [(s["clientid"], s["filter"]) for s in every["data"]] == [
+        ("s1", "$share/g/grp/+"), ("s1", "grp/#"), ("s1", "own/s1"), ("s2", "$share/g/grp/+")
+    ]
+    assert (await api.call("GET", "/subscriptions", params={"cursor": "not json"}))[0] == 400
+
+
 async def test_retained_messages_listed_read_and_deleted(bridge: Bridge, api: Api, clients: list[Client]) -> None:
     sender = await connected(bridge, clients, "ret-sender", version=V5)
     for topic, payload in (("r/a", b"one"), ("r/b/c", b"two"), ("s/x", b"\xff\x00")):

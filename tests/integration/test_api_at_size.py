@@ -188,7 +188,8 @@ async def test_pages_cost_what_they_return_and_walks_are_exact_under_change(
             ("/retained", {"filter": "site/+/meter/#", "limit": "10"}, "retained"),
             ("/retained", {"filter": "site/42/#", "limit": "10"}, "retained"),
             ("/subscriptions", {"limit": "10"}, None),
-            ("/subscriptions", {"limit": "10", "filter": f"dev/{clientid(SESSIONS - 1)}/cfg"}, None),  # scans all
+            ("/subscriptions", {"limit": "10", "filter": f"dev/{clientid(SESSIONS - 1)}/cfg"}, None),  # from the tree
+            ("/subscriptions", {"limit": "10", "filter": "$share/g/all/#"}, None),  # shared by all: the walk
             ("/clients", {"limit": "10", "connected": "true"}, "client"),  # none connected: scans all
         ]
         for path, params, kind in reads:

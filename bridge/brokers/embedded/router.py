@@ -219,6 +219,16 @@ class Router:
                     self._shared.pop(topic_filter)
         return True
 
+    def subscribers_of(self, full_filter: str) -> dict[str, tuple[SessionState, Subscription]]:
+        """The sessions subscribed to exactly `full_filter` (`$share/<group>/...` too), by client id,
+        from the tree: what the API's `subscriptions?filter=` lists. Not to be changed."""
+        group, topic_filter = split_shared(full_filter)
+        if group is None:
+            return self._subscribers.get(topic_filter) or {}
+        groups = self._shared.get(topic_filter)
+        members = groups.get(group) if groups is not None else None
+        return members.members if members is not None else {}
+
     def unsubscribe_all(self, state: SessionState) -> None:
         for topic_filter in list(state.subscriptions):
             self.unsubscribe(state, topic_filter)
