@@ -61,8 +61,9 @@ class LoopWatch:
     def _gc(self, phase: str, _info: dict[str, int]) -> None:
         if phase == "start":
             self._gc_started = time.perf_counter()
-        else:
+        elif self._gc_started:  # (a pass that started before this watch is not counted)
             self.longest_gc = max(self.longest_gc, time.perf_counter() - self._gc_started)
+            self._gc_started = 0.0
 
     async def __aenter__(self) -> LoopWatch:
         gc.callbacks.append(self._gc)
