@@ -286,7 +286,8 @@ class Api:
         self, request: web.Request, broker: Broker, render: Callable[[Broker, SessionState], dict[str, Any]]
     ) -> Source[str]:
         """The sessions by client id from the broker's sorted ids, `?prefix=` a range of them,
-        `?user=` and `?connected=` checked on each."""
+        `?user=` and `?connected=` checked on each; `?connected=true` from the connections when
+        they are few (sorted per page), as subscriptions' `?filter=` takes a filter's sessions."""
         prefix = _mqtt_string(request.query.get("prefix", ""), "prefix")
         user = request.query.get("user")
         if user is not None:
@@ -295,9 +296,14 @@ class Api:
         if connected not in (None, "true", "false"):
             raise ApiError(400, "connected must be true or false")
         states = broker.states
+        active = broker.active if connected == "true" and len(broker.active) <= paging.SCAN_PER_TURN else None
 
         def source(position: str | None) -> Iterator[tuple[str, Any]]:
-            if position is None or position < prefix:
+            ids: Iterable[str]
+            if active is not None:
+                start = max(position, prefix) if position is not None else prefix
+                ids = sorted(c for c in active if c in states and c >= start and c != position)
+            elif position is None or position < prefix:
                 ids = broker.session_ids.after(prefix, inclusive=True)
             else:
                 ids = broker.session_ids.after(position)

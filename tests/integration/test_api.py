@@ -138,6 +138,16 @@ async def test_clients_sessions_and_kick(bridge: Bridge, api: Api, clients: list
     second = await api.get("/clients", params={"prefix": "dev-", "limit": "1", "cursor": first["next"]})
     assert [c["clientid"] for c in second["data"]] == ["dev-b"] and second["next"] is None
 
+    # connected ones (from the broker's connections), a page at a time
+    now = await api.get("/clients", params={"connected": "true", "limit": "1"})
+    assert [c["clientid"] for c in now["data"]] == ["dev-a"] and now["next"] == "dev-a"
+    now = await api.get("/clients", params={"connected": "true", "limit": "1", "cursor": "dev-a"})
+    assert [c["clientid"] for c in now["data"]] == ["dev-b"] and now["next"] is None
+    assert [c["clientid"] for c in (await api.get("/clients", params={"connected": "false"}))["data"]] == [
+        "other/../x"
+    ]
+    assert (await api.get("/clients", params={"connected": "true", "prefix": "dev-b"}))["data"][0]["clientid"] == "dev-b"
+
     assert (await api.get("/clients/dev-a"))["connected"] is True
     assert (await api.call("GET", "/clients/nobody"))[0] == 404
 

@@ -191,7 +191,8 @@ async def test_pages_cost_what_they_return_and_walks_are_exact_under_change(
             ("/subscriptions", {"limit": "10"}, None),
             ("/subscriptions", {"limit": "10", "filter": f"dev/{clientid(SESSIONS - 1)}/cfg"}, None),  # from the tree
             ("/subscriptions", {"limit": "10", "filter": "$share/g/all/#"}, None),  # shared by all: the walk
-            ("/clients", {"limit": "10", "connected": "true"}, "client"),  # none connected: scans all
+            ("/clients", {"limit": "10", "connected": "true"}, "client"),  # none connected
+            ("/clients", {"limit": "10", "user": "nobody"}, "client"),  # no such user: reads every session
         ]
         for path, params, kind in reads:
             before = dict(rendered)
@@ -216,6 +217,7 @@ async def test_pages_cost_what_they_return_and_walks_are_exact_under_change(
             "next": None,
         }
         assert (await api.get("/clients", limit="10", connected="true")) == {"data": [], "next": None}
+        assert (await api.get("/clients", limit="10", user="nobody")) == {"data": [], "next": None}
 
         await walk_subscriptions_under_change(api, broker)
         await walk_retained_under_change(api, broker)
