@@ -29,10 +29,13 @@ from support.bridges import mqtt_port
 from support.conf import config_text
 from support.services import ROOT, start_mosquitto
 from tests.integration.mqtt_support import MOSQUITTO_PORT, external_config
+from tests.integration.test_broker_auth_db import PG_POOL, pg_users
 
 KEY = "k3y-for-the-tests-0123456789"
 WRONG = "not-the-key-0123456789"
 KEY_LINE = f"api.keys = ops:sha256:{hashlib.sha256(KEY.encode()).hexdigest()}\n"
+__all__ = ["pg_users"]  # a fixture, used by name
+
 ACL = "topic readwrite #\n\nuser limited\ntopic readwrite dev/#\n\npattern readwrite devices/%c/#\n"
 
 
@@ -274,6 +277,47 @@ async def test_a_restored_sessions_acl_holds_for_the_api_as_before_the_restart(
     assert core(second).states["ltd"].connected is False
     assert await answers(second) == [403, 200, 403]
     assert core(second).states["ltd"].connected is False  # answered from the restored session, not a login
+
+
+async def test_a_restored_superuser_is_one_from_the_user_database(
+    make_api_bridge: Any, tmp_path: Path, pg_users: Any
+) -> None:
+    """A restored session's permissions are read as at CONNECT: whether its user is a superuser
+    too (PostgreSQL's mqtt_user.is_superuser), not only the ACL's entries."""
+    for user, superuser in (("root", True), ("boss", False)):
+        await pg_users.execute(
+            "INSERT INTO mqtt_user (username, password, salt, is_superuser) VALUES ($1, 'pw', NULL, $2)", user, superuser
+        )
+    acl = tmp_path / "acl"
+    acl.write_text(ACL)
+    extra = (
+        f"api.enabled = on\n{KEY_LINE}broker.acl.file = {acl}\n{PG_POOL}broker.auth.backend = pgsql.users\n"
+        f"broker.auth.password_hash = plain\nbroker.durable_sessions = on\nbroker.durable_dir = {tmp_path / 'store'}\n"
+    )
+
+    async def answers(bridge: Bridge) -> list[int]:
+        async with aiohttp.ClientSession() as session:
+            api = Api(bridge, session)
+            return [
+                (await api.call("POST", "/publish", json={"topic": "other/x", "clientid": name}))[0]
+                for name in ("root-1", "boss-1")
+            ]
+
+    first = await make_api_bridge(extra)
+    made: list[Client] = []
+    try:
+        for user in ("root", "boss"):
+            client = Client(mqtt_port(first), f"{user}-1", version=V311, clean=False)
+            client.paho.username_pw_set(user, "pw")
+            made.append(client)
+            assert (await client.connect()).reason == 0
+            await client.disconnect()
+    finally:
+        for client in made:
+            await client.close()
+    assert await answers(first) == [200, 403]
+    await first.stop(drain_timeout=5)
+    assert await answers(await make_api_bridge(extra)) == [200, 403]
 
 
 async def test_subscriptions_added_and_removed_on_a_clients_behalf(
