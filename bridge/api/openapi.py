@@ -27,7 +27,9 @@ _CLIENT_FILTERS = [
     _param("user", "query", "sessions of this user name"),
     _param("connected", "query", "`true`: connected only; `false`: offline sessions only"),
 ]
-_CLIENTID = _param("clientid", "path", "client id (percent-encode `/` and other reserved characters)")
+_CLIENTID = _param(
+    "clientid", "path", "client id, any character MQTT allows but U+0000 (percent-encode all but letters and digits)"
+)
 _TOPIC = _param("topic", "path", "topic name (its `/` as they are)")
 
 
@@ -66,7 +68,9 @@ def describe() -> dict[str, Any]:
             "title": "hookbridge management API",
             "version": "1",
             "description": "Embedded broker state and operations, rules, pools, reload. "
-            "Authorization: Bearer <key> (api.keys). docs/operations.md.",
+            "Authorization: Bearer <key> (api.keys); without a key (api.allow_anonymous_loopback) a loopback "
+            "Host, no other origin, and for a change the X-Hookbridge header or a JSON body. "
+            "Lists: pages after a cursor, in key order. docs/operations.md.",
         },
         "components": {
             "securitySchemes": {"key": {"type": "http", "scheme": "bearer"}},

@@ -63,7 +63,8 @@ CORE: dict[str, Setting] = {
     "api.allow_anonymous_loopback": Setting(
         p.parse_bool,
         False,
-        "API requests from loopback (127.0.0.1, ::1) without a key; off: every request needs a key",
+        "API requests from loopback (127.0.0.1, ::1) without a key, with a loopback `Host`, from no other origin, "
+        "a change with `X-Hookbridge` or a JSON body (docs/operations.md); off: every request needs a key",
     ),
     "api.max_body": Setting(p.size_in(1024, 16 * 1024 * 1024), 64 * 1024, "largest API request body (413 above)"),
     "api.max_page": Setting(p.int_in(1, 10000), 1000, "largest `limit` of an API list (400 above)"),

@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from bridge.brokers.base import EventSink
-from bridge.brokers.embedded.access import Gate, Login, OpenGate, Verdict
+from bridge.brokers.embedded.access import Gate, Login, OpenGate, Permissions, Verdict
 from bridge.brokers.embedded.codec import (
     EMPTY,
     MQTT_5,
@@ -37,6 +37,7 @@ from bridge.brokers.embedded.codec import (
     encode,
     split_shared,
 )
+from bridge.brokers.embedded.compact import shrink_if_sparse
 from bridge.brokers.embedded.connection import RECEIVE_MAXIMUM, TOPIC_ALIAS_MAXIMUM, Connection, Inbound
 from bridge.brokers.embedded.deadlines import Deadlines
 from bridge.brokers.embedded.durable import DurableStore, Journal
@@ -44,6 +45,8 @@ from bridge.brokers.embedded.flows import FlowsMixin, OwnPublisher, Publishing
 from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.router import Message, Router
 from bridge.brokers.embedded.sessions import NEVER, PendingWill, QueuedBytes, SessionState, Subscription
+from bridge.brokers.embedded.sessiontable import SessionTable
+from bridge.brokers.embedded.sortedkeys import SortedKeys
 from bridge.brokers.embedded.stream import EventStream, Kept
 from bridge.brokers.embedded.traffic import Traffic
 from bridge.events import ClientConnected, ClientDisconnected, Hookpoint
@@ -90,7 +93,10 @@ class Broker(FlowsMixin):
         self.output_pauses = 0  # connections' reading paused for unsent output (max_output_bytes)
         self.traffic = Traffic()  # what $SYS/broker/... reports (systopics.py)
         self.router = Router()
-        self.states: dict[str, SessionState] = {}
+        # A dict to every reader; the table also keeps the ids in order for the API's pages
+        # (session_ids): it changes only through [] =, del and pop.
+        self._table = SessionTable()
+        self.states: dict[str, SessionState] = self._table
         self.queued = QueuedBytes(limits.max_queued_bytes, self.states)  # broker-wide bound (sessions.py)
         # Durable sessions on: what the store keeps is written through the journal.
         journal = Journal(store, self.states, interval=commit_interval) if store is not None else None
@@ -281,7 +287,7 @@ class Broker(FlowsMixin):
             if old.permissions is not verdict.permissions and old.outbox:
                 # queued before this login (restored from the durable store): the ACL holds
                 old.keep_readable(verdict.permissions)
-            old.permissions = verdict.permissions
+            old.permissions, old.permissions_known = verdict.permissions, True
             return old, True
         lane = old.lane if old is not None else EventStream(self.sink, clientid, self.busy_lanes)
         if old is not None:
@@ -317,8 +323,24 @@ class Broker(FlowsMixin):
             queued=self.queued,
         )
         state.owner, state.journal = owner, self.journal
+        state.permissions_known = False  # read when first asked (permissions_of), not for every session at start
         self.states[clientid] = state
         return state
+
+    async def permissions_of(self, state: SessionState) -> Permissions:
+        """What a session may do, read as at its CONNECT. A session restored from the durable
+        store, its client not back since, has them read from the gate (the same ACL source) the
+        first time they are asked for, so a check answers the same before and after a restart."""
+        if not state.permissions_known:
+            permissions = await self.gate.permissions_of(state.username, state.clientid)
+            if not state.permissions_known:  # else its client logged in meanwhile: its login's stand
+                state.permissions, state.permissions_known = permissions, True
+        return state.permissions
+
+    @property
+    def session_ids(self) -> SortedKeys:
+        """The client ids of `states`, in order (sortedkeys.py): the API pages sessions by them."""
+        return self._table.ids
 
     def loaded(self, state: SessionState) -> SessionState:
         """A session whose queue is in memory: a durable session restored at start has its queue
@@ -509,6 +531,7 @@ class Broker(FlowsMixin):
         finally:
             if conn.state is not None and self.active.get(conn.state.clientid) is conn:
                 del self.active[conn.state.clientid]
+                shrink_if_sparse(self.active)  # a fleet that disconnected leaves no fleet-sized table
             self.connections.discard(conn)
             conn.done.set()
 

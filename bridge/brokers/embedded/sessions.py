@@ -280,6 +280,7 @@ class SessionState:
         "outbox_bytes",
         "owner",
         "permissions",
+        "permissions_known",
         "persisted",
         "position",
         "subscriptions",
@@ -321,6 +322,9 @@ class SessionState:
         # What the client logged in as may do (bridge/brokers/embedded/access.py), asked on
         # every subscribe, publish and delivery; replaced at each login.
         self.permissions: Permissions = ALLOW_ALL
+        # False for a session restored from the durable store until its permissions are read
+        # again (Broker.permissions_of, or its client's next login).
+        self.permissions_known = True
         self.owner = username  # the user that created the session (broker.takeover = same_user)
         self.will: PendingWill | None = None
         self.expiry_timer: asyncio.TimerHandle | None = None
