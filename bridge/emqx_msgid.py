@@ -40,6 +40,8 @@ import binascii
 import enum
 import re
 
+from bridge.errors import HookbridgeError
+
 _MAX = 1 << 128
 
 
@@ -51,7 +53,7 @@ class IdForm(enum.Enum):
     BASE64 = "base64 of the 16 bytes (MongoDB)"
 
 
-class UnconvertibleId(ValueError):
+class UnconvertibleId(HookbridgeError, ValueError):
     """A value that is in none of EMQX's id forms (or out of the 128-bit range)."""
 
 
