@@ -17,6 +17,7 @@ import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from bridge.brokers.base import EventSink
@@ -39,7 +40,7 @@ from bridge.brokers.embedded.codec import (
 )
 from bridge.brokers.embedded.connection import RECEIVE_MAXIMUM, TOPIC_ALIAS_MAXIMUM, Connection, Inbound
 from bridge.brokers.embedded.deadlines import Deadlines
-from bridge.brokers.embedded.durable import DurableStore, Journal
+from bridge.brokers.embedded.durable import DurableStore, Journal, hold_incoming
 from bridge.brokers.embedded.flows import FlowsMixin, Publishing
 from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.router import Message, Router
@@ -390,7 +391,10 @@ class Broker(FlowsMixin):
                 item.properties,
                 item.expires,
             )
-            begun.append((item, self._publish_begin(state, conn.peername, message, item.qos > 0)))
+            begins = self._publish_begin(state, conn.peername, message, item.qos > 0)
+            if item.qos == 2 and state.durable:  # its packet id is committed with the message
+                begins.on_routed = partial(hold_incoming, state, item.packet_id)
+            begun.append((item, begins))
         ended = 0
         try:
             for item, publishing in begun:

@@ -95,7 +95,9 @@ class IncomingQos2:
     """A QoS 2 PUBLISH from the client, passed on, whose packet id is held until PUBREL."""
 
     kept: Kept = None  # done once the bridge kept the message: PUBREC may go out
-    acked: bool = False  # PUBREC went out (a durable session keeps only these ids across a restart)
+    # Passed on and kept: a durable session stores only these ids, committed with the message
+    # (durable/journal.py hold_incoming), so a resend after a restart is acknowledged again.
+    acked: bool = False
 
 
 @dataclass(slots=True)

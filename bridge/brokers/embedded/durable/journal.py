@@ -41,6 +41,7 @@ from bridge.brokers.embedded.codec.kinds import WILL, PacketType
 from bridge.brokers.embedded.durable.store import FORMAT, Batch, DurableStore, MessageRow
 from bridge.brokers.embedded.router import Message, Retained, Router, Target
 from bridge.brokers.embedded.sessions import NEVER, IncomingQos2, Outgoing, PendingWill, SessionState, Subscription
+from bridge.brokers.embedded.stream import Kept
 
 log = logging.getLogger("bridge.brokers.embedded")
 
@@ -376,6 +377,29 @@ class Journal:
             state.expiry_timer = asyncio.get_running_loop().call_later(
                 max(0.0, deadline - now_wall), broker.expire, state
             )
+
+
+def hold_incoming(state: SessionState, packet_id: int, kept: Kept) -> None:
+    """A durable session's QoS 2 PUBLISH was routed (so logged, in the batch being filled): its
+    packet id goes into the same commit as the message, so a PUBLISH resent with DUP after a
+    kill -9 is recognised and not passed on again (docs/brokers.md#exactly-once).
+
+    Only once the rules kept it (`kept`): an id committed before that would make a resend after
+    a crash look done while a rule's write was lost with the process (acknowledged means kept);
+    when the rules take longer than the commit, the id goes into the commit after theirs."""
+    held = state.incoming_qos2.get(packet_id)
+    if held is None:
+        return
+
+    def keep(future: Kept = None) -> None:
+        if future is None or (not future.cancelled() and future.exception() is None):
+            held.acked = True
+            state.touch()
+
+    if kept is None or kept.done():
+        keep(kept)
+    else:
+        kept.add_done_callback(keep)
 
 
 def position(state: SessionState, head: int) -> int:
