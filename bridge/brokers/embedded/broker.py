@@ -40,7 +40,7 @@ from bridge.brokers.embedded.codec import (
 )
 from bridge.brokers.embedded.connection import RECEIVE_MAXIMUM, TOPIC_ALIAS_MAXIMUM, Connection, Inbound
 from bridge.brokers.embedded.deadlines import Deadlines
-from bridge.brokers.embedded.durable import DurableStore, Journal, hold_incoming
+from bridge.brokers.embedded.durable import DurableStore, Journal, UnreadableSession, hold_incoming
 from bridge.brokers.embedded.flows import FlowsMixin, Publishing
 from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.router import Message, Router
@@ -210,7 +210,12 @@ class Broker(FlowsMixin):
                 await previous.done.wait()
             if conn.reason is not None:
                 return  # the new connection went away meanwhile
-            state, present = self._session(clientid, packet, expiry, verdict)
+            try:
+                state, present = self._session(clientid, packet, expiry, verdict)
+            except UnreadableSession:  # logged once by the journal
+                self.refused["durable_unreadable"] += 1
+                conn.fail_connect(R.SERVER_UNAVAILABLE if level == MQTT_5 else ConnectReturnCode.SERVER_UNAVAILABLE)
+                return
             conn.state, state.conn, conn.will = state, conn, packet.will
             self.active[clientid] = conn
             server_keep_alive = self._keepalive(conn, packet)
@@ -273,6 +278,11 @@ class Broker(FlowsMixin):
     def _session(self, clientid: str, packet: Connect, expiry: int, verdict: Verdict) -> tuple[SessionState, bool]:
         """The session this CONNECT gets, and whether it existed (CONNACK session present)."""
         old = self.states.get(clientid)
+        if self.journal is not None:  # a session the damaged store cannot read is refused, or given up
+            if packet.clean_start:
+                self.journal.forget_unreadable(clientid)
+            else:
+                self.journal.check_readable(clientid)
         if old is not None and not packet.clean_start:
             self.loaded(old)
             old.cancel_timers()  # back before its expiry or will delay: neither happens

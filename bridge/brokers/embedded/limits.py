@@ -27,6 +27,7 @@ REFUSALS = (
     "offline_messages",  # a queued message dropped: the session held max_offline_messages
     "offline_bytes",  # a queued message dropped: the session held max_offline_bytes
     "queued_bytes",  # a queued message dropped: all sessions together held max_queued_bytes
+    "durable_unreadable",  # a CONNECT to a durable session the damaged store cannot read (0x88 / 3)
     # who may connect, publish and subscribe (access.py, docs/security.md)
     "login_bad_credentials",
     "login_not_authorized",

@@ -8,6 +8,6 @@
 """
 
 from bridge.brokers.embedded.durable.journal import Journal, hold_incoming
-from bridge.brokers.embedded.durable.store import DurableStore, StoreError
+from bridge.brokers.embedded.durable.store import DurableStore, StoreError, UnreadableSession, full_check
 
-__all__ = ["DurableStore", "Journal", "StoreError", "hold_incoming"]
+__all__ = ["DurableStore", "Journal", "StoreError", "UnreadableSession", "full_check", "hold_incoming"]

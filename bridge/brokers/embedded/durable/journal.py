@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sqlite3
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -38,7 +39,7 @@ from typing import Any, Protocol
 from bridge.brokers.embedded.codec import EMPTY, Properties, Will
 from bridge.brokers.embedded.codec import properties as mqtt_properties
 from bridge.brokers.embedded.codec.kinds import WILL, PacketType
-from bridge.brokers.embedded.durable.store import FORMAT, Batch, DurableStore, MessageRow
+from bridge.brokers.embedded.durable.store import FORMAT, RECOVERY, Batch, DurableStore, MessageRow, UnreadableSession
 from bridge.brokers.embedded.router import Message, Retained, Router, Target
 from bridge.brokers.embedded.sessions import NEVER, IncomingQos2, Outgoing, PendingWill, SessionState, Subscription
 from bridge.brokers.embedded.stream import Kept
@@ -88,6 +89,8 @@ class Journal:
         self.store = store
         self.states = states
         self.commit_failures = 0
+        # Durable sessions whose rows cannot be read (a damaged store): client id -> why.
+        self.unreadable: dict[str, str] = {}
         # At most one commit per `interval` (broker.durable_commit_interval): under load a commit
         # holds many messages and acknowledgements; when idle the first change commits at once.
         self.interval = interval
@@ -279,8 +282,12 @@ class Journal:
         bodies: dict[str, dict[str, Any]] = {}
         router = broker.router
         for clientid, body, progress_body in self.store.sessions():
-            data = json.loads(body)
-            data.update(json.loads(progress_body) if progress_body else _NOTHING_OWED)
+            try:
+                data = json.loads(body)
+                data.update(json.loads(progress_body) if progress_body else _NOTHING_OWED)
+            except ValueError as exc:  # a damaged row: refused at its CONNECT (check_readable)
+                self._unreadable(clientid, f"its row is not readable: {exc}")
+                continue
             bodies[clientid] = data
             state = broker.restored_session(clientid, data["expiry"], data["username"], data["owner"], data["level"])
             state.persisted = True
@@ -302,6 +309,29 @@ class Journal:
             f", the store migrated to format {FORMAT}" if self.store.migrated else "",
         )
 
+    def check_readable(self, clientid: str) -> None:
+        """Raise UnreadableSession when what the store holds of this session cannot be read."""
+        why = self.unreadable.get(clientid)
+        if why is not None:
+            raise UnreadableSession(f"durable store {self.store.path}: session of client {clientid!r}: {why}")
+
+    def _unreadable(self, clientid: str, why: str) -> None:
+        """Mark a session unreadable (its CONNECTs are refused); logged once per session."""
+        if clientid not in self.unreadable:
+            log.error(
+                "durable store %s: the session of client %r cannot be read (%s); its CONNECTs are refused"
+                " with server unavailable until the store is repaired (%s)",
+                self.store.path,
+                clientid,
+                why,
+                RECOVERY,
+            )
+        self.unreadable[clientid] = why
+
+    def forget_unreadable(self, clientid: str) -> None:
+        """A clean start of the client id: its old session is given up, the new one is written."""
+        self.unreadable.pop(clientid, None)
+
     def load(self, router: Router, state: SessionState) -> int:
         """Read back the queue of a session restored at start (see the module's docstring): its
         in-flight window and the log entries after its position that concern it. Returns how
@@ -310,8 +340,14 @@ class Journal:
         if stored is None:
             return 0
         clientid, after = state.clientid, state.position
+        self.check_readable(clientid)
         filters = [full for full in state.subscriptions if not full.startswith("$share/")]
-        rows = self.store.logged_for(clientid, after, filters)
+        try:  # every read before the session changes: a damaged page leaves it as it was
+            rows = self.store.logged_for(clientid, after, filters)
+            in_flight = self.store.messages_at([entry[0] for entry in stored["inflight"]])
+        except sqlite3.Error as exc:
+            self._unreadable(clientid, f"its queue cannot be read: {exc}")
+            raise UnreadableSession(f"durable store {self.store.path}: session of client {clientid!r}: {exc}") from exc
         pending: list[MessageRow] = []
         for batch in (self._in_write, self._batch):  # logged, not committed yet (or committing)
             if batch is None or not batch.messages:
@@ -322,7 +358,7 @@ class Journal:
             rows.setdefault(row[0], row)
         now_wall, now_mono = time.time(), time.monotonic()
         state.unloaded = None
-        self._restore_inflight(state, stored["inflight"], pending, now_wall, now_mono)
+        self._restore_inflight(state, stored["inflight"], in_flight + pending, now_wall, now_mono)
         queued = 0
         for seq in sorted(rows):
             row = rows[seq]
@@ -345,19 +381,19 @@ class Journal:
         self,
         state: SessionState,
         inflight: list[list[Any]],
-        pending: list[MessageRow],
+        logged: list[MessageRow],
         now_wall: float,
         now_mono: float,
     ) -> None:
         if not inflight:
             return
-        rows = {row[0]: row for row in self.store.messages_at([entry[0] for entry in inflight])}
-        for row in pending:
-            rows.setdefault(row[0], row)
+        rows: dict[int, MessageRow] = {}
+        for entry in logged:
+            rows.setdefault(entry[0], entry)
         for seq, packet_id, qos, retain, pubrec, filters, ids in inflight:
-            logged = rows.get(seq)
-            if logged is not None:
-                message = _outgoing(logged, qos, bool(retain), tuple(filters), tuple(ids), now_wall, now_mono)
+            row = rows.get(seq)
+            if row is not None:
+                message = _outgoing(row, qos, bool(retain), tuple(filters), tuple(ids), now_wall, now_mono)
                 message.packet_id, message.pubrec = packet_id, bool(pubrec)
                 state.inflight[packet_id] = message
 

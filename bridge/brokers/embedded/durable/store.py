@@ -39,6 +39,7 @@ one range delete (the key is the time order, so that is seed 002's oldest genera
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
 from collections.abc import Iterable
@@ -113,6 +114,55 @@ class Batch:
         return bool(self.messages or self.sessions or self.positions or self.retained or self.trim_to)
 
 
+# What the operator can do about a damaged store (docs/brokers.md#a-damaged-store).
+RECOVERY = (
+    "stop the bridge, keep a copy, then `sqlite3 durable.db .recover | sqlite3 recovered.db` and put"
+    " recovered.db in its place, or move the file away to start empty; see docs/brokers.md#a-damaged-store"
+)
+
+
+def _refusal(problem: str) -> str:
+    return f"damaged ({problem}), refusing to start on it ({RECOVERY})"
+
+
+class UnreadableSession(StoreError):
+    """The rows of one durable session cannot be read back (its pages are damaged)."""
+
+
+def damaged(error: BaseException) -> bool:
+    """Whether SQLite found the file damaged (not a database, or a page it cannot read)."""
+    return getattr(error, "sqlite_errorname", "") in ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+
+
+def quick_check(db: sqlite3.Connection) -> list[str]:
+    """What `PRAGMA quick_check` finds wrong; [] when the store is sound."""
+    problems = [str(row[0]) for row in db.execute("PRAGMA quick_check")]
+    return [] if problems == ["ok"] else problems
+
+
+def full_check(path: Path) -> list[str]:
+    """`hookbridge check --durable`: SQLite's integrity check (every page, and every index
+    against its table) and every session's rows parsed; [] when the store is sound. Opened
+    read-only: a running bridge may have it open (WAL lets the check read its last commit)."""
+    problems: list[str] = []
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        found = [str(row[0]) for row in db.execute("PRAGMA integrity_check")]
+        if found != ["ok"]:
+            problems += found
+        for table in ("sessions", "positions"):
+            for clientid, body in db.execute(f"SELECT clientid, body FROM {table}"):
+                try:
+                    json.loads(body)
+                except ValueError as exc:
+                    problems.append(f"{table} row of client {clientid!r} is not readable: {exc}")
+    except sqlite3.Error as exc:
+        problems.append(str(exc))
+    finally:
+        db.close()
+    return problems
+
+
 class DurableStore:
     def __init__(self, directory: str | Path) -> None:
         self.path = Path(directory) / FILENAME
@@ -123,8 +173,7 @@ class DurableStore:
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = NORMAL")
-            if unclean:
-                self._check(wal)
+            self._check(wal if unclean else None)
             version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
             existed = self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'messages'").fetchone() is not None
             self._db.executescript(_SCHEMA)
@@ -141,26 +190,29 @@ class DurableStore:
                 self._db.execute(f"PRAGMA user_version = {FORMAT}")
             row = self._db.execute("SELECT max(seq) FROM messages").fetchone()
         except (OSError, sqlite3.Error) as exc:
+            if damaged(exc):
+                raise StoreError(f"durable store {self.path}: {_refusal(str(exc))}") from exc
             raise StoreError(f"durable store {self.path}: {exc}") from exc
         self.head = int(row[0] or 0)  # the last sequence number given out
         self._reader: sqlite3.Connection | None = None
         self._loader: sqlite3.Connection | None = None
 
-    def _check(self, wal: Path) -> None:
-        """After an unclean stop: SQLite has replayed the committed transactions of the WAL and
-        dropped a torn tail (frames whose checksum fails); check the result before using it."""
-        problems = [row[0] for row in self._db.execute("PRAGMA quick_check")]
-        if problems != ["ok"]:
-            raise StoreError(
-                "damaged, refusing to start on it (move it away to start empty; nothing was changed): "
-                + "; ".join(problems[:5])
+    def _check(self, wal: Path | None) -> None:
+        """At every open: SQLite's quick check (the structure of every page, without comparing the
+        indexes with their tables: about half a second per 200 MiB, docs/benchmarks.md). After an
+        unclean stop (`wal`), SQLite has first replayed the committed transactions of the WAL and
+        dropped a torn tail (frames whose checksum fails). A damaged store refuses the start: a
+        broker that started on it would lose the sessions whose rows it cannot read."""
+        problems = quick_check(self._db)
+        if problems:
+            raise StoreError(f"durable store {self.path}: {_refusal('; '.join(problems[:5]))}")
+        if wal is not None:
+            log.warning(
+                "durable store %s: the last run did not stop cleanly; its write-ahead log (%d bytes) was recovered:"
+                " committed transactions kept, any torn write at its end dropped; store checked, ok",
+                self.path,
+                wal.stat().st_size if wal.exists() else 0,
             )
-        log.warning(
-            "durable store %s: the last run did not stop cleanly; its write-ahead log (%d bytes) was recovered:"
-            " committed transactions kept, any torn write at its end dropped; store checked, ok",
-            self.path,
-            wal.stat().st_size if wal.exists() else 0,
-        )
 
     def reserve(self) -> int:
         """The next sequence number (numbers a message never used are gaps, harmless)."""
