@@ -88,6 +88,8 @@ class Broker(FlowsMixin):
         self.sink = sink
         self.limits = limits
         self.refused: Counter[str] = Counter()
+        # What a 3.1.1 session with clean session 0 gets as its expiry (broker.persistent_session_expiry).
+        self.persistent_expiry = int(limits.persistent_session_expiry) or NEVER
         self.output_pauses = 0  # connections' reading paused for unsent output (max_output_bytes)
         self.traffic = Traffic()  # what $SYS/broker/... reports (systopics.py)
         self.router = Router()
@@ -196,7 +198,7 @@ class Broker(FlowsMixin):
         if level == MQTT_5:
             expiry = packet.properties.session_expiry_interval or 0
         else:
-            expiry = 0 if packet.clean_start else NEVER
+            expiry = 0 if packet.clean_start else self.persistent_expiry
         async with self._client_lock(clientid):
             if not self._may_take(clientid, verdict):
                 self.refused["login_not_authorized"] += 1
@@ -314,6 +316,8 @@ class Broker(FlowsMixin):
         self, clientid: str, expiry: int, username: str | None, owner: str | None, level: int
     ) -> SessionState:
         """A durable session read back from the store at start (durable/journal.py)."""
+        if level != MQTT_5:  # broker.persistent_session_expiry as set now (its clock starts at the restart)
+            expiry = self.persistent_expiry
         lane = EventStream(self.sink, clientid, self.busy_lanes)
         state = SessionState(
             clientid,
