@@ -210,9 +210,11 @@ class Broker(FlowsMixin):
                 log.info("client %r connected again: closing its previous connection", clientid)
                 previous.close("takeover", R.SESSION_TAKEN_OVER)
                 await previous.done.wait()
-            if conn.reason is not None:
-                return  # the new connection went away meanwhile
             try:
+                if not packet.clean_start:  # a restored session's queue, a page at a time
+                    await self._loaded_paged(self.states.get(clientid))
+                if conn.reason is not None:
+                    return  # the new connection went away meanwhile
                 state, present = self._session(clientid, packet, expiry, verdict)
             except UnreadableSession:  # logged once by the journal
                 self.refused["durable_unreadable"] += 1
@@ -347,6 +349,18 @@ class Broker(FlowsMixin):
                 time.monotonic() - started,
             )
         return state
+
+    async def _loaded_paged(self, state: SessionState | None) -> None:
+        """`loaded` for a client's reconnect: its queue read back a page at a time."""
+        if state is not None and state.unloaded is not None and self.journal is not None:
+            started = time.monotonic()
+            queued = await self.journal.load_paged(self.router, state)
+            log.debug(
+                "client %r: queue read back from the durable store, a page at a time: %d messages in %.3f s",
+                state.clientid,
+                queued,
+                time.monotonic() - started,
+            )
 
     def _keepalive(self, conn: Connection, packet: Connect) -> int | None:
         """Set the connection's keepalive limit; the Server Keep Alive to announce, if any."""

@@ -46,8 +46,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bridge.brokers.embedded.sessions import MESSAGE_OVERHEAD
 from bridge.errors import HookbridgeError
-from bridge.topics import is_wildcard, prefix_range
+from bridge.topics import is_wildcard, matches, prefix_range
 
 log = logging.getLogger("bridge.brokers.embedded")
 
@@ -100,6 +101,23 @@ class StoreError(HookbridgeError):
 
 
 @dataclass(slots=True)
+class Owe:
+    """Give one session not loaded since the restart a `routes` row for each log entry after
+    `after` up to `upto` that its (non-shared) `filters` match (durable/owed.py)."""
+
+    clientid: str
+    after: int  # its position: every `routes` row of it after this is counted
+    match_after: int  # entries before this were matched already (its owed_to): not again
+    upto: int
+    filters: list[str]
+    inflight: list[int]  # the entries of its in-flight window: held by `routes` rows too
+
+
+# What a commit's Owe jobs found: client id -> (seq, size) of each entry it is owed up to `upto`.
+Owing = dict[str, list[tuple[int, int]]]
+
+
+@dataclass(slots=True)
 class Batch:
     """Everything one commit writes."""
 
@@ -108,10 +126,24 @@ class Batch:
     sessions: dict[str, str | None] = field(default_factory=dict)  # clientid -> body; None: delete
     positions: dict[str, str | None] = field(default_factory=dict)  # clientid -> body; None: delete
     retained: dict[str, RetainedRow | None] = field(default_factory=dict)  # topic -> row; None: delete
-    trim_to: int = 0  # delete messages with seq <= this
+    trim_to: int = 0  # delete the messages in (trim_from, trim_to] that no `routes` row holds
+    trim_from: int = 0
+    owing: list[str] = field(default_factory=list)  # sessions not loaded: their `routes` rows stay
+    owe: list[Owe] = field(default_factory=list)
+    unroutes: list[tuple[int, str]] = field(default_factory=list)  # (seq, clientid): dropped owed entries
+    release: list[tuple[str, int]] = field(default_factory=list)  # (clientid, seq): its routes rows up to seq go
 
     def __bool__(self) -> bool:
-        return bool(self.messages or self.sessions or self.positions or self.retained or self.trim_to)
+        return bool(
+            self.messages
+            or self.sessions
+            or self.positions
+            or self.retained
+            or self.trim_to
+            or self.owe
+            or self.unroutes
+            or self.release
+        )
 
 
 # What the operator can do about a damaged store (docs/brokers.md#a-damaged-store).
@@ -127,6 +159,10 @@ def _refusal(problem: str) -> str:
 
 class UnreadableSession(StoreError):
     """The rows of one durable session cannot be read back (its pages are damaged)."""
+
+
+def _matches(topic_filter: str, topic: str) -> bool:
+    return matches(topic_filter, topic)
 
 
 def damaged(error: BaseException) -> bool:
@@ -194,6 +230,8 @@ class DurableStore:
                 raise StoreError(f"durable store {self.path}: {_refusal(str(exc))}") from exc
             raise StoreError(f"durable store {self.path}: {exc}") from exc
         self.head = int(row[0] or 0)  # the last sequence number given out
+        self.trimmed_to = 0  # the log's entries up to this are held only by `routes` rows
+        self._db.create_function("hb_matches", 2, _matches, deterministic=True)
         self._reader: sqlite3.Connection | None = None
         self._loader: sqlite3.Connection | None = None
 
@@ -219,9 +257,11 @@ class DurableStore:
         self.head += 1
         return self.head
 
-    def write(self, batch: Batch) -> None:
-        """Commit a batch atomically; raises StoreError (nothing of it is then written)."""
+    def write(self, batch: Batch) -> Owing:
+        """Commit a batch atomically; raises StoreError (nothing of it is then written).
+        Returns what its Owe jobs found."""
         db = self._db
+        owing: Owing = {}
         try:
             db.execute("BEGIN")
             if batch.messages:
@@ -240,14 +280,78 @@ class DurableStore:
                     db.execute("DELETE FROM retained WHERE topic = ?", (topic,))
                 else:
                     db.execute("INSERT OR REPLACE INTO retained VALUES (?,?,?,?,?,?,?)", row)
-            if batch.trim_to:
-                db.execute("DELETE FROM messages WHERE seq <= ?", (batch.trim_to,))
-                db.execute("DELETE FROM routes WHERE seq <= ?", (batch.trim_to,))
+            for job in batch.owe:
+                owing[job.clientid] = self._owe(job)
+            self._trim(batch)
             db.execute("COMMIT")
         except (OSError, sqlite3.Error) as exc:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise StoreError(f"durable store {self.path}: {exc}") from exc
+        if batch.trim_to:
+            self.trimmed_to = batch.trim_to
+        return owing
+
+    def _owe(self, job: Owe) -> list[tuple[int, int]]:
+        """An Owe job (on the writer's connection, in its transaction): one statement per filter,
+        by the topic index where the filter has a literal start, the log's range else (on the
+        writer thread, not the event loop); then every `routes` row of the session in the range."""
+        db = self._db
+        db.executemany(
+            "INSERT OR IGNORE INTO routes SELECT seq, ? FROM messages WHERE seq = ?",
+            [(job.clientid, seq) for seq in job.inflight],
+        )
+        for topic_filter in job.filters if job.upto > job.match_after else ():
+            where, args = "", [job.clientid, job.match_after, job.upto]
+            if not is_wildcard(topic_filter):
+                where, args = " AND topic = ?", [*args, topic_filter]
+            else:
+                span = prefix_range(topic_filter)
+                if span is not None:
+                    low, high = span
+                    where, args = " AND topic >= ?", [*args, low]
+                    if high is not None:
+                        where, args = where + " AND topic < ?", [*args, high]
+                where, args = where + " AND hb_matches(?, topic)", [*args, topic_filter]
+            db.execute(
+                "INSERT OR IGNORE INTO routes SELECT seq, ? FROM messages WHERE seq > ? AND seq <= ? AND fanout = 1"
+                + where,
+                args,
+            )
+        query = (
+            f"SELECT r.seq, length(m.topic) + length(m.payload) + {MESSAGE_OVERHEAD} FROM routes r"
+            " JOIN messages m ON m.seq = r.seq WHERE r.clientid = ? AND r.seq > ? AND r.seq <= ? ORDER BY r.seq"
+        )
+        return [(int(seq), int(size)) for seq, size in db.execute(query, (job.clientid, job.after, job.upto))]
+
+    def _trim(self, batch: Batch) -> None:
+        """Remove what nobody is owed any more: the `routes` rows of dropped entries and of
+        sessions loaded past them or gone, the log's entries up to `trim_to` that no `routes`
+        row holds (a range, by the log's key), and the older entries whose last row just went."""
+        db = self._db
+        freed: list[int] = [seq for seq, _ in batch.unroutes]
+        if batch.unroutes:
+            db.executemany("DELETE FROM routes WHERE seq = ? AND clientid = ?", batch.unroutes)
+        for clientid, upto in batch.release:
+            query = "DELETE FROM routes WHERE clientid = ? AND seq <= ? RETURNING seq"
+            freed.extend(row[0] for row in db.execute(query, (clientid, upto)))
+        if batch.trim_to:
+            db.execute(
+                "DELETE FROM routes WHERE seq > ? AND seq <= ? AND clientid NOT IN (SELECT value FROM json_each(?))",
+                (batch.trim_from, batch.trim_to, json.dumps(batch.owing)),
+            )
+            db.execute(
+                "DELETE FROM messages WHERE seq > ? AND seq <= ?"
+                " AND NOT EXISTS (SELECT 1 FROM routes r WHERE r.seq = messages.seq)",
+                (batch.trim_from, batch.trim_to),
+            )
+        below = max(batch.trim_to, self.trimmed_to)
+        gone = [(seq,) for seq in freed if seq <= below]
+        if gone:
+            db.executemany(
+                "DELETE FROM messages WHERE seq = ? AND NOT EXISTS (SELECT 1 FROM routes r WHERE r.seq = messages.seq)",
+                gone,
+            )
 
     # -- reading back (at start) ---------------------------------------------------
 
@@ -295,6 +399,15 @@ class DurableStore:
         query = "SELECT m.* FROM routes r JOIN messages m ON m.seq = r.seq WHERE r.clientid = ? AND r.seq > ?"
         found.update((row[0], row) for row in db.execute(query, (clientid, after)))
         return found
+
+    def owed_rows(self, clientid: str, after: int, limit: int) -> list[MessageRow]:
+        """Up to `limit` log entries after `after` that one session is owed by its `routes`
+        rows (by its index on (clientid, seq)), oldest first: a page of its queue."""
+        query = (
+            "SELECT m.* FROM routes r JOIN messages m ON m.seq = r.seq"
+            " WHERE r.clientid = ? AND r.seq > ? ORDER BY r.seq LIMIT ?"
+        )
+        return list(self._loading().execute(query, (clientid, after, limit)))
 
     def messages_at(self, seqs: list[int]) -> list[MessageRow]:
         """The log entries of these sequence numbers that are still in the log."""
