@@ -130,6 +130,7 @@ class Journal:
         # once they are loaded and past them, or gone (Batch.release).
         self._kept: set[str] = set()
         self._owe: list[Owe] = []  # Owe jobs for the next commit (restore)
+        self._trim_timer: asyncio.TimerHandle | None = None
 
     # -- writing ---------------------------------------------------------------------
 
@@ -260,6 +261,8 @@ class Journal:
         if now - self._last_trim >= _TRIM_INTERVAL:
             self._last_trim = now
             self._trim(batch, head)
+        elif self._trim_timer is None:  # the next trim comes even if nothing else happens
+            self._trim_timer = loop.call_later(_TRIM_INTERVAL - (now - self._last_trim), self._trim_due)
         future, self._committed = self._committed, None
         if not batch:
             if future is not None and not future.done():
@@ -269,6 +272,14 @@ class Journal:
         self._in_write = batch
         written = loop.run_in_executor(self._writer, self.store.write, batch)
         written.add_done_callback(lambda done: self._written(done, future, dirty))
+
+    def _trim_due(self) -> None:
+        """A trim is due and nothing was committed since the last one (a burst then silence)."""
+        self._trim_timer = None
+        if self._writing:  # the commit in flight is followed by this one
+            self._trim_timer = asyncio.get_running_loop().call_later(_TRIM_INTERVAL / 10, self._trim_due)
+        else:
+            self.flush()
 
     def _trim(self, batch: Batch, head: int) -> None:
         """Trim the log past what is owed to nobody: up to the bound of the loaded sessions, but
@@ -341,6 +352,9 @@ class Journal:
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="durable-store")
         self.flush()
         self._writer.shutdown(wait=True)
+        if self._trim_timer is not None:
+            self._trim_timer.cancel()
+            self._trim_timer = None
         self.store.close()
 
     # -- reading back ----------------------------------------------------------------
