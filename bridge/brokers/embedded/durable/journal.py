@@ -21,8 +21,19 @@ alone, oldest first: a logged entry (routed by subscription) goes to it as the r
 (its subscriptions' live_from, no-local, QoS), a `targets` entry as it was given. So its queue
 is what it was, in the same order; its in-flight messages get their packet ids back and go out
 again with DUP set when the client returns. Until its load, a message the router routes to the
-session is logged (as routed by subscription) but not queued: the load reads it from the log,
-once, in order. Expiry of a session that was never loaded drops it unread.
+session is logged (as routed by subscription, with a `routes` row for it) but not queued: the
+load reads it from the log, once, in order. Expiry of a session that was never loaded drops it
+unread.
+
+What such a session is owed is counted without loading it (owed.py): its backlog is matched
+once in the store in the first commits after the start (store.Owe), each later message adds an
+entry; past the queue limits its oldest entries are dropped as a loaded queue's are, and the
+trim passes what it is not owed (`trim_bound`, `_trim`). Once counted, a load reads only its
+`routes` rows, a page at a time (`load_paged` yields to the loop between pages on a reconnect).
+
+A QoS 2 PUBLISH's packet id is committed with its message (`hold_incoming`): a resend after a
+crash is recognised. A session whose rows cannot be read is refused at its CONNECT
+(`check_readable`), logged once.
 """
 
 from __future__ import annotations
@@ -69,6 +80,8 @@ log = logging.getLogger("bridge.brokers.embedded")
 _TRIM_INTERVAL = 1.0
 # Log entries read back per query when a session is loaded.
 _PAGE = 256
+# Restored sessions whose backlog one commit matches (store.Owe) after a start.
+_OWE_PER_COMMIT = 100
 
 
 class Restorer(Protocol):
@@ -256,7 +269,9 @@ class Journal:
                 batch.sessions[clientid] = batch.positions[clientid] = None
                 if state is not None:
                     state.persisted = False
-        batch.owe, self._owe = self._owe, []
+        # Restored sessions' backlogs, a share per commit: each commit stays short (publishers'
+        # acks wait for commits), the rest follows in the next ones.
+        batch.owe, self._owe = self._owe[:_OWE_PER_COMMIT], self._owe[_OWE_PER_COMMIT:]
         now = time.monotonic()
         if now - self._last_trim >= _TRIM_INTERVAL:
             self._last_trim = now
@@ -271,7 +286,7 @@ class Journal:
         self._writing = True
         self._in_write = batch
         written = loop.run_in_executor(self._writer, self.store.write, batch)
-        written.add_done_callback(lambda done: self._written(done, future, dirty))
+        written.add_done_callback(lambda done: self._written(done, future, dirty, batch))
 
     def _trim_due(self) -> None:
         """A trim is due and nothing was committed since the last one (a burst then silence)."""
@@ -302,7 +317,9 @@ class Journal:
                 if upto >= self._trimmed_to:
                     self._kept.discard(clientid)
 
-    def _written(self, done: asyncio.Future[Owing], future: asyncio.Future[None] | None, dirty: set[str]) -> None:
+    def _written(
+        self, done: asyncio.Future[Owing], future: asyncio.Future[None] | None, dirty: set[str], batch: Batch
+    ) -> None:
         self._writing = False
         self._in_write = None  # committed, or not (then its publishers get no ack)
         error = done.exception()
@@ -314,6 +331,7 @@ class Journal:
                     self._limit(state)
                     state.touch()  # its owed_to: its backlog is in `routes`
         if error is not None:
+            self._owe = batch.owe + self._owe  # matched again with the next commit
             self.commit_failures += 1
             log.error("%s: not committed, the messages of this step are not acknowledged", error)
             self._dirty |= dirty  # the sessions are written again with the next commit
@@ -322,7 +340,7 @@ class Journal:
                 future.cancel()
         elif future is not None and not future.done():
             future.set_result(None)
-        if self._batch or self._dirty:
+        if self._batch or self._dirty or self._owe:
             self._soon()
 
     def trim_bound(self) -> int:

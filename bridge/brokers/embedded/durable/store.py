@@ -33,8 +33,16 @@ Tables:
 `PRAGMA user_version` is the format: 0 a store written before the topic index and `routes`
 (migrated when it is opened: the index built and the routes read from the log's `targets`,
 one transaction), 1 this one.
-Expiry removes the log in bulk: every row below the smallest position of all sessions goes in
-one range delete (the key is the time order, so that is seed 002's oldest generations).
+Expiry removes the log in bulk (`_trim`): the rows up to the smallest position of the loaded
+sessions go in one range delete (the key is the time order, so that is seed 002's oldest
+generations), but for those a `routes` row still holds: what a session not loaded since a
+restart is owed has its rows there (durable/owed.py: its backlog matched once by an `Owe` job,
+each later message with the message), so a session that stays away holds only what its queue
+limits let it keep, not the log after its position. Its rows go when it is loaded past them or
+ends (`release`), and the entries they held with them.
+
+At every open SQLite's quick check runs; a damaged store refuses the start (RECOVERY says what
+to do), and `full_check` is `hookbridge check --durable`.
 """
 
 from __future__ import annotations
