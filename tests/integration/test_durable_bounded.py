@@ -20,6 +20,7 @@ from tests.integration.conftest import RawClient
 from tests.integration.test_durable_sessions import (
     drain,
     durable_bridge,
+    handled,
     persistent,
     publish_all,
     restart,
@@ -129,3 +130,44 @@ async def test_a_session_not_loaded_obeys_the_queue_limits_and_the_store_stays_b
         f" connected client's PINGREQ round trip during the reconnect: max {max(rtts) * 1000:.1f} ms"
         f" over {len(rtts)} pings"
     )
+
+
+async def test_the_log_is_trimmed_past_a_session_that_has_not_come_back(
+    tmp_path: Path, bridges: list[BridgeProcess], raw_connect: RawConnect
+) -> None:
+    """A durable session restored by a restart and not back since is owed one message; another
+    durable session gets and acknowledges 5,000: the log keeps the one (the absent session's
+    row), the rest is trimmed; the absent session gets its message when it returns."""
+    bridge = durable_bridge(tmp_path)
+    bridges.append(await start(bridge))
+    port = bridge.mqtt_port
+    absent, _ = await persistent(raw_connect, port, "absent")
+    assert (await absent.subscribe(1, ("absent/t", 1))).reason_codes == [1]
+    absent.abort()
+    reader, _ = await persistent(raw_connect, port, "reader")
+    assert (await reader.subscribe(1, ("busy/t", 1))).reason_codes == [1]
+    reader.abort()
+    publisher, _ = await raw_connect(port, "publisher")
+    await publish_all(publisher, [("absent/t", b"for-absent")])
+    publisher.abort()
+    await sessions_stored(bridge, 2)
+    await restart(bridge, "kill")  # both restored, neither loaded
+
+    reader, connack = await persistent(raw_connect, port, "reader")
+    assert connack.session_present
+    publisher, _ = await raw_connect(port, "publisher")
+    busy = [b"busy-%04d" % n for n in range(5000)]
+    for first in range(0, len(busy), 1000):
+        await publish_all(publisher, [("busy/t", p) for p in busy[first : first + 1000]])
+    assert [p.payload for p in await drain(reader, busy[-1])] == busy
+    await handled(reader)  # its PUBACKs are in: nothing of the 5,000 is owed to anyone
+
+    def log_entries() -> float:
+        return bridge.metric("hookbridge_broker_durable_messages")
+
+    await asyncio.to_thread(
+        bridge.wait_for, lambda: log_entries() == 1, "the log trimmed to the absent one's message", 60
+    )
+    absent, connack = await persistent(raw_connect, port, "absent")
+    assert connack.session_present
+    assert [p.payload for p in await drain(absent, b"for-absent")] == [b"for-absent"]
