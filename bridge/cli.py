@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.app import Bridge, Paths, load_all
+from bridge.brokers.embedded.durable.check import check_durable
 from bridge.brokers.embedded.openfiles import open_file_problems, raise_soft_limit
 from bridge.conf import registry
 from bridge.conf.config import Config, load_config
@@ -61,6 +62,13 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(warning, file=sys.stderr)
     pools = sorted({rule.pool for rule in rules})
     print(f"ok: {args.config} and {args.rules}: {len(rules)} rules, pools {', '.join(pools) or 'none'}")
+    if args.durable:  # the full integrity check of the durable store (docs/brokers.md#a-damaged-store)
+        if not _config["broker.durable_sessions"]:
+            print("broker.durable_sessions is off: no durable store to check", file=sys.stderr)
+            return 1
+        sound, lines = check_durable(_config["broker.durable_dir"])
+        print("\n".join(lines), file=sys.stdout if sound else sys.stderr)
+        return 0 if sound else 1
     return 0
 
 
@@ -272,6 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
     check = commands.add_parser("check", help="validate config, rules and templates")
     common(check)
+    check.add_argument("--durable", action="store_true", help="also run the full integrity check of the durable store")
     check.set_defaults(func=cmd_check)
     schema = commands.add_parser("schema", help="print (and create) what a pool needs")
     schema.add_argument("-c", "--config", default="config/bridge.conf")

@@ -17,6 +17,7 @@ import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from bridge.brokers.base import EventSink
@@ -40,7 +41,7 @@ from bridge.brokers.embedded.codec import (
 from bridge.brokers.embedded.compact import shrink_if_sparse
 from bridge.brokers.embedded.connection import RECEIVE_MAXIMUM, TOPIC_ALIAS_MAXIMUM, Connection, Inbound
 from bridge.brokers.embedded.deadlines import Deadlines
-from bridge.brokers.embedded.durable import DurableStore, Journal
+from bridge.brokers.embedded.durable import DurableStore, Journal, UnreadableSession, hold_incoming
 from bridge.brokers.embedded.flows import FlowsMixin, OwnPublisher, Publishing
 from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.router import Message, Router
@@ -90,6 +91,8 @@ class Broker(FlowsMixin):
         self.sink = sink
         self.limits = limits
         self.refused: Counter[str] = Counter()
+        # What a 3.1.1 session with clean session 0 gets as its expiry (broker.persistent_session_expiry).
+        self.persistent_expiry = int(limits.persistent_session_expiry) or NEVER
         self.output_pauses = 0  # connections' reading paused for unsent output (max_output_bytes)
         self.traffic = Traffic()  # what $SYS/broker/... reports (systopics.py)
         self.router = Router()
@@ -203,7 +206,7 @@ class Broker(FlowsMixin):
         if level == MQTT_5:
             expiry = packet.properties.session_expiry_interval or 0
         else:
-            expiry = 0 if packet.clean_start else NEVER
+            expiry = 0 if packet.clean_start else self.persistent_expiry
         async with self._client_lock(clientid):
             if not self._may_take(clientid, verdict):
                 self.refused["login_not_authorized"] += 1
@@ -215,9 +218,16 @@ class Broker(FlowsMixin):
                 log.info("client %r connected again: closing its previous connection", clientid)
                 previous.close("takeover", R.SESSION_TAKEN_OVER)
                 await previous.done.wait()
-            if conn.reason is not None:
-                return  # the new connection went away meanwhile
-            state, present = self._session(clientid, packet, expiry, verdict)
+            try:
+                if not packet.clean_start:  # a restored session's queue, a page at a time
+                    await self._loaded_paged(self.states.get(clientid))
+                if conn.reason is not None:
+                    return  # the new connection went away meanwhile
+                state, present = self._session(clientid, packet, expiry, verdict)
+            except UnreadableSession:  # logged once by the journal
+                self.refused["durable_unreadable"] += 1
+                conn.fail_connect(R.SERVER_UNAVAILABLE if level == MQTT_5 else ConnectReturnCode.SERVER_UNAVAILABLE)
+                return
             conn.state, state.conn, conn.will = state, conn, packet.will
             self.active[clientid] = conn
             server_keep_alive = self._keepalive(conn, packet)
@@ -280,6 +290,11 @@ class Broker(FlowsMixin):
     def _session(self, clientid: str, packet: Connect, expiry: int, verdict: Verdict) -> tuple[SessionState, bool]:
         """The session this CONNECT gets, and whether it existed (CONNACK session present)."""
         old = self.states.get(clientid)
+        if self.journal is not None:  # a session the damaged store cannot read is refused, or given up
+            if packet.clean_start:
+                self.journal.forget_unreadable(clientid)
+            else:
+                self.journal.check_readable(clientid)
         if old is not None and not packet.clean_start:
             self.loaded(old)
             old.cancel_timers()  # back before its expiry or will delay: neither happens
@@ -311,6 +326,8 @@ class Broker(FlowsMixin):
         self, clientid: str, expiry: int, username: str | None, owner: str | None, level: int
     ) -> SessionState:
         """A durable session read back from the store at start (durable/journal.py)."""
+        if level != MQTT_5:  # broker.persistent_session_expiry as set now (its clock starts at the restart)
+            expiry = self.persistent_expiry
         lane = EventStream(self.sink, clientid, self.busy_lanes)
         state = SessionState(
             clientid,
@@ -356,6 +373,18 @@ class Broker(FlowsMixin):
                 time.monotonic() - started,
             )
         return state
+
+    async def _loaded_paged(self, state: SessionState | None) -> None:
+        """`loaded` for a client's reconnect: its queue read back a page at a time."""
+        if state is not None and state.unloaded is not None and self.journal is not None:
+            started = time.monotonic()
+            queued = await self.journal.load_paged(self.router, state)
+            log.debug(
+                "client %r: queue read back from the durable store, a page at a time: %d messages in %.3f s",
+                state.clientid,
+                queued,
+                time.monotonic() - started,
+            )
 
     def _keepalive(self, conn: Connection, packet: Connect) -> int | None:
         """Set the connection's keepalive limit; the Server Keep Alive to announce, if any."""
@@ -414,7 +443,10 @@ class Broker(FlowsMixin):
                 item.properties,
                 item.expires,
             )
-            begun.append((item, self._publish_begin(state, conn.peername, message, item.qos > 0)))
+            begins = self._publish_begin(state, conn.peername, message, item.qos > 0)
+            if item.qos == 2 and state.durable:  # its packet id is committed with the message
+                begins.on_routed = partial(hold_incoming, state, item.packet_id)
+            begun.append((item, begins))
         ended = 0
         try:
             for item, publishing in begun:

@@ -405,6 +405,8 @@ class Connection(asyncio.Protocol):
             held = state.incoming_qos2.pop(packet.packet_id, None)
             if held is not None:
                 self.incoming_unacked -= 1
+                if held.acked:
+                    state.touch()  # a durable session's stored id goes: the client may reuse it
             code = 0 if held is not None else R.PACKET_IDENTIFIER_NOT_FOUND
             self.write(encode(Pubcomp(packet.packet_id, code), self.level))
         elif kind is Pubcomp:
@@ -562,8 +564,6 @@ class Connection(asyncio.Protocol):
         state = self.state
         if item.qos == 2 and state is not None and (held := state.incoming_qos2.get(item.packet_id)) is not None:
             held.kept = kept  # a resent PUBLISH of it is acknowledged once this is done
-            if state.journal is not None:
-                _mark_acked(state, held, kept)
         if item.ack is not None:
             await self.ack_when_kept(kept, item.ack, item.qos)
 
@@ -793,18 +793,3 @@ def _refusal(error: CodecError) -> str:
     if isinstance(error, TooManyUserProperties):
         return "user_properties"
     return "packet_too_large" if isinstance(error, PacketTooLarge) else "malformed"
-
-
-def _mark_acked(state: SessionState, held: IncomingQos2, kept: Kept) -> None:
-    """Once a QoS 2 message is kept (its PUBREC goes out), a durable session keeps its packet id:
-    after a restart the client's PUBREL is answered and a resent PUBLISH is not passed on twice."""
-
-    def done(future: Any = None) -> None:
-        if future is None or not future.cancelled():
-            held.acked = True
-            state.touch()
-
-    if kept is None:
-        done()
-    else:
-        kept.add_done_callback(done)

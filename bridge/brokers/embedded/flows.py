@@ -57,7 +57,7 @@ class OwnPublisher:
 class Publishing:
     """A publish between _publish_begin and _publish_end."""
 
-    __slots__ = ("message", "stored", "taken", "ticket")
+    __slots__ = ("message", "on_routed", "stored", "taken", "ticket")
 
     def __init__(
         self,
@@ -70,6 +70,9 @@ class Publishing:
         self.ticket = ticket
         self.stored = stored  # durable sessions: done once the journal committed the message
         self.taken = taken  # done once the rules took the event (its result: the kept future)
+        # Called with the rules' kept future in the step the message is routed (so logged): a
+        # durable session's QoS 2 id is committed with it (durable/journal.py hold_incoming).
+        self.on_routed: Callable[[Kept], None] | None = None
 
 
 class FlowsMixin:
@@ -152,6 +155,8 @@ class FlowsMixin:
                 await sequencer.wait(publishing.ticket)
             self.router.route(publishing.message)
             routed = True
+            if publishing.on_routed is not None:
+                publishing.on_routed(kept)
         finally:
             if routed:
                 sequencer.leave(publishing.ticket)
