@@ -158,7 +158,7 @@ def test_the_image_command_runs_the_bridge_and_the_readme_walkthrough(
 
 
 def test_a_dockerfile_without_spark_analytics_fails_the_replay(tmp_path: Path) -> None:
-    """The image of issue 34: `pip install .` without spark_analytics/ left `report`'s entry point
+    """The image as it once was: `pip install .` without spark_analytics/ left `report`'s entry point
     unimportable. The replay of such a Dockerfile must not pass."""
     text = DOCKERFILE.read_text()
     broken = tmp_path / "Dockerfile"
