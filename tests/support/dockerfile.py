@@ -131,8 +131,9 @@ def _run(image: Image, arguments: str, _context: Path) -> None:
     for command in arguments.split("&&"):
         words = shlex.split(command)
         if words[:2] == ["pip", "install"]:
+            # --no-cache-dir keeps the image small; here the machine's pip cache saves the downloads.
             subprocess.run(
-                [str(image.bin_dir / "pip"), *words[1:]],
+                [str(image.bin_dir / "pip"), *(word for word in words[1:] if word != "--no-cache-dir")],
                 cwd=image.path(image.workdir),
                 env=clean_environment(image.bin_dir),
                 check=True,
