@@ -57,8 +57,9 @@ async def test_both_reports_on_a_two_worker_cluster(
     for report in ("sessions", "traffic"):
         argv = [sys.executable, "-m", "bridge", "report", report, "-c", str(config), "--source", source.pool_id]
         argv += [*window, "--out", str(out), "--master", spark_cluster, "--storm-threshold", "2", "--prefix-depth", "2"]
-        # one executor per worker, sized to the workers' 1 GB
+        # one executor per worker, sized to the workers' 1 GB; few shuffle partitions for a few rows
         argv += ["--partitions", "2", "--conf", "spark.executor.memory=512m", "--conf", "spark.executor.cores=1"]
+        argv += ["--conf", "spark.sql.shuffle.partitions=4"]
         env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": str(ROOT)}
         done = await asyncio.to_thread(subprocess.run, argv, cwd=ROOT, env=env, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr[-3000:]
