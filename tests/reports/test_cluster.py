@@ -70,3 +70,24 @@ async def test_both_reports_on_a_two_worker_cluster(
     ran = [app for app in master_state()["completedapps"] if app["id"] not in before]
     assert [app["name"] for app in ran] == ["hookbridge-report", "hookbridge-report"]
     assert all(app["cores"] == 2 and app["state"] == "FINISHED" for app in ran), ran
+
+
+def cluster_script(*args: str) -> subprocess.CompletedProcess[str]:
+    script = ROOT / "scripts" / "spark_cluster.sh"
+    return subprocess.run([str(script), *args], capture_output=True, text=True, timeout=300)
+
+
+def test_the_cluster_script_reuses_what_runs_and_leaves_other_ports_alone(spark_cluster: str) -> None:
+    port = str(SPARK_CLUSTER_PORT)
+    again = cluster_script(port, "start", "2")  # as the docs show it, run directly
+    assert again.returncode == 0, again.stderr
+    assert f"Spark master already answering on 127.0.0.1:{port}" in again.stderr
+    assert "starting" not in again.stderr  # both workers are there: nothing new started
+    status = cluster_script(port, "status")
+    assert status.returncode == 0 and status.stdout.startswith(f"{spark_cluster}: ")
+    assert int(status.stdout.split(": ")[1].split()[0]) >= 2
+    unused = str(SPARK_CLUSTER_PORT + 1)
+    assert cluster_script(unused, "status").returncode == 3
+    stopped = cluster_script(unused, "stop")
+    assert stopped.returncode == 0 and "no cluster of ours" in stopped.stderr
+    assert master_state()["aliveworkers"] >= 2  # the session's cluster is untouched
