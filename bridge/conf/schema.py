@@ -30,7 +30,7 @@ CORE: dict[str, Setting] = {
         p.string(required=True, max_bytes=255), "hookbridge@127.0.0.1", "name of this bridge node; stored as `node`"
     ),
     "broker.mode": Setting(
-        p.late_choice(lambda: registry.modes()),
+        p.late_choice(lambda: registry.modes(), lambda name: registry.unavailable_note(registry.MODES_GROUP, name)),
         "embedded",
         "where events come from: embedded broker, EMQX 5, any MQTT broker",
     ),
