@@ -1,9 +1,11 @@
 """An incremental MQTT decoder for one connection's byte stream.
 
 Feed it the chunks `asyncio.Protocol.data_received` gets; it returns the complete packets and
-keeps at most one partial packet. Every check is done before a packet is returned, so a packet
-that breaks a rule is never half-handled: the decoder raises a `CodecError` naming the MQTT 5.0
-reason code to disconnect with, and is unusable afterwards (the connection must be closed).
+keeps at most one partial packet, or, when the caller asks for at most `limit` packets (a
+connection's budget for one loop turn), the bytes past them, for a later `feed(b"", limit)`.
+Every check is done before a packet is returned, so a packet that breaks a rule is never
+half-handled: the decoder raises a `CodecError` naming the MQTT 5.0 reason code to disconnect
+with, and is unusable afterwards (the connection must be closed).
 
 Framing rules enforced (OASIS 3.1.1 section 2 and 5.0 section 2):
 - remaining length at most 4 bytes and in its shortest form;
@@ -47,6 +49,8 @@ class Decoder:
     __slots__ = (
         "_failed",
         "_handlers",
+        "_held",
+        "_held_at",
         "_level",
         "_partial",
         "_server",
@@ -67,6 +71,8 @@ class Decoder:
         self._server = role == "server"
         self._partial = bytearray()
         self._wanted = 0
+        self._held = b""  # bytes past the packets a limited feed returned, not yet decoded...
+        self._held_at = 0  # ...from this offset: a limited feed moves on without copying
         self._failed = False
         self.level = level
 
@@ -82,15 +88,27 @@ class Decoder:
 
     @property
     def buffered(self) -> int:
-        """Bytes held of the one partial packet."""
-        return len(self._partial)
+        """Bytes held: the one partial packet, or what a limited feed left undecoded."""
+        return len(self._partial) + len(self._held) - self._held_at
 
-    def feed(self, data: bytes) -> list[Packet]:
-        """The packets `data` completes, in order. Raises CodecError on the first bad packet, with
-        the valid packets before it in `error.packets`."""
+    @property
+    def held(self) -> bool:
+        """A limited feed stopped with bytes left to decode: `feed(b"", limit)` goes on."""
+        return bool(self._held)
+
+    def feed(self, data: bytes, limit: int = 0) -> list[Packet]:
+        """The packets `data` completes, in order; at most `limit` of them (0: all), the bytes
+        past them held for the next call. Raises CodecError on the first bad packet, with the
+        valid packets before it in `error.packets`."""
         if self._failed:
             raise ProtocolError("the stream already broke the protocol")
-        if self._partial:
+        start = 0
+        if self._held:  # whole packets, maybe a partial one, from `_held_at`
+            buf, start = self._held, self._held_at
+            if data:
+                buf, start = buf[start:] + data, 0
+            self._held, self._held_at = b"", 0
+        elif self._partial:
             self._partial += data
             if len(self._partial) < self._wanted:
                 return []
@@ -99,7 +117,7 @@ class Decoder:
         else:
             buf = bytes(data)
         packets: list[Packet] = []
-        pos, size, wanted = 0, len(buf), 0
+        pos, size, wanted = start, len(buf), 0
         try:
             while pos < size:
                 if pos + 1 >= size:
@@ -124,6 +142,9 @@ class Decoder:
                 if type(packet) is Connect:
                     self.level = packet.protocol_level
                 pos = end
+                if len(packets) == limit and pos < size:
+                    self._held, self._held_at = buf, pos
+                    return packets
         except CodecError as error:
             self._failed = True
             error.packets = packets
