@@ -26,7 +26,18 @@ from pathlib import Path
 import pytest
 
 from bridge.brokers.embedded import EmbeddedBroker
-from bridge.brokers.embedded.codec import Connack, Pingreq, Pingresp
+from bridge.brokers.embedded.codec import (
+    MQTT_5,
+    Connack,
+    Disconnect,
+    Pingreq,
+    Pingresp,
+    ReasonCode,
+    Subscribe,
+    Subscription,
+    encode,
+    wire,
+)
 from bridge.brokers.embedded.connection import INBOX_SIZE, TURN_BYTES, TURN_PACKETS
 from bridge.brokers.embedded.limits import Limits
 from bridge.msgid import MsgIdGenerator
@@ -140,3 +151,21 @@ async def test_a_flood_of_any_packet_type_leaves_logins_their_turn(
     assert peaks.output <= OUTPUT_BOUND + TURN_BYTES + READ_SIZE, peaks.output
     assert peaks.inbox <= INBOX_SIZE + TURN_PACKETS, peaks.inbox
     assert peaks.decoder <= 2 * READ_SIZE, peaks.decoder
+
+
+async def test_a_huge_packet_is_refused_at_the_item_past_its_bound(broker: EmbeddedBroker) -> None:
+    """150,000 empty user properties (750 KB, under max_packet_size) and a SUBSCRIBE of 20,000
+    filters: each connection is closed with DISCONNECT 0x95, counted, and the broker serves
+    logins as before (the decoding stopped at the 1,025th property, the 10,001st filter)."""
+    port = broker.port
+    block = b"\x26\x00\x00\x00\x00" * 150_000
+    body = wire.string("t") + wire.varint(len(block)) + block + b"x"
+    huge_publish = bytes([0x30]) + wire.varint(len(body)) + body
+    many_filters = encode(Subscribe(1, [Subscription(f"f/{i}", 0) for i in range(20_000)]), MQTT_5)
+    for data, counted in ((huge_publish, "user_properties"), (many_filters, "subscribe_entries")):
+        client, connack = await RawClient.connect(port, f"huge-{counted}", level=MQTT_5)
+        assert isinstance(connack, Connack) and connack.reason_code == 0
+        await client.send_bytes(data)
+        assert await client.until_closed(HANG_GUARD) == [Disconnect(ReasonCode.PACKET_TOO_LARGE)]
+        assert broker.refused[counted] == 1
+        await login(port, f"after-{counted}")

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from bridge.brokers.embedded.codec import (
     EMPTY,
     MQTT_5,
+    Bounds,
     CodecError,
     Connack,
     Connect,
@@ -50,6 +51,8 @@ from bridge.brokers.embedded.codec import (
     Pubrel,
     ReasonCode,
     Subscribe,
+    TooManyEntries,
+    TooManyTopicLevels,
     TooManyUserProperties,
     Unsubscribe,
     UnsupportedProtocolVersion,
@@ -222,7 +225,7 @@ class Connection(asyncio.Protocol):
         self.cert_cn: str | None = None  # TLS: the client certificate's common name
         limits = broker.limits
         self.transport: asyncio.Transport | None = None
-        self.decoder = Decoder(limits.max_packet_size, max_user_properties=limits.max_user_properties)
+        self.decoder = Decoder(limits.max_packet_size, bounds=_bounds(limits))
         self.level = 0
         self.state: SessionState | None = None
         self.will: Will | None = None
@@ -465,10 +468,8 @@ class Connection(asyncio.Protocol):
                 props = replace(props, topic_alias=None)
                 if props == EMPTY:
                     props = EMPTY
-        limits = self.broker.limits
-        if topic.count("/") >= limits.max_topic_levels:
-            self.broker.refused["topic_levels"] += 1
-            return self._refuse(f"topic with more than {limits.max_topic_levels} levels", R.TOPIC_NAME_INVALID)
+        # The topic's levels were counted while it was decoded (codec/bounds.py), an aliased
+        # topic's in the PUBLISH that set the alias.
         expires = 0.0
         if props.message_expiry_interval is not None:
             expires = time.monotonic() + props.message_expiry_interval
@@ -779,10 +780,19 @@ class Connection(asyncio.Protocol):
             transport.close()
 
 
+def _bounds(limits: Limits) -> Bounds:
+    """What the decoder checks while it reads a packet (codec/bounds.py), from the broker's limits."""
+    return Bounds(limits.max_user_properties, limits.max_topic_levels, limits.max_subscribe_entries)
+
+
 def _refusal(error: CodecError) -> str:
     """The /metrics name (limits.REFUSALS) a codec refusal is counted under."""
     if isinstance(error, TooManyUserProperties):
         return "user_properties"
+    if isinstance(error, TooManyEntries):
+        return "subscribe_entries"
+    if isinstance(error, TooManyTopicLevels):
+        return "topic_levels"
     return "packet_too_large" if isinstance(error, PacketTooLarge) else "malformed"
 
 

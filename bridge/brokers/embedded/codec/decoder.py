@@ -14,8 +14,9 @@ Framing rules enforced (OASIS 3.1.1 section 2 and 5.0 section 2):
 - the content must fill the declared length exactly: a field that runs past it, or bytes left
   after the last field, make the packet malformed;
 - reserved flag bits of the fixed header, per packet type; PUBLISH QoS 3 and DUP on QoS 0;
-- `max_user_properties` per packet (a will's counted apart), checked once the packet is
-  decoded: decoding is linear in the packet's size, so `max_packet_size` bounds that work.
+- what costs per item inside a packet (codec/bounds.py: user properties, topic levels, topic
+  filters per SUBSCRIBE / UNSUBSCRIBE), each checked as the item is read, so a packet over a
+  bound is refused at the item past it, not after the whole packet was decoded.
 
 The protocol level is learnt from CONNECT (server side: the first packet must be CONNECT and a
 second one is a protocol error), or given up front (client side, or a test).
@@ -26,16 +27,10 @@ from __future__ import annotations
 from typing import Literal
 
 from bridge.brokers.embedded.codec.bodies import connect_level
-from bridge.brokers.embedded.codec.errors import (
-    CodecError,
-    MalformedPacket,
-    PacketTooLarge,
-    ProtocolError,
-    TooManyUserProperties,
-)
+from bridge.brokers.embedded.codec.bounds import Bounds
+from bridge.brokers.embedded.codec.errors import CodecError, MalformedPacket, PacketTooLarge, ProtocolError
 from bridge.brokers.embedded.codec.handlers import handlers
 from bridge.brokers.embedded.codec.packets import Connect, Packet
-from bridge.brokers.embedded.codec.properties import EMPTY, Properties
 
 DEFAULT_MAX_PACKET_SIZE = 268_435_460
 """The largest packet MQTT can frame: 1 + 4 length bytes + 268,435,455."""
@@ -47,6 +42,7 @@ class Decoder:
     subscription identifier; a client refuses the reverse."""
 
     __slots__ = (
+        "_bounds",
         "_failed",
         "_handlers",
         "_held",
@@ -56,7 +52,6 @@ class Decoder:
         "_server",
         "_wanted",
         "max_packet_size",
-        "max_user_properties",
     )
 
     def __init__(
@@ -65,9 +60,11 @@ class Decoder:
         level: int = 0,
         role: Literal["server", "client"] = "server",
         max_user_properties: int = 0,
+        bounds: Bounds | None = None,
     ) -> None:
         self.max_packet_size = max_packet_size
-        self.max_user_properties = max_user_properties  # 0: no limit
+        # `max_user_properties` alone: the one bound a client-side decoder or a test may want
+        self._bounds = bounds if bounds is not None else Bounds(user_properties=max_user_properties)
         self._server = role == "server"
         self._partial = bytearray()
         self._wanted = 0
@@ -135,9 +132,7 @@ class Decoder:
                 if end > size:
                     break
                 wanted = 0
-                packet = self._handlers[buf[pos]](buf, body, end, self._level)
-                if self.max_user_properties:
-                    self._check_user_properties(packet)
+                packet = self._handlers[buf[pos]](buf, body, end, self._level, self._bounds)
                 packets.append(packet)
                 if type(packet) is Connect:
                     self.level = packet.protocol_level
@@ -155,14 +150,6 @@ class Decoder:
             self._partial = bytearray(memoryview(buf)[pos:])
             self._wanted = wanted
         return packets
-
-    def _check_user_properties(self, packet: Packet) -> None:
-        will = getattr(packet, "will", None)
-        for props in (getattr(packet, "properties", EMPTY), getattr(will, "properties", EMPTY)):
-            if isinstance(props, Properties) and len(props.user_property) > self.max_user_properties:
-                raise TooManyUserProperties(
-                    f"{len(props.user_property)} user properties, over the limit of {self.max_user_properties}"
-                )
 
     @staticmethod
     def _long_length(buf: bytes, pos: int, size: int) -> tuple[int, int]:
