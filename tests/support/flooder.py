@@ -56,10 +56,12 @@ def drain(sock: socket.socket) -> None:
         pass
 
 
-def open_connection(port: int, client_id: str, level: int, password: bytes | None, read: bool) -> socket.socket:
+def open_connection(
+    port: int, client_id: str, level: int, password: bytes | None, read: bool, username: str = "flooder"
+) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", port))
-    username = "flooder" if password is not None else None
-    sock.sendall(encode(Connect(client_id, level, True, 0, username, password), level))
+    user = username if password is not None else None
+    sock.sendall(encode(Connect(client_id, level, True, 0, user, password), level))
     if password is None:
         sock.recv(64)  # the CONNACK: the flood starts once the session exists
     if read:
@@ -84,7 +86,7 @@ def flood_packets(port: int, kind: str, level: int, read: bool) -> None:
             sock.close()  # closed by the broker: connect again
 
 
-def flood_passwords(port: int, level: int, read: bool) -> None:
+def flood_passwords(port: int, level: int, read: bool, username: str) -> None:
     """Wrong passwords, one CONNECT per connection, each connection closed once answered (or,
     not reading, left open: the broker's connect timeout and its per-address queue bound it)."""
     round_ = 0
@@ -93,7 +95,7 @@ def flood_passwords(port: int, level: int, read: bool) -> None:
         round_ += 1
         try:
             sock = open_connection(
-                port, f"flood-password-{threading.get_ident()}-{round_}", level, b"wrong", read=False
+                port, f"flood-password-{threading.get_ident()}-{round_}", level, b"wrong", False, username
             )
         except OSError:
             continue
@@ -123,10 +125,11 @@ def main() -> None:
     parser.add_argument("reading", choices=["read", "noread"])
     parser.add_argument("--level", type=int, default=4, choices=[4, 5])
     parser.add_argument("--connections", type=int, default=1, help="flooders at once, each its own connection")
+    parser.add_argument("--username", default="flooder", help="the user whose password the password flood gets wrong")
     args = parser.parse_args()
     read = args.reading == "read"
     if args.kind == "password":
-        in_threads(args.connections, flood_passwords, args.port, args.level, read)
+        in_threads(args.connections, flood_passwords, args.port, args.level, read, args.username)
     else:
         in_threads(args.connections, flood_packets, args.port, args.kind, args.level, read)
 

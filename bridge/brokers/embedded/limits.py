@@ -32,6 +32,7 @@ REFUSALS = (
     "login_bad_credentials",
     "login_not_authorized",
     "login_backend_down",
+    "login_busy",
     "acl_publish_denied",
     "acl_subscribe_denied",
 )
