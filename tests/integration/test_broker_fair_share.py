@@ -3,7 +3,7 @@ connection has one budget per loop turn, whatever it sends (connection.TURN_PACK
 handled, connection.TURN_BYTES bytes written in answer); past it the rest of what it sent waits
 unread while the others are served.
 
-The flooder is its own process (tests/support/flooder.py), reading what the broker answers or
+The flooder is its own process (bench/flooder.py), reading what the broker answers or
 never reading it. Meanwhile another client logs in (CONNECT, then PINGREQ). What is asserted
 is not how long that takes (a loaded machine is slow for everyone; the 10 s bound only keeps a
 hang from hanging the suite) but how much of the flood the broker handled while it did: with a
@@ -73,7 +73,7 @@ async def broker() -> AsyncIterator[EmbeddedBroker]:
 def start_flooder(port: int, kind: str, reading: str, *extra: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.flooder", str(port), kind, reading, *extra],
+        [sys.executable, "-m", "bench.flooder", str(port), kind, reading, *extra],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,

@@ -1,6 +1,6 @@
 """Wrong passwords flooding from one address do not hold up a good login from another
 (docs/security.md#what-each-limit-bounds, auth/checks.py): users in a real Redis with bcrypt
-hashes, 40 connections (tests/support/flooder.py, its own process) sending wrong passwords from
+hashes, 40 connections (bench/flooder.py, its own process) sending wrong passwords from
 127.0.0.1, a good login from 127.0.0.2.
 
 What is asserted is not a time (the 10 s bound only keeps a hang from hanging the suite): it is

@@ -1,7 +1,7 @@
 """One misbehaving MQTT client, run as its own process: it connects and then sends one packet
 type as fast as its socket takes it, reading what the broker answers or never reading it.
 
-    python -m tests.support.flooder PORT KIND read|noread [--level 4|5] [--connections N]
+    python -m bench.flooder PORT KIND read|noread [--level 4|5] [--connections N]
 
 KIND is one of `PACKETS` (the control packets a client may send after CONNECT), or `password`:
 CONNECTs with a wrong password, one per connection, as fast as the broker answers them. A
