@@ -13,7 +13,6 @@ from bridge.brokers.embedded.codec.errors import (
     MalformedPacket,
     ProtocolError,
     TooManyEntries,
-    TooManyTopicLevels,
     UnsupportedProtocolVersion,
 )
 from bridge.brokers.embedded.codec.filters import subscription_filter_error, topic_wildcard_error
@@ -105,9 +104,9 @@ def connect(buf: bytes, pos: int, end: int, level: int, bounds: Bounds) -> tuple
     will = None
     if will_flag:
         will_props, pos = _props(buf, pos, end, level, WILL, bounds)
+        # A will topic over the levels is refused by the broker with a CONNACK (return code 5 /
+        # 0x90), which a 3.1.1 client can read: not here, where it could only be disconnected.
         topic, pos = wire.read_string(buf, pos, end)
-        if bounds.topic_levels and topic.count("/") >= bounds.topic_levels:
-            raise TooManyTopicLevels(f"will topic with more than {bounds.topic_levels} levels")
         problem = topic_wildcard_error(topic) if topic else "will topic is empty"
         if problem:
             raise MalformedPacket(problem)

@@ -18,8 +18,9 @@ class Bounds:
     user_properties: int = 0
     """MQTT 5 user properties in one property block (a will's counted apart)."""
     topic_levels: int = 0
-    """Levels of a PUBLISH or will topic ("a/b/c" has 3); a SUBSCRIBE filter with more is not
-    parsed further: the broker refuses that filter (SUBACK 0x80 / 0x8F)."""
+    """Levels of a PUBLISH topic ("a/b/c" has 3). A SUBSCRIBE filter with more is not parsed
+    further and a will topic with more is let through: the broker refuses either with the code
+    MQTT has for it (SUBACK 0x80 / 0x8F, CONNACK 5 / 0x90)."""
     entries: int = 0
     """Topic filters in one SUBSCRIBE or UNSUBSCRIBE, repeats included."""
 
