@@ -153,11 +153,15 @@ def measure(broker: str, port: int, flood: str, samples: int, timeout: float, *a
     return row
 
 
-def run_broker(name: str, port: int, samples: int, timeout: float) -> list[Row]:
-    rows = [measure(name, port, "none", samples, timeout)]
-    for kind in PACKETS:
-        for reading in ("read", "noread"):
-            rows.append(measure(name, port, f"{kind} {reading}", samples, timeout, "--level", "5"))
+def run_broker(name: str, port: int, samples: int, timeout: float, packets: bool, passwords: bool) -> list[Row]:
+    rows = []
+    if packets:
+        rows.append(measure(name, port, "none", samples, timeout))
+        for kind in PACKETS:
+            for reading in ("read", "noread"):
+                rows.append(measure(name, port, f"{kind} {reading}", samples, timeout, "--level", "5"))
+    if not passwords:
+        return rows
     rows.append(measure(name, port, "none", samples, timeout, user=True))  # a login with a hash, no flood
     for connections in PASSWORD_FLOODS:
         flood = ("--username", USER, "--connections", str(connections))
@@ -170,6 +174,7 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=30, help="logins measured per flood")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds after which a login counts as failed")
     parser.add_argument("--brokers", default="hookbridge,mosquitto")
+    parser.add_argument("--floods", default="packets,passwords", help="packets, passwords or both")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     print(f"machine: {describe()}; Mosquitto {mosquitto_version()}", flush=True)
@@ -184,7 +189,10 @@ def main() -> int:
             else:
                 launch = mosquitto_launch(Path(tmp) / name, password_file=users)
             with launch.run() as server:
-                rows += run_broker(name, server.port, args.samples, args.timeout)
+                floods = args.floods.split(",")
+                rows += run_broker(
+                    name, server.port, args.samples, args.timeout, "packets" in floods, "passwords" in floods
+                )
     header = ("broker", "flood", "p50 ms", "p99 ms", "max ms", "failed")
     lines = []
     for row in rows:

@@ -15,6 +15,7 @@ hold up the logins from others; past its queue a CONNECT is refused at once (`lo
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
@@ -33,6 +34,9 @@ log = logging.getLogger("bridge.brokers.embedded.auth")
 
 DOWN_REPORT_INTERVAL = 10.0  # seconds between two warnings that the user database is down
 BUSY_REPORT_INTERVAL = 10.0  # seconds between two warnings that an address's checks queue is full
+# Seconds a CONNECT refused for its address's full queue waits for its CONNACK: a flood that
+# connects again at once would otherwise keep the broker busy accepting and refusing.
+BUSY_DELAY = 1.0
 
 # (username or None, clientid, superuser) -> what the client may do (the ACL's seam)
 PermissionsFor = Callable[[str | None, str, bool], Awaitable[Permissions]]
@@ -55,6 +59,7 @@ class AuthGate:
         password_hash: PasswordHash | None = None,
         acl: Acl | None = None,
         checks: FairChecks | None = None,
+        busy_delay: float = BUSY_DELAY,
     ) -> None:
         self.allow_anonymous = allow_anonymous
         self.password_file = password_file
@@ -65,6 +70,7 @@ class AuthGate:
         self._down_reported_at = -DOWN_REPORT_INTERVAL
         self._down_unreported = 0
         self.checks = checks or FairChecks()
+        self.busy_delay = busy_delay
         self._busy_reported_at = -BUSY_REPORT_INTERVAL
         self._busy_unreported = 0
 
@@ -100,6 +106,7 @@ class AuthGate:
             return Verdict(False, "login_backend_down")
         except TooManyChecks as busy:
             self._report_busy(login.username, busy)
+            await asyncio.sleep(self.busy_delay)
             return Verdict(False, "login_busy")
         if proved is None:
             return Verdict(False, "login_bad_credentials")
