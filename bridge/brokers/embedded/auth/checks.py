@@ -2,7 +2,7 @@
 between the addresses clients connect from (docs/security.md#what-each-limit-bounds).
 
 The checks of one address wait in their own queue, bounded (`per_address`, the running ones
-included): past it a CONNECT from that address is refused at once, without hashing (CONNACK 3 /
+included): past it a CONNECT from that address is refused without hashing (CONNACK 3 /
 0x89 server busy, counted as `login_busy`). A few worker threads (`workers`, about one per core:
 hashing is CPU work, more threads only share the same cores) take the next check from each
 address in turn, so a login from another address waits for the checks already running and at

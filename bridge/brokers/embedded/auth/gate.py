@@ -10,7 +10,7 @@ does not answer refuses the login (`login_backend_down`), it never lets one in.
 
 Slow password hashes are checked in the gate's `FairChecks` (checks.py): a bounded queue per
 source address and a turn for each address, so wrong passwords flooding from one place do not
-hold up the logins from others; past its queue a CONNECT is refused at once (`login_busy`).
+hold up the logins from others; past its queue a CONNECT is refused, after BUSY_DELAY (`login_busy`).
 """
 
 from __future__ import annotations
