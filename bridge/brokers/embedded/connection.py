@@ -310,6 +310,7 @@ class Connection(asyncio.Protocol):
 
     def _next_turn(self) -> None:
         self.turn_spent = False
+        self.turn_bytes = 0
         self._reading()
 
     def _late_acks(self, data: bytes) -> None:
