@@ -783,7 +783,11 @@ class Connection(asyncio.Protocol):
 
 def _bounds(limits: Limits) -> Bounds:
     """What the decoder checks while it reads a packet (codec/bounds.py), from the broker's limits."""
-    return Bounds(limits.max_user_properties, limits.max_topic_levels, limits.max_subscribe_entries)
+    return Bounds(
+        user_properties=limits.max_user_properties,
+        topic_levels=limits.max_topic_levels,
+        entries=limits.max_subscribe_entries,
+    )
 
 
 def _refusal(error: CodecError) -> str:
