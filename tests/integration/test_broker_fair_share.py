@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -27,8 +28,10 @@ import pytest
 
 from bridge.brokers.embedded import EmbeddedBroker
 from bridge.brokers.embedded.codec import (
+    MQTT_3_1_1,
     MQTT_5,
     Connack,
+    Connect,
     Disconnect,
     Pingreq,
     Pingresp,
@@ -40,9 +43,11 @@ from bridge.brokers.embedded.codec import (
 )
 from bridge.brokers.embedded.connection import INBOX_SIZE, TURN_BYTES, TURN_PACKETS
 from bridge.brokers.embedded.limits import Limits
+from bridge.brokers.embedded.listeners import Listener
 from bridge.msgid import MsgIdGenerator
 from support.mqtt import wait_until
 from tests.integration.conftest import RawClient, RecordingSink
+from tests.integration.test_embedded_websocket_input import UPGRADE, frame
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE = "fair@127.0.0.1"
@@ -169,3 +174,52 @@ async def test_a_huge_packet_is_refused_at_the_item_past_its_bound(broker: Embed
         assert await client.until_closed(HANG_GUARD) == [Disconnect(ReasonCode.PACKET_TOO_LARGE)]
         assert broker.refused[counted] == 1
         await login(port, f"after-{counted}")
+
+
+async def test_a_websocket_flood_gets_one_budget_per_loop_turn_however_many_frames_one_read_holds() -> None:
+    """One TCP read of a WebSocket connection may hold hundreds of frames, each handed to the
+    connection in turn: past the turn's budget they wait in the decoder for the next turn.
+    Counted per loop turn by a callback that runs once in every turn."""
+    broker = EmbeddedBroker(
+        "127.0.0.1:0",
+        node=NODE,
+        msgids=MsgIdGenerator(NODE),
+        limits=Limits(max_output_bytes=OUTPUT_BOUND),
+        listeners=[Listener("ws", "127.0.0.1", 0)],
+    )
+    await broker.start(RecordingSink())
+    loop = asyncio.get_running_loop()
+    core, most, ticking = broker._broker, [0], [True]
+    last = [0]
+
+    def tick() -> None:  # runs once per loop turn: the packets the broker handled in the last one
+        now = core.traffic.packets_received
+        most[0] = max(most[0], now - last[0])
+        last[0] = now
+        if ticking[0]:
+            loop.call_soon(tick)
+
+    raw = socket.socket()
+    raw.setblocking(False)
+    try:
+        await loop.sock_connect(raw, ("127.0.0.1", broker.port_of("ws")))
+        await loop.sock_sendall(raw, UPGRADE.format(path="/mqtt").encode())
+        response = b""
+        while b"\r\n\r\n" not in response:
+            response += await loop.sock_recv(raw, 1)
+        assert response.startswith(b"HTTP/1.1 101")
+        await loop.sock_sendall(raw, frame(0x2, encode(Connect("wsflood", MQTT_3_1_1, True, 0), MQTT_3_1_1)))
+        connack = await loop.sock_recv(raw, 64)
+        assert connack[-4:] == b"\x20\x02\x00\x00", connack
+        pings = frame(0x2, encode(Pingreq(), MQTT_3_1_1) * 60)  # 60 PINGREQs a frame
+        flood = pings * 2000  # 120,000 PINGREQs, 250 KB: a read holds hundreds of frames
+        last[0] = core.traffic.packets_received
+        loop.call_soon(tick)
+        sender = loop.create_task(loop.sock_sendall(raw, flood))
+        await wait_until(sender.done, 60, "the flood sent")
+        await wait_until(lambda: core.traffic.packets_received >= 120_000, 60, "the flood handled")
+    finally:
+        ticking[0] = False
+        raw.close()
+        await broker.stop()
+    assert most[0] <= 2 * TURN_PACKETS, most[0]

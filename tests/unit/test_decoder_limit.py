@@ -31,3 +31,17 @@ def test_new_bytes_join_what_a_limited_feed_held() -> None:
 def test_no_limit_decodes_everything() -> None:
     ping = encode(Pingreq(), MQTT_3_1_1)
     assert len(Decoder(level=MQTT_3_1_1).feed(ping * 1000)) == 1000
+
+
+def test_kept_bytes_are_decoded_next_after_what_was_held() -> None:
+    ping = encode(Pingreq(), MQTT_3_1_1)
+    publish = Publish("t", b"x" * 10, 1, packet_id=1)
+    decoder = Decoder(level=MQTT_3_1_1)
+    assert len(decoder.feed(ping * 5, limit=2)) == 2
+    data = encode(publish, MQTT_3_1_1)
+    decoder.keep(data[:5])  # a partial packet joins what is held
+    decoder.keep(data[5:])
+    assert decoder.feed(b"", limit=10) == [Pingreq()] * 3 + [publish]
+    decoder.feed(data[:4])  # a partial packet, then kept bytes complete it
+    decoder.keep(data[4:] + ping)
+    assert decoder.feed(b"") == [publish, Pingreq()]

@@ -213,6 +213,7 @@ class Connection(asyncio.Protocol):
         "state",
         "transport",
         "turn_bytes",
+        "turn_packets",
         "turn_spent",
         "watched_keepalive",
         "will",
@@ -247,7 +248,9 @@ class Connection(asyncio.Protocol):
         self.incoming_unacked = 0  # QoS 1/2 messages from the client not yet fully acknowledged
         self.reading_paused = self.writing_paused = False  # the inbox is full / the output buffer is
         self.turn_spent = False  # this turn's budget is spent: reading waits for the next turn
-        self.turn_bytes = 0  # bytes written to it since its input was last decoded
+        # Packets handled and bytes written since its last pause for a turn: a connection yields
+        # at least once every TURN_PACKETS / TURN_BYTES, however its input was split into reads.
+        self.turn_packets = self.turn_bytes = 0
         self.output_logged = False
         self._pump_soon = self._flush_soon = False
         self.connacked = False
@@ -270,14 +273,16 @@ class Connection(asyncio.Protocol):
                 self._late_acks(data)
             return  # closing: what still comes is not read
         self.broker.traffic.bytes_received += len(data)
+        if self.not_reading:  # handed more while paused (the frames of one WebSocket read): later
+            self.decoder.keep(data)
+            return
         self._take(data)
 
     def _take(self, data: bytes) -> None:
-        """Decode and handle what the client sent, up to one turn's budget (TURN_PACKETS): the
+        """Decode and handle what the client sent, up to this turn's budget (TURN_PACKETS): the
         bytes past it wait in the decoder while the others are served (_spend_turn)."""
-        self.turn_bytes = 0
         try:
-            packets = self.decoder.feed(data, TURN_PACKETS)
+            packets = self.decoder.feed(data, TURN_PACKETS - self.turn_packets)
         except CodecError as error:
             for packet in error.packets:
                 self._on_packet(packet)
@@ -294,10 +299,11 @@ class Connection(asyncio.Protocol):
             return
         if packets:
             self.broker.traffic.packets_received += len(packets)
+            self.turn_packets += len(packets)
             self.last_packet = time.monotonic()
             for packet in packets:
                 self._on_packet(packet)
-        if self.decoder.held:
+        if self.decoder.held or self.turn_packets >= TURN_PACKETS:
             self._spend_turn()
 
     def _spend_turn(self) -> None:
@@ -310,7 +316,7 @@ class Connection(asyncio.Protocol):
 
     def _next_turn(self) -> None:
         self.turn_spent = False
-        self.turn_bytes = 0
+        self.turn_packets = self.turn_bytes = 0
         self._reading()
 
     def _late_acks(self, data: bytes) -> None:

@@ -93,6 +93,15 @@ class Decoder:
         """A limited feed stopped with bytes left to decode: `feed(b"", limit)` goes on."""
         return bool(self._held)
 
+    def keep(self, data: bytes) -> None:
+        """Hold `data` undecoded, after what is held already, for the next `feed` (a connection
+        past its turn's budget that is handed more bytes: the frames of one WebSocket read)."""
+        if self._held:
+            self._held, self._held_at = self._held[self._held_at :] + data, 0
+        elif data:
+            self._held, self._held_at = bytes(self._partial) + data, 0
+            self._partial, self._wanted = bytearray(), 0
+
     def feed(self, data: bytes, limit: int = 0) -> list[Packet]:
         """The packets `data` completes, in order; at most `limit` of them (0: all), the bytes
         past them held for the next call. Raises CodecError on the first bad packet, with the
