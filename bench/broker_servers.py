@@ -167,10 +167,11 @@ def mosquitto(workdir: Path) -> contextlib.AbstractContextManager[Server]:
     return mosquitto_launch(workdir).run()
 
 
-def mosquitto_launch(workdir: Path, *, persistence: bool = False) -> Launch:
+def mosquitto_launch(workdir: Path, *, persistence: bool = False, password_file: Path | None = None) -> Launch:
     """Mosquitto on a free port; its connection limit off (it still needs the fds: see
     raise_fd_limit). With `persistence`, its file is `workdir/mosquitto.db`, written at its
-    autosave (every 1,800 s by default, which no run here reaches) and when it stops."""
+    autosave (every 1,800 s by default, which no run here reaches) and when it stops. With
+    `password_file`, its users are checked (anonymous clients are still let in)."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     lines = [
@@ -185,6 +186,8 @@ def mosquitto_launch(workdir: Path, *, persistence: bool = False) -> Launch:
         "max_queued_messages 100000",
         f"log_dest file {workdir / 'mosquitto.log'}",  # the default log types, as a user has them
     ]
+    if password_file is not None:
+        lines.append(f"password_file {password_file}")
     if os.geteuid() == 0:
         lines.append("user root")  # as root it would switch to `mosquitto`, who cannot write here
     conf = workdir / "mosquitto.conf"
@@ -206,11 +209,12 @@ def hookbridge_launch(
     max_connections: int | None = None,
     durable: bool = False,
     metrics: bool = False,
+    extra: tuple[str, ...] = (),
 ) -> Launch:
     """`python -m bridge run` on a free port from a fresh `workdir`: no rules, or (redis_port
     given) the shipped rules/redis.conf with its pool `pool1` pointed at that Redis; with
     `durable`, durable sessions on and their store in `workdir/durable`; with `metrics`, its
-    /metrics on a free port too."""
+    /metrics on a free port too; `extra`: more config lines."""
     shutil.rmtree(workdir, ignore_errors=True)
     (workdir / "rules").mkdir(parents=True)
     port = free_port()
@@ -227,6 +231,7 @@ def hookbridge_launch(
     if redis_port is not None:
         shutil.copy(ROOT / "rules" / "redis.conf", workdir / "rules")
         config.append(f"backend.redis.pool1.server = {HOST}:{redis_port}")
+    config += extra
     (workdir / "bridge.conf").write_text("\n".join(config) + "\n")
     command = [sys.executable, "-m", "bridge", "run", "-c", str(workdir / "bridge.conf"), "-r", str(workdir / "rules")]
     return Launch("hookbridge", command, workdir, port, "bridge.log", metrics_port)

@@ -67,6 +67,7 @@ _LOGIN_CODES = {
     "login_bad_credentials": (ConnectReturnCode.BAD_USER_NAME_OR_PASSWORD, R.BAD_USER_NAME_OR_PASSWORD),
     "login_not_authorized": (ConnectReturnCode.NOT_AUTHORIZED, R.NOT_AUTHORIZED),
     "login_backend_down": (ConnectReturnCode.SERVER_UNAVAILABLE, R.SERVER_UNAVAILABLE),
+    "login_busy": (ConnectReturnCode.SERVER_UNAVAILABLE, R.SERVER_BUSY),
 }
 
 
@@ -154,7 +155,15 @@ class Broker(FlowsMixin):
                         deadlines.watch(conn, max(now, conn.opened + timeout))  # its CONNECT is being handled
                     else:
                         self.refused["connect_timeout"] += 1
-                        log.info("connection from %s sent no CONNECT within %.0f s: closed", conn.peername, timeout)
+                        if conn.decoder.level:  # its CONNECT came; deciding it took the time
+                            log.info(
+                                "connection from %s: its CONNECT was not answered within %.3g s (the login, a "
+                                "password check or the user database, was still pending): closed",
+                                conn.peername,
+                                timeout,
+                            )
+                        else:
+                            log.info("connection from %s sent no CONNECT within %.0f s: closed", conn.peername, timeout)
                         conn.close("connect_timeout")
                 elif conn.watched_keepalive:
                     limit = conn.keepalive_limit

@@ -5,6 +5,10 @@ packet closes the connection before any of it is handled) and become work items 
 which one task (`_serve`, started only while there is work, so an idle connection holds no
 task) hands to the broker in arrival order. Acknowledgements and pings are answered right here.
 
+One connection's share of the loop (`TURN_PACKETS`, `TURN_BYTES`): whatever it sends, a
+connection has at most so many packets handled and so many bytes written in answer before the
+others get their turn; the rest of what it sent waits in its decoder, unread, until the next turn.
+
 Bounded per connection (bridge/brokers/embedded/limits.py): the decoder refuses a packet over
 `max_packet_size` as soon as its fixed header is read; a full inbox stops reading from the
 socket; acknowledgements waiting for their messages to be kept are bounded; bytes written and
@@ -31,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from bridge.brokers.embedded.codec import (
     EMPTY,
     MQTT_5,
+    Bounds,
     CodecError,
     Connack,
     Connect,
@@ -46,6 +51,8 @@ from bridge.brokers.embedded.codec import (
     Pubrel,
     ReasonCode,
     Subscribe,
+    TooManyEntries,
+    TooManyTopicLevels,
     TooManyUserProperties,
     Unsubscribe,
     UnsupportedProtocolVersion,
@@ -106,6 +113,14 @@ UNACKED_LIMIT = 1024
 # as Receive Maximum; a client over it is disconnected with 0x93). Acknowledgements wait until
 # the message is kept, so this is what lets a publisher pipeline writes.
 RECEIVE_MAXIMUM = UNACKED_LIMIT
+# One connection's budget per loop turn, whatever the packet types (docs/security.md#what-each-limit-bounds):
+# packets decoded and handled, and bytes written to it (acknowledgements, PINGRESPs, SUBACKs...).
+# Past either, the bytes after the packets handled wait in the decoder and the socket is not
+# read until the next turn, or, if its output is over max_output_bytes, until the client has
+# taken it (pause_writing): every other connection is served in between. A PINGREQ flood once
+# held the loop for a whole 256 KB read (128,000 packets) per turn.
+TURN_PACKETS = 256
+TURN_BYTES = 64 << 10
 # Topic aliases a 5.0 client may set towards the broker (announced in CONNACK).
 TOPIC_ALIAS_MAXIMUM = 64
 R = ReasonCode
@@ -209,6 +224,9 @@ class Connection(asyncio.Protocol):
         "serving",
         "state",
         "transport",
+        "turn_bytes",
+        "turn_packets",
+        "turn_spent",
         "watched_keepalive",
         "will",
         "writing_paused",
@@ -220,7 +238,7 @@ class Connection(asyncio.Protocol):
         self.cert_cn: str | None = None  # TLS: the client certificate's common name
         limits = broker.limits
         self.transport: asyncio.Transport | None = None
-        self.decoder = Decoder(limits.max_packet_size, max_user_properties=limits.max_user_properties)
+        self.decoder = Decoder(limits.max_packet_size, bounds=_bounds(limits))
         self.level = 0
         self.state: SessionState | None = None
         self.will: Will | None = None
@@ -242,6 +260,10 @@ class Connection(asyncio.Protocol):
         self.client_max_packet = 0
         self.incoming_unacked = 0  # QoS 1/2 messages from the client not yet fully acknowledged
         self.reading_paused = self.writing_paused = False  # the inbox is full / the output buffer is
+        self.turn_spent = False  # this turn's budget is spent: reading waits for the next turn
+        # Packets handled and bytes written since its last pause for a turn: a connection yields
+        # at least once every TURN_PACKETS / TURN_BYTES, however its input was split into reads.
+        self.turn_packets = self.turn_bytes = 0
         self.output_logged = False
         self._pump_soon = self._flush_soon = False
         self.connacked = False
@@ -263,8 +285,17 @@ class Connection(asyncio.Protocol):
             if self.reason == "normal":
                 self._late_acks(data)
             return  # closing: what still comes is not read
+        self.broker.traffic.bytes_received += len(data)
+        if self.not_reading:  # handed more while paused (the frames of one WebSocket read): later
+            self.decoder.keep(data)
+            return
+        self._take(data)
+
+    def _take(self, data: bytes) -> None:
+        """Decode and handle what the client sent, up to this turn's budget (TURN_PACKETS): the
+        bytes past it wait in the decoder while the others are served (_spend_turn)."""
         try:
-            packets = self.decoder.feed(data)
+            packets = self.decoder.feed(data, TURN_PACKETS - self.turn_packets)
         except CodecError as error:
             for packet in error.packets:
                 self._on_packet(packet)
@@ -279,13 +310,27 @@ class Connection(asyncio.Protocol):
                 return
             self.close("closed", error.reason)
             return
-        traffic = self.broker.traffic
-        traffic.bytes_received += len(data)
         if packets:
-            traffic.packets_received += len(packets)
+            self.broker.traffic.packets_received += len(packets)
+            self.turn_packets += len(packets)
             self.last_packet = time.monotonic()
             for packet in packets:
                 self._on_packet(packet)
+        if self.decoder.held or self.turn_packets >= TURN_PACKETS:
+            self._spend_turn()
+
+    def _spend_turn(self) -> None:
+        """This turn's budget is spent: stop reading until the next loop turn (_next_turn)."""
+        if self.turn_spent or self.reason is not None:
+            return
+        self.turn_spent = True
+        self._reading()
+        asyncio.get_running_loop().call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        self.turn_spent = False
+        self.turn_packets = self.turn_bytes = 0
+        self._reading()
 
     def _late_acks(self, data: bytes) -> None:
         """After the client's DISCONNECT, take the PUBACKs and PUBCOMPs that still arrive.
@@ -348,15 +393,20 @@ class Connection(asyncio.Protocol):
 
     @property
     def not_reading(self) -> bool:
-        """Reading from the socket is paused (full inbox, or output the client has not taken):
-        time that does not count against the keepalive."""
-        return self.reading_paused or self.writing_paused
+        """Reading from the socket is paused (full inbox, output the client has not taken, or
+        this turn's budget spent): time that does not count against the keepalive."""
+        return self.reading_paused or self.writing_paused or self.turn_spent
 
     def _reading(self) -> None:
-        """Read from the socket unless the inbox is full or the client does not take its output."""
+        """Read from the socket unless the inbox is full, the client does not take its output or
+        this turn's budget is spent; what an earlier turn left in the decoder goes first."""
         transport = self.transport
         if transport is None or self.reason is not None:
             return
+        if not self.not_reading and self.decoder.held:
+            self._take(b"")  # may spend the budget or fill the inbox again: then reading stays paused
+            if self.reason is not None:
+                return
         if self.not_reading:
             transport.pause_reading()
         else:
@@ -442,10 +492,8 @@ class Connection(asyncio.Protocol):
                 props = replace(props, topic_alias=None)
                 if props == EMPTY:
                     props = EMPTY
-        limits = self.broker.limits
-        if topic.count("/") >= limits.max_topic_levels:
-            self.broker.refused["topic_levels"] += 1
-            return self._refuse(f"topic with more than {limits.max_topic_levels} levels", R.TOPIC_NAME_INVALID)
+        # The topic's levels were counted while it was decoded (codec/bounds.py), an aliased
+        # topic's in the PUBLISH that set the alias.
         expires = 0.0
         if props.message_expiry_interval is not None:
             expires = time.monotonic() + props.message_expiry_interval
@@ -627,6 +675,9 @@ class Connection(asyncio.Protocol):
             traffic = self.broker.traffic
             traffic.packets_sent += packets
             traffic.bytes_sent += len(data)
+            self.turn_bytes += len(data)
+            if self.turn_bytes > TURN_BYTES:  # answers count against the budget too
+                self._spend_turn()
 
     def pump(self) -> None:
         """Send queued messages soon (batched: one write per loop step)."""
@@ -788,8 +839,21 @@ class Connection(asyncio.Protocol):
             transport.close()
 
 
+def _bounds(limits: Limits) -> Bounds:
+    """What the decoder checks while it reads a packet (codec/bounds.py), from the broker's limits."""
+    return Bounds(
+        user_properties=limits.max_user_properties,
+        topic_levels=limits.max_topic_levels,
+        entries=limits.max_subscribe_entries,
+    )
+
+
 def _refusal(error: CodecError) -> str:
     """The /metrics name (limits.REFUSALS) a codec refusal is counted under."""
     if isinstance(error, TooManyUserProperties):
         return "user_properties"
+    if isinstance(error, TooManyEntries):
+        return "subscribe_entries"
+    if isinstance(error, TooManyTopicLevels):
+        return "topic_levels"
     return "packet_too_large" if isinstance(error, PacketTooLarge) else "malformed"

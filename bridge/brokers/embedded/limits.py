@@ -22,6 +22,7 @@ REFUSALS = (
     "clientid_too_long",  # a client id over max_clientid_len (CONNACK 2 / 0x85)
     "topic_levels",  # a topic or filter with more than max_topic_levels levels
     "max_subscriptions",  # a SUBSCRIBE filter over max_subscriptions (SUBACK 0x80 / 0x97)
+    "subscribe_entries",  # a SUBSCRIBE / UNSUBSCRIBE with more than max_subscribe_entries filters (closed)
     "subscribe_filters",  # a distinct filter of one SUBSCRIBE past max_subscribe_filters (SUBACK 0x80 / 0x97)
     "receive_maximum",  # a 5.0 client over the broker's receive maximum (DISCONNECT 0x93)
     "offline_messages",  # a queued message dropped: the session held max_offline_messages
@@ -32,6 +33,7 @@ REFUSALS = (
     "login_bad_credentials",
     "login_not_authorized",
     "login_backend_down",
+    "login_busy",
     "acl_publish_denied",
     "acl_subscribe_denied",
 )
@@ -71,6 +73,9 @@ class Limits:
     max_subscribe_filters: int = 1000
     """Distinct topic filters handled in one SUBSCRIBE (a filter repeated in the packet counts
     once); the ones past it are refused (SUBACK 0x80 / 0x97); 0: no limit."""
+    max_subscribe_entries: int = 10_000
+    """Topic filters in one SUBSCRIBE or UNSUBSCRIBE, repeats included; refused while decoding at
+    the one past it (codec/bounds.py); 0: no limit but max_packet_size."""
     max_topic_levels: int = 64
     """Levels of a topic name or filter ("a/b/c" has 3)."""
     max_clientid_len: int = 256

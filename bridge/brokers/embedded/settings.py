@@ -174,6 +174,14 @@ SETTINGS: dict[str, Setting] = {
         "packet counts once and is subscribed once, with its last options); the filters past it are refused "
         "(SUBACK 0x80, or 0x97 quota exceeded for MQTT 5), the others granted; 0: no limit",
     ),
+    "broker.max_subscribe_entries": Setting(
+        p.int_in(0, 1_000_000),
+        10_000,
+        "embedded mode: topic filters one SUBSCRIBE or UNSUBSCRIBE packet may carry, repeats included; the "
+        "broker refuses a packet with more as soon as it reads the filter past it, before decoding the rest "
+        "(connection closed, MQTT 5: DISCONNECT 0x95, counted as subscribe_entries); 0: no limit but "
+        "broker.max_packet_size",
+    ),
     "broker.max_topic_levels": Setting(
         p.int_in(1, 65535),
         64,

@@ -7,10 +7,16 @@ Who is let in:
 - no user name: only when anonymous access is allowed.
 An unknown user or a wrong password is refused whatever `allow_anonymous` says; a database that
 does not answer refuses the login (`login_backend_down`), it never lets one in.
+
+Slow password hashes are checked in the gate's `FairChecks` (checks.py): a bounded queue per
+source address and a turn for each address, so wrong passwords flooding from one place do not
+hold up the logins from others; past its queue a CONNECT is refused, after BUSY_DELAY (`login_busy`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -19,6 +25,7 @@ from dataclasses import dataclass
 from bridge.accounts import BackendDown
 from bridge.brokers.embedded.access import Login, Permissions, Verdict
 from bridge.brokers.embedded.auth.aclsource import Acl, AclBackendDown
+from bridge.brokers.embedded.auth.checks import FairChecks, TooManyChecks
 from bridge.brokers.embedded.auth.hashes import PasswordHash
 from bridge.brokers.embedded.auth.passwords import PasswordFile, PasswordFileError
 from bridge.brokers.embedded.auth.users import CachedUsers
@@ -26,6 +33,10 @@ from bridge.brokers.embedded.auth.users import CachedUsers
 log = logging.getLogger("bridge.brokers.embedded.auth")
 
 DOWN_REPORT_INTERVAL = 10.0  # seconds between two warnings that the user database is down
+BUSY_REPORT_INTERVAL = 10.0  # seconds between two warnings that an address's checks queue is full
+# Seconds a CONNECT refused for its address's full queue waits for its CONNACK: a flood that
+# connects again at once would otherwise keep the broker busy accepting and refusing.
+BUSY_DELAY = 1.0
 
 # (username or None, clientid, superuser) -> what the client may do (the ACL's seam)
 PermissionsFor = Callable[[str | None, str, bool], Awaitable[Permissions]]
@@ -47,6 +58,8 @@ class AuthGate:
         users: CachedUsers | None = None,
         password_hash: PasswordHash | None = None,
         acl: Acl | None = None,
+        checks: FairChecks | None = None,
+        busy_delay: float = BUSY_DELAY,
     ) -> None:
         self.allow_anonymous = allow_anonymous
         self.password_file = password_file
@@ -56,6 +69,10 @@ class AuthGate:
         self.acl = acl  # reloaded and closed with the users; permissions_for reads it
         self._down_reported_at = -DOWN_REPORT_INTERVAL
         self._down_unreported = 0
+        self.checks = checks or FairChecks()
+        self.busy_delay = busy_delay
+        self._busy_reported_at = -BUSY_REPORT_INTERVAL
+        self._busy_unreported = 0
 
     @property
     def authenticates(self) -> bool:
@@ -83,10 +100,14 @@ class AuthGate:
             permissions = await self._permissions_for(login.username, login.clientid, False)
             return Verdict(True, username=login.username, permissions=permissions)
         try:
-            proved = await self._check(login.username, login.password)
+            proved = await self._check(login.username, login.password, _address(login.peername))
         except BackendDown as exc:
             self._report_down(login.username, exc)
             return Verdict(False, "login_backend_down")
+        except TooManyChecks as busy:
+            self._report_busy(login.username, busy)
+            await asyncio.sleep(self.busy_delay)
+            return Verdict(False, "login_busy")
         if proved is None:
             return Verdict(False, "login_bad_credentials")
         return await self._let_in(login, proved)
@@ -112,20 +133,39 @@ class AuthGate:
             superuser = record is not None and record.superuser
         return await self._permissions_for(username, clientid, superuser)
 
+    def _report_busy(self, username: str, busy: TooManyChecks) -> None:
+        """What happened, once per BUSY_REPORT_INTERVAL (a flood would flood the log too)."""
+        now = time.monotonic()
+        if now - self._busy_reported_at < BUSY_REPORT_INTERVAL:
+            self._busy_unreported += 1
+            return
+        more = f"; {self._busy_unreported} more refused so since the last report" if self._busy_unreported else ""
+        log.warning(
+            "login of user %r refused without checking its password: %s (at most %d per address; "
+            "the password checks of other addresses go on)%s",
+            username,
+            busy,
+            self.checks.per_address,
+            more,
+        )
+        self._busy_reported_at, self._busy_unreported = now, 0
+
     async def _let_in(self, login: Login, proved: _Proved) -> Verdict:
         permissions = await self._permissions_for(proved.username, login.clientid, proved.superuser)
         return Verdict(True, username=proved.username, permissions=permissions, authenticated=True)
 
-    async def _check(self, username: str, password: bytes | None) -> _Proved | None:
-        """The user if the password is right; None if unknown or wrong; BackendDown if not known."""
+    async def _check(self, username: str, password: bytes | None, address: str) -> _Proved | None:
+        """The user if the password is right; None if unknown or wrong; BackendDown if not known;
+        TooManyChecks if `address` has its share of slow checks waiting already."""
+        run = functools.partial(self.checks.run, address)
         if self.password_file is not None and username in self.password_file:
-            return _Proved(username) if await self.password_file.check(username, password) else None
+            return _Proved(username) if await self.password_file.check(username, password, run) else None
         if self.users is None or password is None:
             return None
         record = await self.users.find(username)
         if record is None:
             return None
-        if not await self.password_hash.matches_async(password, record.password, record.salt):
+        if not await self.password_hash.matches_async(password, record.password, record.salt, run):
             return None
         return _Proved(username, record.superuser)
 
@@ -144,7 +184,14 @@ class AuthGate:
         return problems
 
     async def close(self) -> None:
+        self.checks.close()
         if self.users is not None:
             await self.users.close()
         if self.acl is not None:
             await self.acl.close()
+
+
+def _address(peername: str) -> str:
+    """The host of a `host:port` or `[v6 host]:port` peer name: whose turn a check takes."""
+    host = peername.rpartition(":")[0]
+    return host.strip("[]") or peername

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import bcrypt
@@ -51,10 +52,13 @@ class PasswordHash:
             return _bcrypt_matches(password, stored, salt if self.salt else "")
         return hmac.compare_digest(self.digest(password, salt).encode(), stored.encode())
 
-    async def matches_async(self, password: bytes, stored: str, salt: str) -> bool:
-        """`matches`, in a worker thread for the slow hashes (a CONNECT must not stall the broker)."""
+    async def matches_async(
+        self, password: bytes, stored: str, salt: str, run: Callable[..., Awaitable[bool]] = asyncio.to_thread
+    ) -> bool:
+        """`matches`, in a worker thread for the slow hashes (a CONNECT must not stall the broker):
+        `run` is asyncio.to_thread or the broker's fair share of its hashing threads (checks.py)."""
         if self.slow:
-            return await asyncio.to_thread(self.matches, password, stored, salt)
+            return await run(self.matches, password, stored, salt)
         return self.matches(password, stored, salt)
 
     def digest(self, password: bytes, salt: str) -> str:

@@ -14,6 +14,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,10 @@ from bridge.errors import HookbridgeError
 # mosquitto_passwd writes 101 iterations (well under a millisecond); a file with many more is
 # checked in a worker thread.
 _SLOW_ITERATIONS = 10_000
+
+# Runs a slow check off the event loop: asyncio.to_thread, or the broker's fair share of its
+# hashing threads (auth/checks.py).
+Runner = Callable[..., Awaitable[bool]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,10 +125,10 @@ class PasswordFile:
     def __contains__(self, username: str) -> bool:
         return username in self.users
 
-    async def check(self, username: str, password: bytes | None) -> bool:
+    async def check(self, username: str, password: bytes | None, run: Runner = asyncio.to_thread) -> bool:
         entry = self.users.get(username)
         if entry is None or password is None:
             return False
         if entry.iterations >= _SLOW_ITERATIONS:  # a CONNECT must not stall the broker
-            return await asyncio.to_thread(entry.matches, password)
+            return await run(entry.matches, password)
         return entry.matches(password)

@@ -9,6 +9,7 @@ writes bytes out.
 Where each part comes from, and why not a library: docs/brokers.md, "The broker core".
 """
 
+from bridge.brokers.embedded.codec.bounds import Bounds
 from bridge.brokers.embedded.codec.decoder import DEFAULT_MAX_PACKET_SIZE, Decoder
 from bridge.brokers.embedded.codec.encoder import encode, encode_puback, encode_publish
 from bridge.brokers.embedded.codec.errors import (
@@ -16,6 +17,8 @@ from bridge.brokers.embedded.codec.errors import (
     MalformedPacket,
     PacketTooLarge,
     ProtocolError,
+    TooManyEntries,
+    TooManyTopicLevels,
     TooManyUserProperties,
     UnsupportedProtocolVersion,
 )
@@ -56,6 +59,7 @@ __all__ = [
     "MQTT_5",
     "Ack",
     "Auth",
+    "Bounds",
     "CodecError",
     "Connack",
     "Connect",
@@ -82,6 +86,8 @@ __all__ = [
     "Suback",
     "Subscribe",
     "Subscription",
+    "TooManyEntries",
+    "TooManyTopicLevels",
     "TooManyUserProperties",
     "Unsuback",
     "Unsubscribe",

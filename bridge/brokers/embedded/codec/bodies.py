@@ -8,7 +8,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from bridge.brokers.embedded.codec import properties, reasons, wire
-from bridge.brokers.embedded.codec.errors import MalformedPacket, ProtocolError, UnsupportedProtocolVersion
+from bridge.brokers.embedded.codec.bounds import Bounds
+from bridge.brokers.embedded.codec.errors import (
+    MalformedPacket,
+    ProtocolError,
+    TooManyEntries,
+    UnsupportedProtocolVersion,
+)
 from bridge.brokers.embedded.codec.filters import subscription_filter_error, topic_wildcard_error
 from bridge.brokers.embedded.codec.kinds import WILL, PacketType
 from bridge.brokers.embedded.codec.packets import (
@@ -35,7 +41,7 @@ from bridge.brokers.embedded.codec.packets import (
 )
 from bridge.brokers.embedded.codec.properties import EMPTY, Properties
 
-Parser = Callable[[bytes, int, int, int], tuple[Packet, int]]
+Parser = Callable[[bytes, int, int, int, Bounds], tuple[Packet, int]]
 PROTOCOLS = {b"MQTT": (MQTT_3_1_1, MQTT_5), b"MQIsdp": (MQTT_3_1,)}
 
 
@@ -46,8 +52,8 @@ def packet_id(buf: bytes, pos: int, end: int, kind: PacketType) -> tuple[int, in
     return value, pos
 
 
-def _props(buf: bytes, pos: int, end: int, level: int, kind: int) -> tuple[Properties, int]:
-    return properties.decode(buf, pos, end, kind) if level == MQTT_5 else (EMPTY, pos)
+def _props(buf: bytes, pos: int, end: int, level: int, kind: int, bounds: Bounds) -> tuple[Properties, int]:
+    return properties.decode(buf, pos, end, kind, bounds.user_properties) if level == MQTT_5 else (EMPTY, pos)
 
 
 def connect_level(buf: bytes, pos: int, size: int) -> int:
@@ -73,7 +79,7 @@ def connect_level(buf: bytes, pos: int, size: int) -> int:
     return level if level in PROTOCOLS.get(name, ()) else 0
 
 
-def connect(buf: bytes, pos: int, end: int, level: int) -> tuple[Packet, int]:
+def connect(buf: bytes, pos: int, end: int, level: int, bounds: Bounds) -> tuple[Packet, int]:
     name, pos = wire.read_binary(buf, pos, end)
     level, pos = wire.read_byte(buf, pos, end)
     if name not in PROTOCOLS:
@@ -91,13 +97,15 @@ def connect(buf: bytes, pos: int, end: int, level: int) -> tuple[Packet, int]:
     if level < MQTT_5 and flags & 0x40 and not flags & 0x80:
         raise MalformedPacket("CONNECT with a password but no user name")
     keepalive, pos = wire.read_u16(buf, pos, end)
-    props, pos = _props(buf, pos, end, level, PacketType.CONNECT)
+    props, pos = _props(buf, pos, end, level, PacketType.CONNECT, bounds)
     if props.authentication_data is not None and props.authentication_method is None:
         raise ProtocolError("CONNECT with authentication data but no authentication method")
     client_id, pos = wire.read_string(buf, pos, end)
     will = None
     if will_flag:
-        will_props, pos = _props(buf, pos, end, level, WILL)
+        will_props, pos = _props(buf, pos, end, level, WILL, bounds)
+        # A will topic over the levels is refused by the broker with a CONNACK (return code 5 /
+        # 0x90), which a 3.1.1 client can read: not here, where it could only be disconnected.
         topic, pos = wire.read_string(buf, pos, end)
         problem = topic_wildcard_error(topic) if topic else "will topic is empty"
         if problem:
@@ -112,7 +120,7 @@ def connect(buf: bytes, pos: int, end: int, level: int) -> tuple[Packet, int]:
     return Connect(client_id, level, bool(flags & 0x02), keepalive, username, password, will, props), pos
 
 
-def connack(buf: bytes, pos: int, end: int, level: int) -> tuple[Packet, int]:
+def connack(buf: bytes, pos: int, end: int, level: int, bounds: Bounds) -> tuple[Packet, int]:
     flags, pos = wire.read_byte(buf, pos, end)
     if flags & 0xFE:
         raise MalformedPacket("CONNACK with reserved acknowledge flags set")
@@ -122,12 +130,12 @@ def connack(buf: bytes, pos: int, end: int, level: int) -> tuple[Packet, int]:
         raise ProtocolError(f"CONNACK with reason code 0x{code:02X}")
     if flags and code:
         raise ProtocolError("CONNACK with session present and a refusal")
-    props, pos = _props(buf, pos, end, level, PacketType.CONNACK)
+    props, pos = _props(buf, pos, end, level, PacketType.CONNACK, bounds)
     return Connack(bool(flags), code, props), pos
 
 
 def _ack(cls: type[Puback | Pubrec | Pubrel | Pubcomp], allowed: frozenset[int]) -> Parser:
-    def parse(buf: bytes, pos: int, end: int, level: int) -> tuple[Packet, int]:
+    def parse(buf: bytes, pos: int, end: int, level: int, bounds: Bounds) -> tuple[Packet, int]:
         if end - pos == 2 and (buf[pos] or buf[pos + 1]):  # the common short form, read inline
             return cls(buf[pos] << 8 | buf[pos + 1]), end
         ident, pos = packet_id(buf, pos, end, cls.TYPE)
@@ -138,7 +146,7 @@ def _ack(cls: type[Puback | Pubrec | Pubrel | Pubcomp], allowed: frozenset[int])
             raise ProtocolError(f"{cls.TYPE.name} with reason code 0x{code:02X}")
         props = EMPTY
         if pos < end:
-            props, pos = properties.decode(buf, pos, end, cls.TYPE)
+            props, pos = properties.decode(buf, pos, end, cls.TYPE, bounds.user_properties)
         return cls(ident, code, props), pos
 
     return parse
@@ -161,20 +169,30 @@ def _options(options: int, level: int, topic_filter: str) -> Subscription:
     return Subscription(topic_filter, qos, no_local, bool(options & 0x08), retain_handling)
 
 
-def _filter(buf: bytes, pos: int, end: int) -> tuple[str, int]:
+def _filter(buf: bytes, pos: int, end: int, bounds: Bounds) -> tuple[str, int]:
     topic_filter, pos = wire.read_string(buf, pos, end)
+    # Over the levels even with a `$share/<group>/` prefix taken off: not parsed into its levels,
+    # the broker refuses it for them (SUBACK 0x80 / 0x8F).
+    if bounds.topic_levels and topic_filter.count("/") >= bounds.topic_levels + 2:
+        return topic_filter, pos
     problem = subscription_filter_error(topic_filter)
     if problem:
         raise MalformedPacket(problem)
     return topic_filter, pos
 
 
-def subscribe(buf: bytes, pos: int, end: int, level: int) -> tuple[Packet, int]:
+def _entry_past(bounds: Bounds, count: int, kind: PacketType) -> None:
+    if bounds.entries and count >= bounds.entries:
+        raise TooManyEntries(f"{kind.name} with more than {bounds.entries} topic filters")
+
+
+def subscribe(buf: bytes, pos: int, end: int, level: int, bounds: Bounds) -> tuple[Packet, int]:
     ident, pos = packet_id(buf, pos, end, PacketType.SUBSCRIBE)
-    props, pos = _props(buf, pos, end, level, PacketType.SUBSCRIBE)
-    subscriptions = []
+    props, pos = _props(buf, pos, end, level, PacketType.SUBSCRIBE, bounds)
+    subscriptions: list[Subscription] = []
     while pos < end:
-        topic_filter, pos = _filter(buf, pos, end)
+        _entry_past(bounds, len(subscriptions), PacketType.SUBSCRIBE)
+        topic_filter, pos = _filter(buf, pos, end, bounds)
         options, pos = wire.read_byte(buf, pos, end)
         subscriptions.append(_options(options, level, topic_filter))
     if not subscriptions:
@@ -182,12 +200,13 @@ def subscribe(buf: bytes, pos: int, end: int, level: int) -> tuple[Packet, int]:
     return Subscribe(ident, subscriptions, props), pos
 
 
-def unsubscribe(buf: bytes, pos: int, end: int, level: int) -> tuple[Packet, int]:
+def unsubscribe(buf: bytes, pos: int, end: int, level: int, bounds: Bounds) -> tuple[Packet, int]:
     ident, pos = packet_id(buf, pos, end, PacketType.UNSUBSCRIBE)
-    props, pos = _props(buf, pos, end, level, PacketType.UNSUBSCRIBE)
-    filters = []
+    props, pos = _props(buf, pos, end, level, PacketType.UNSUBSCRIBE, bounds)
+    filters: list[str] = []
     while pos < end:
-        topic_filter, pos = _filter(buf, pos, end)
+        _entry_past(bounds, len(filters), PacketType.UNSUBSCRIBE)
+        topic_filter, pos = _filter(buf, pos, end, bounds)
         filters.append(topic_filter)
     if not filters:
         raise ProtocolError("UNSUBSCRIBE without a topic filter")
@@ -204,25 +223,25 @@ def _codes(buf: bytes, pos: int, end: int, kind: PacketType, allowed: frozenset[
     return codes
 
 
-def suback(buf: bytes, pos: int, end: int, level: int) -> tuple[Packet, int]:
+def suback(buf: bytes, pos: int, end: int, level: int, bounds: Bounds) -> tuple[Packet, int]:
     ident, pos = packet_id(buf, pos, end, PacketType.SUBACK)
-    props, pos = _props(buf, pos, end, level, PacketType.SUBACK)
+    props, pos = _props(buf, pos, end, level, PacketType.SUBACK, bounds)
     allowed = reasons.SUBACK_REASONS if level == MQTT_5 else reasons.SUBACK_RETURN_CODES_311
     return Suback(ident, _codes(buf, pos, end, PacketType.SUBACK, allowed), props), end
 
 
-def unsuback(buf: bytes, pos: int, end: int, level: int) -> tuple[Packet, int]:
+def unsuback(buf: bytes, pos: int, end: int, level: int, bounds: Bounds) -> tuple[Packet, int]:
     ident, pos = packet_id(buf, pos, end, PacketType.UNSUBACK)
     if level < MQTT_5:
         return Unsuback(ident), pos
-    props, pos = properties.decode(buf, pos, end, PacketType.UNSUBACK)
+    props, pos = properties.decode(buf, pos, end, PacketType.UNSUBACK, bounds.user_properties)
     return Unsuback(ident, _codes(buf, pos, end, PacketType.UNSUBACK, reasons.UNSUBACK_REASONS), props), end
 
 
 def _reason_only(cls: type[Disconnect | Auth], allowed: frozenset[int]) -> Parser:
     """DISCONNECT and AUTH: in 5.0 a reason code and properties, both omissible."""
 
-    def parse(buf: bytes, pos: int, end: int, level: int) -> tuple[Packet, int]:
+    def parse(buf: bytes, pos: int, end: int, level: int, bounds: Bounds) -> tuple[Packet, int]:
         if level < MQTT_5 or pos == end:
             return cls(), pos
         code, pos = wire.read_byte(buf, pos, end)
@@ -230,14 +249,14 @@ def _reason_only(cls: type[Disconnect | Auth], allowed: frozenset[int]) -> Parse
             raise ProtocolError(f"{cls.TYPE.name} with reason code 0x{code:02X}")
         props = EMPTY
         if pos < end:
-            props, pos = properties.decode(buf, pos, end, cls.TYPE)
+            props, pos = properties.decode(buf, pos, end, cls.TYPE, bounds.user_properties)
         return cls(code, props), pos
 
     return parse
 
 
 def _empty(cls: type[Pingreq | Pingresp]) -> Parser:
-    def parse(buf: bytes, pos: int, end: int, level: int) -> tuple[Packet, int]:
+    def parse(buf: bytes, pos: int, end: int, level: int, bounds: Bounds) -> tuple[Packet, int]:
         return cls(), pos
 
     return parse

@@ -1,9 +1,11 @@
 """An incremental MQTT decoder for one connection's byte stream.
 
 Feed it the chunks `asyncio.Protocol.data_received` gets; it returns the complete packets and
-keeps at most one partial packet. Every check is done before a packet is returned, so a packet
-that breaks a rule is never half-handled: the decoder raises a `CodecError` naming the MQTT 5.0
-reason code to disconnect with, and is unusable afterwards (the connection must be closed).
+keeps at most one partial packet, or, when the caller asks for at most `limit` packets (a
+connection's budget for one loop turn), the bytes past them, for a later `feed(b"", limit)`.
+Every check is done before a packet is returned, so a packet that breaks a rule is never
+half-handled: the decoder raises a `CodecError` naming the MQTT 5.0 reason code to disconnect
+with, and is unusable afterwards (the connection must be closed).
 
 Framing rules enforced (OASIS 3.1.1 section 2 and 5.0 section 2):
 - remaining length at most 4 bytes and in its shortest form;
@@ -12,8 +14,9 @@ Framing rules enforced (OASIS 3.1.1 section 2 and 5.0 section 2):
 - the content must fill the declared length exactly: a field that runs past it, or bytes left
   after the last field, make the packet malformed;
 - reserved flag bits of the fixed header, per packet type; PUBLISH QoS 3 and DUP on QoS 0;
-- `max_user_properties` per packet (a will's counted apart), checked once the packet is
-  decoded: decoding is linear in the packet's size, so `max_packet_size` bounds that work.
+- what costs per item inside a packet (codec/bounds.py: user properties, topic levels, topic
+  filters per SUBSCRIBE / UNSUBSCRIBE), each checked as the item is read, so a packet over a
+  bound is refused at the item past it, not after the whole packet was decoded.
 
 The protocol level is learnt from CONNECT (server side: the first packet must be CONNECT and a
 second one is a protocol error), or given up front (client side, or a test).
@@ -24,16 +27,10 @@ from __future__ import annotations
 from typing import Literal
 
 from bridge.brokers.embedded.codec.bodies import connect_level
-from bridge.brokers.embedded.codec.errors import (
-    CodecError,
-    MalformedPacket,
-    PacketTooLarge,
-    ProtocolError,
-    TooManyUserProperties,
-)
+from bridge.brokers.embedded.codec.bounds import Bounds
+from bridge.brokers.embedded.codec.errors import CodecError, MalformedPacket, PacketTooLarge, ProtocolError
 from bridge.brokers.embedded.codec.handlers import handlers
 from bridge.brokers.embedded.codec.packets import Connect, Packet
-from bridge.brokers.embedded.codec.properties import EMPTY, Properties
 
 DEFAULT_MAX_PACKET_SIZE = 268_435_460
 """The largest packet MQTT can frame: 1 + 4 length bytes + 268,435,455."""
@@ -45,14 +42,16 @@ class Decoder:
     subscription identifier; a client refuses the reverse."""
 
     __slots__ = (
+        "_bounds",
         "_failed",
         "_handlers",
+        "_held",
+        "_held_at",
         "_level",
         "_partial",
         "_server",
         "_wanted",
         "max_packet_size",
-        "max_user_properties",
     )
 
     def __init__(
@@ -61,12 +60,16 @@ class Decoder:
         level: int = 0,
         role: Literal["server", "client"] = "server",
         max_user_properties: int = 0,
+        bounds: Bounds | None = None,
     ) -> None:
         self.max_packet_size = max_packet_size
-        self.max_user_properties = max_user_properties  # 0: no limit
+        # `max_user_properties` alone: the one bound a client-side decoder or a test may want
+        self._bounds = bounds if bounds is not None else Bounds(user_properties=max_user_properties)
         self._server = role == "server"
         self._partial = bytearray()
         self._wanted = 0
+        self._held = b""  # bytes past the packets a limited feed returned, not yet decoded...
+        self._held_at = 0  # ...from this offset: a limited feed moves on without copying
         self._failed = False
         self.level = level
 
@@ -82,15 +85,36 @@ class Decoder:
 
     @property
     def buffered(self) -> int:
-        """Bytes held of the one partial packet."""
-        return len(self._partial)
+        """Bytes held: the one partial packet, or what a limited feed left undecoded."""
+        return len(self._partial) + len(self._held) - self._held_at
 
-    def feed(self, data: bytes) -> list[Packet]:
-        """The packets `data` completes, in order. Raises CodecError on the first bad packet, with
-        the valid packets before it in `error.packets`."""
+    @property
+    def held(self) -> bool:
+        """A limited feed stopped with bytes left to decode: `feed(b"", limit)` goes on."""
+        return bool(self._held)
+
+    def keep(self, data: bytes) -> None:
+        """Hold `data` undecoded, after what is held already, for the next `feed` (a connection
+        past its turn's budget that is handed more bytes: the frames of one WebSocket read)."""
+        if self._held:
+            self._held, self._held_at = self._held[self._held_at :] + data, 0
+        elif data:
+            self._held, self._held_at = bytes(self._partial) + data, 0
+            self._partial, self._wanted = bytearray(), 0
+
+    def feed(self, data: bytes, limit: int = 0) -> list[Packet]:
+        """The packets `data` completes, in order; at most `limit` of them (0: all), the bytes
+        past them held for the next call. Raises CodecError on the first bad packet, with the
+        valid packets before it in `error.packets`."""
         if self._failed:
             raise ProtocolError("the stream already broke the protocol")
-        if self._partial:
+        start = 0
+        if self._held:  # whole packets, maybe a partial one, from `_held_at`
+            buf, start = self._held, self._held_at
+            if data:
+                buf, start = buf[start:] + data, 0
+            self._held, self._held_at = b"", 0
+        elif self._partial:
             self._partial += data
             if len(self._partial) < self._wanted:
                 return []
@@ -99,7 +123,7 @@ class Decoder:
         else:
             buf = bytes(data)
         packets: list[Packet] = []
-        pos, size, wanted = 0, len(buf), 0
+        pos, size, wanted = start, len(buf), 0
         try:
             while pos < size:
                 if pos + 1 >= size:
@@ -117,13 +141,14 @@ class Decoder:
                 if end > size:
                     break
                 wanted = 0
-                packet = self._handlers[buf[pos]](buf, body, end, self._level)
-                if self.max_user_properties:
-                    self._check_user_properties(packet)
+                packet = self._handlers[buf[pos]](buf, body, end, self._level, self._bounds)
                 packets.append(packet)
                 if type(packet) is Connect:
                     self.level = packet.protocol_level
                 pos = end
+                if len(packets) == limit and pos < size:
+                    self._held, self._held_at = buf, pos
+                    return packets
         except CodecError as error:
             self._failed = True
             error.packets = packets
@@ -134,14 +159,6 @@ class Decoder:
             self._partial = bytearray(memoryview(buf)[pos:])
             self._wanted = wanted
         return packets
-
-    def _check_user_properties(self, packet: Packet) -> None:
-        will = getattr(packet, "will", None)
-        for props in (getattr(packet, "properties", EMPTY), getattr(will, "properties", EMPTY)):
-            if isinstance(props, Properties) and len(props.user_property) > self.max_user_properties:
-                raise TooManyUserProperties(
-                    f"{len(props.user_property)} user properties, over the limit of {self.max_user_properties}"
-                )
 
     @staticmethod
     def _long_length(buf: bytes, pos: int, size: int) -> tuple[int, int]:

@@ -53,6 +53,16 @@ class TooManyUserProperties(PacketTooLarge):
     of its own for it; "packet too large" names a limit the receiver sets on a packet."""
 
 
+class TooManyEntries(PacketTooLarge):
+    """A SUBSCRIBE or UNSUBSCRIBE with more topic filters than the receiver accepts (Bounds.entries)."""
+
+
+class TooManyTopicLevels(CodecError):
+    """A PUBLISH or will topic with more levels than the receiver accepts (Bounds.topic_levels)."""
+
+    reason = ReasonCode.TOPIC_NAME_INVALID
+
+
 class UnsupportedProtocolVersion(CodecError):
     """CONNECT with protocol name "MQTT" or "MQIsdp" but a level this codec does not speak."""
 

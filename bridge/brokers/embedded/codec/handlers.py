@@ -13,13 +13,14 @@ from collections.abc import Callable
 
 from bridge.brokers.embedded.codec import properties, wire
 from bridge.brokers.embedded.codec.bodies import PARSERS, Parser
-from bridge.brokers.embedded.codec.errors import CodecError, MalformedPacket, ProtocolError
+from bridge.brokers.embedded.codec.bounds import Bounds
+from bridge.brokers.embedded.codec.errors import CodecError, MalformedPacket, ProtocolError, TooManyTopicLevels
 from bridge.brokers.embedded.codec.kinds import PacketType
 from bridge.brokers.embedded.codec.packets import MQTT_5, Packet, Publish
 from bridge.brokers.embedded.codec.properties import EMPTY
 
 P = PacketType
-Handler = Callable[[bytes, int, int, int], Packet]
+Handler = Callable[[bytes, int, int, int, Bounds], Packet]
 _FLAGS: dict[int, int] = {kind: 0x02 if kind in (P.PUBREL, P.SUBSCRIBE, P.UNSUBSCRIBE) else 0 for kind in P}
 _RECEIVED_BY = {
     True: frozenset(P) - {P.CONNACK, P.SUBACK, P.UNSUBACK, P.PINGRESP},
@@ -54,21 +55,22 @@ def _handler(kind: int, flags: int, level: int, server: bool) -> Handler:
 
 
 def _refuse(error: CodecError) -> Handler:
-    def refuse(buf: bytes, pos: int, end: int, level: int) -> Packet:
+    def refuse(buf: bytes, pos: int, end: int, level: int, bounds: Bounds) -> Packet:
         raise type(error)(error.message)
 
     return refuse
 
 
-def _checked(parse: Parser, name: str, buf: bytes, pos: int, end: int, level: int) -> Packet:
-    packet, stop = parse(buf, pos, end, level)
+def _checked(parse: Parser, name: str, buf: bytes, pos: int, end: int, level: int, bounds: Bounds) -> Packet:
+    packet, stop = parse(buf, pos, end, level, bounds)
     if stop != end:
         raise MalformedPacket(f"{name} has {end - stop} bytes past its content")
     return packet
 
 
-def publish(flags: int, server: bool, buf: bytes, pos: int, end: int, level: int) -> Publish:
-    """PUBLISH, read inline: the hot path."""
+def publish(flags: int, server: bool, buf: bytes, pos: int, end: int, level: int, bounds: Bounds) -> Publish:
+    """PUBLISH, read inline: the hot path. Its topic's levels are counted on the bytes, before
+    the topic is decoded; its user properties as they are read (codec/bounds.py)."""
     qos = flags >> 1 & 3
     if qos == 3:
         raise MalformedPacket("PUBLISH with QoS 3")
@@ -80,6 +82,8 @@ def publish(flags: int, server: bool, buf: bytes, pos: int, end: int, level: int
     if stop > end:
         raise MalformedPacket(f"PUBLISH topic declares {stop - pos - 2} bytes but the packet holds {end - pos - 2}")
     raw = buf[pos + 2 : stop]
+    if bounds.topic_levels and raw.count(b"/") >= bounds.topic_levels:
+        raise TooManyTopicLevels(f"topic with more than {bounds.topic_levels} levels")
     if raw.isascii() and _BAD_ASCII_TOPIC.search(raw) is None:
         topic = raw.decode("ascii")
     else:
@@ -100,7 +104,7 @@ def publish(flags: int, server: bool, buf: bytes, pos: int, end: int, level: int
         if pos < end and buf[pos] == 0:
             pos += 1
         else:
-            props, pos = properties.decode(buf, pos, end, P.PUBLISH)
+            props, pos = properties.decode(buf, pos, end, P.PUBLISH, bounds.user_properties)
         if server and props.subscription_identifier:
             raise ProtocolError("PUBLISH from a client with a subscription identifier")
         if not topic and props.topic_alias is None:

@@ -14,7 +14,7 @@ from enum import Enum, IntEnum
 from typing import Any
 
 from bridge.brokers.embedded.codec import wire
-from bridge.brokers.embedded.codec.errors import MalformedPacket, ProtocolError
+from bridge.brokers.embedded.codec.errors import MalformedPacket, ProtocolError, TooManyUserProperties
 from bridge.brokers.embedded.codec.kinds import WILL, PacketType, context_name
 
 P = PacketType
@@ -210,8 +210,10 @@ _WRITERS: dict[DataType, Callable[[Any], bytes]] = {
 }
 
 
-def decode(buf: bytes, pos: int, end: int, packet: int) -> tuple[Properties, int]:
-    """The property block at `pos` (its length first) of a packet of type `packet` (or WILL)."""
+def decode(buf: bytes, pos: int, end: int, packet: int, max_user_properties: int = 0) -> tuple[Properties, int]:
+    """The property block at `pos` (its length first) of a packet of type `packet` (or WILL).
+    More than `max_user_properties` user properties (0: no limit) is refused at the one past
+    it (TooManyUserProperties), before the rest of the block is read."""
     length, pos = wire.read_varint(buf, pos, end)
     if length == 0:
         return EMPTY, pos
@@ -236,6 +238,8 @@ def decode(buf: bytes, pos: int, end: int, packet: int) -> tuple[Properties, int
             if values and packet not in spec.repeats_in:
                 raise ProtocolError(f"property {name} appears twice in {context_name(packet)}")
             values.append(value)
+            if max_user_properties and len(values) > max_user_properties and spec.id == PropertyId.USER_PROPERTY:
+                raise TooManyUserProperties(f"more than {max_user_properties} user properties")
             continue
         if name in found:
             raise ProtocolError(f"property {name} appears twice in {context_name(packet)}")
