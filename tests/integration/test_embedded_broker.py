@@ -9,6 +9,7 @@ go out in publish order, so anything sent in between would come first.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -18,7 +19,19 @@ import pytest
 
 from bridge.brokers.base import Delivery, DeliveryError
 from bridge.brokers.embedded import EmbeddedBroker
-from bridge.brokers.embedded.codec import Disconnect, Pingreq, Pingresp, Puback, Pubcomp, Publish, Pubrec, Pubrel, Will
+from bridge.brokers.embedded.codec import (
+    Disconnect,
+    Pingreq,
+    Pingresp,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    Subscribe,
+    Subscription,
+    Will,
+)
 from bridge.brokers.embedded.codec.encoder import encode
 from bridge.brokers.embedded.limits import Limits
 from bridge.conf import registry
@@ -844,3 +857,30 @@ async def test_puback_and_pubcomp_wait_until_the_bridge_has_the_message(env: Env
         hold.release()
         async with asyncio.timeout(5):
             await acked
+
+
+# -- answers due after the client left ----------------------------------------------
+
+
+async def test_answers_due_after_a_disconnect_are_dropped_without_an_error(env: Env) -> None:
+    """A SUBSCRIBE and a DISCONNECT in one write (mosquitto_sub stopped right after it connected):
+    the SUBACK is due once the subscription is made, after the DISCONNECT half-closed the socket.
+    It is dropped; before, writing it raised "Cannot call write() after write_eof()" in a task
+    nobody awaited."""
+    errors: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    try:
+        for n in range(20):
+            raw = await env.raw(f"leaver-{n}")
+            await raw.send_bytes(
+                encode(Subscribe(1, [Subscription(f"leave/{n}/#", 1)]), 4) + encode(Disconnect(), 4)
+            )
+            await env.sink.wait_for(ClientDisconnected, clientid=f"leaver-{n}")
+            raw.abort()
+        await asyncio.sleep(0.1)  # a task that failed is reported when it is collected
+        gc.collect()
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(None)
+    assert [str(e.get("exception") or e.get("message")) for e in errors] == []

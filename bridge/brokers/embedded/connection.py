@@ -670,7 +670,9 @@ class Connection(asyncio.Protocol):
 
     def write(self, data: bytes, packets: int = 1) -> None:
         transport = self.transport
-        if transport is not None and not transport.is_closing():
+        # Lingering, the socket is half-closed (write_eof): an answer due after the client's
+        # DISCONNECT (a SUBACK of a SUBSCRIBE sent in the same write) has no one to go to.
+        if transport is not None and not transport.is_closing() and not self.lingering:
             transport.write(data)
             traffic = self.broker.traffic
             traffic.packets_sent += packets
