@@ -85,6 +85,17 @@ def describe() -> dict[str, Any]:
                     "properties": {"filter": {"type": "string"}, "qos": {"type": "integer", "enum": [0, 1, 2]}},
                     "required": ["filter"],
                 },
+                "NewBan": {
+                    "type": "object",
+                    "properties": {
+                        "as": {"type": "string", "enum": ["clientid", "username", "address"]},
+                        "who": {"type": "string", "description": "client id, user name, or IP address / CIDR network"},
+                        "reason": {"type": "string"},
+                        "until": {"type": "number", "description": "Unix seconds; absent: for ever"},
+                        "duration": {"type": "number", "description": "seconds from now (instead of until)"},
+                    },
+                    "required": ["as", "who"],
+                },
                 "Publish": {
                     "type": "object",
                     "properties": {
@@ -146,6 +157,19 @@ def describe() -> dict[str, Any]:
                 "get": _op(
                     "the last hour, a sample every api.sample_interval: connections, PUBLISH received and "
                     "sent per second, events per second (the dashboard's charts)"
+                )
+            },
+            f"{_P}/bans": {
+                "get": _op("the bans in force", page=True),
+                "post": _op("ban a client id, a user name or an address; covered clients are closed", body="NewBan"),
+            },
+            f"{_P}/bans/{{as}}/{{who}}": {
+                "delete": _op(
+                    "lift a ban",
+                    [
+                        _param("as", "path", "clientid, username or address"),
+                        _param("who", "path", "its `/` as they are"),
+                    ],
                 )
             },
             f"{_P}/reload": {"post": _op("reload the rules and the broker's password and ACL files (as SIGHUP)")},

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from bridge.api.bans import ban_routes
 from bridge.api.history import History
 from bridge.api.openapi import describe
 from bridge.conf.apikeys import is_loopback, key_name
@@ -111,6 +112,7 @@ class Api:
             web.get(f"{p}/pools", self.pools, allow_head=False),
             web.post(f"{p}/reload", self.reload),
             web.get(f"{p}/stats", self.stats, allow_head=False),
+            *ban_routes(self, p),
         ]
 
     def install(self, app: web.Application) -> None:
@@ -160,7 +162,19 @@ class Api:
     def _changed(self, request: web.Request, what: str, *args: Any) -> None:
         log.info("api: key %s: " + what, self._who(request), *args)
 
-    # -- helpers --------------------------------------------------------------
+    # -- helpers (also for the route modules beside this one: bans.py, ...) --------
+
+    def embedded(self) -> Broker:
+        return self._embedded()
+
+    async def body(self, request: web.Request) -> dict[str, Any]:
+        return await self._body(request)
+
+    def who(self, request: web.Request) -> str | None:
+        return self._who(request)
+
+    def changed(self, request: web.Request, what: str, *args: Any) -> None:
+        self._changed(request, what, *args)
 
     def _embedded(self) -> Broker:
         source = self.bridge.broker
@@ -483,6 +497,15 @@ class Api:
         if reloaded:
             return _json({"reloaded": True, "rules": len(self.bridge.engine.rules)})
         return _error(422, "the reload was refused: the rules and pools loaded before stay (see the log)")
+
+
+# For the route modules beside this one (bans.py, ...): the same helpers, by public names.
+clean = _clean
+reply = _json
+
+
+def page(api: Api, request: web.Request, items: Iterable[tuple[str, Any]]) -> web.Response:
+    return api._page(request, items)
 
 
 async def _page_headers(request: web.Request, response: web.StreamResponse) -> None:

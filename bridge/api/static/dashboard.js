@@ -13,20 +13,22 @@ let timer = null;
 
 class Unauthorized extends Error {}
 
-async function api(method, path, query) {
+async function api(method, path, query, body) {
   const url = API + path + (query ? "?" + new URLSearchParams(query) : "");
   const headers = {};
   const key = sessionStorage.getItem("hookbridge-key");
   if (key) headers.Authorization = "Bearer " + key;
-  const answer = await fetch(url, { method, headers, cache: "no-store" });
+  const init = { method, headers, cache: "no-store" };
+  if (body !== undefined) { headers["Content-Type"] = "application/json"; init.body = JSON.stringify(body); }
+  const answer = await fetch(url, init);
   if (answer.status === 401) throw new Unauthorized("a valid API key is needed");
-  const body = await answer.json().catch(() => ({}));
+  const answered = await answer.json().catch(() => ({}));
   if (!answer.ok) {
-    const error = new Error(body.error || answer.statusText);
+    const error = new Error(answered.error || answer.statusText);
     error.status = answer.status;
     throw error;
   }
-  return body;
+  return answered;
 }
 
 function el(tag, text, cls) {
@@ -214,6 +216,44 @@ async function showSession() {
   fill($("session-subs").tBodies[0], session.subscriptions, (s) => [s.filter, s.qos]);
 }
 
+// -- bans: the list with a lift button each, and the form that adds one ------------------
+
+function when(seconds) {
+  return seconds === null || seconds === undefined ? "ever" : new Date(seconds * 1000).toISOString().replace(".000", "");
+}
+
+async function showBans() {
+  const bans = await every("/bans", {});
+  $("ban-count").textContent = `(${bans.length})`;
+  const tbody = $("bans").tBodies[0];
+  fill(tbody, bans, (b) => {
+    const lift = el("button", "lift", "lift");
+    lift.addEventListener("click", () => liftBan(lift, b));
+    const action = el("td"); action.append(lift);
+    return [b.as, b.who, when(b.until), b.by, b.reason, action];
+  });
+  [...tbody.rows].forEach((tr, i) => { tr.dataset.ban = bans[i].as + "/" + bans[i].who; });
+}
+
+async function addBan() {
+  const body = { as: $("ban-as").value, who: $("ban-who").value.trim(), reason: $("ban-reason").value };
+  const minutes = Number($("ban-minutes").value);
+  if (minutes > 0) body.duration = minutes * 60;
+  try {
+    await api("POST", "/bans", null, body);
+    $("ban-who").value = ""; $("ban-reason").value = ""; $("ban-minutes").value = "";
+  } catch (error) { report(error); }
+  await refresh();
+}
+
+async function liftBan(button, ban) {
+  button.disabled = true;
+  try {
+    await api("DELETE", "/bans/" + encodeURIComponent(ban.as) + "/" + ban.who.split("/").map(encodeURIComponent).join("/"));
+  } catch (error) { report(error); }
+  await refresh();
+}
+
 async function showRetained() {
   const page = await api("GET", "/retained", { filter: retainedFilter, limit: "500" });
   fill($("retained").tBodies[0], page.data, (r) => [r.topic, r.qos, r.bytes,
@@ -231,7 +271,7 @@ async function refresh() {
   try {
     await showStatus();
     await Promise.all([showStats(), showRules(), showPools(), showClients().then(async () => {
-      if (!$("broker-only").hidden) await Promise.all([showSession(), showRetained()]);
+      if (!$("broker-only").hidden) await Promise.all([showSession(), showBans(), showRetained()]);
     })]);
     $("error").hidden = true;
     $("main").hidden = false;
@@ -260,6 +300,7 @@ document.addEventListener("DOMContentLoaded", () => {
     refresh();
   });
   $("client-search").addEventListener("input", () => showClients().catch(report));
+  $("ban-form").addEventListener("submit", (event) => { event.preventDefault(); addBan(); });
   $("retained-form").addEventListener("submit", (event) => {
     event.preventDefault();
     retainedFilter = $("retained-filter").value || "#";

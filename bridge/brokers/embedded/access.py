@@ -17,6 +17,7 @@ LOGIN_REFUSALS = (
     "login_bad_credentials",  # unknown user or wrong password (3.1.1 return code 4, 5.0 0x86)
     "login_not_authorized",  # anonymous when not allowed, or the takeover rule (5 / 0x87)
     "login_backend_down",  # the database holding the users did not answer (3 / 0x88)
+    "banned",  # a client id, user name or address on the banned list (bans.py; 5 / 0x8A)
 )
 ACL_REFUSALS = (
     "acl_publish_denied",  # a PUBLISH the ACL refused (dropped; 5.0 PUBACK 0x87)

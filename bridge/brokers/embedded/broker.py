@@ -21,6 +21,7 @@ from typing import Any
 
 from bridge.brokers.base import EventSink
 from bridge.brokers.embedded.access import Gate, Login, OpenGate, Verdict
+from bridge.brokers.embedded.bans import Ban, Bans
 from bridge.brokers.embedded.codec import (
     EMPTY,
     MQTT_5,
@@ -78,8 +79,10 @@ class Broker(FlowsMixin):
         takeover: str = "any",
         store: DurableStore | None = None,
         commit_interval: float = 0.002,
+        bans: Bans | None = None,
     ) -> None:
         self.node = node
+        self.bans = bans if bans is not None else Bans()  # who may not connect (bans.py)
         self.gate: Gate = gate or OpenGate()
         # "same_user": a CONNECT for a client id whose session belongs to another user is refused.
         self.takeover = takeover
@@ -179,9 +182,13 @@ class Broker(FlowsMixin):
                 code = {2: R.CLIENT_IDENTIFIER_NOT_VALID}.get(code, R.UNSPECIFIED_ERROR)
             conn.fail_connect(code)
             return
+        if self._banned(conn, clientid, packet.username):  # before the login: a banned client costs no hash
+            return
         verdict = await self._login(conn, packet, clientid)
         if verdict is None:
             return
+        if verdict.username != packet.username and self._banned(conn, clientid, verdict.username):
+            return  # the user name came from the client certificate
         will = packet.will
         if will is not None and not verdict.permissions.may_publish(will.topic):
             # The will is a PUBLISH the client asks for in advance: the same permission holds,
@@ -261,6 +268,32 @@ class Broker(FlowsMixin):
         codes = _LOGIN_CODES.get(verdict.reason, _LOGIN_CODES["login_not_authorized"])
         conn.fail_connect(codes[1] if packet.protocol_level == MQTT_5 else codes[0])
         return None
+
+    def _banned(self, conn: Connection, clientid: str, username: str | None) -> bool:
+        """A ban in force keeps this client out: CONNACK 0x8A (3.1.1: 5, not authorized), True."""
+        ban = self.bans.match(clientid, username, conn.peername)
+        if ban is None:
+            return False
+        self.refused["banned"] += 1
+        log.info("client %r from %s: banned (%s %r): CONNECT refused", clientid, conn.peername, ban.kind, ban.who)
+        conn.fail_connect(R.BANNED if conn.level == MQTT_5 else ConnectReturnCode.NOT_AUTHORIZED)
+        return True
+
+    def ban(self, ban: Ban) -> list[str]:
+        """Add a ban (saved) and close the connections it covers now (5.0: DISCONNECT 0x98
+        administrative action, as a kick; no will). Returns the client ids closed."""
+        self.bans.add(ban)
+        only = Bans()  # this ban alone, in memory: the connected clients it covers
+        only.add(ban)
+        kicked = []
+        for clientid, conn in list(self.active.items()):
+            state = conn.state
+            username = state.username if state is not None else None
+            if conn.reason is None and only.match(clientid, username, conn.peername) is not None:
+                log.info("client %r from %s: banned (%s %r): closed", clientid, conn.peername, ban.kind, ban.who)
+                conn.close("banned", R.ADMINISTRATIVE_ACTION)
+                kicked.append(clientid)
+        return kicked
 
     def _may_take(self, clientid: str, verdict: Verdict) -> bool:
         """broker.takeover = same_user: only the user that owns a client id's session may use it."""

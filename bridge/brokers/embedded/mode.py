@@ -69,4 +69,5 @@ def make_source(config: Config, rules: list[Rule], msgids: MsgIdGenerator) -> Br
         durable_dir=config["broker.durable_dir"] if config["broker.durable_sessions"] else None,
         durable_commit_interval=config["broker.durable_commit_interval"],
         sys_interval=config["broker.sys_interval"],
+        bans_file=config["broker.bans_file"] or None,
     )

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from bridge.brokers.base import BrokerSource, Delivery, EventSink
 from bridge.brokers.embedded.access import ACL_REFUSALS, LOGIN_REFUSALS, Gate
 from bridge.brokers.embedded.auth.gate import AuthGate
+from bridge.brokers.embedded.bans import Bans
 from bridge.brokers.embedded.broker import Broker
 from bridge.brokers.embedded.durable import DurableStore
 from bridge.brokers.embedded.limits import REFUSALS, Limits
@@ -56,6 +57,7 @@ class EmbeddedBroker(BrokerSource):
         durable_dir: str | None = None,
         durable_commit_interval: float = 0.002,
         sys_interval: float = 0.0,
+        bans_file: str | None = None,
     ) -> None:
         limits = limits or Limits()
         self._listen = listen
@@ -68,6 +70,7 @@ class EmbeddedBroker(BrokerSource):
         self._durable_dir = durable_dir  # durable sessions on: where the store is
         self._commit_interval = durable_commit_interval
         self._sys_interval = sys_interval  # $SYS/broker/... every this many seconds; 0: never
+        self._bans_file = bans_file  # the banned list's file (bans.py); None: kept in memory only
         self._sys: SysTopics | None = None
         self._broker: Broker | None = None
         self._servers: list[asyncio.Server] = []
@@ -129,7 +132,10 @@ class EmbeddedBroker(BrokerSource):
         if self._broker is not None:
             raise RuntimeError("the embedded broker is already started")
         store = DurableStore(self._durable_dir) if self._durable_dir is not None else None
+        bans = Bans(self._bans_file)
+        bans.load()  # before the first client can connect
         broker = Broker(
+            bans=bans,
             node=self._node,
             msgids=self._msgids,
             sink=sink,
