@@ -131,7 +131,18 @@ def describe() -> dict[str, Any]:
                 ),
             },
             f"{_P}/sessions": {"get": _op("sessions, offline and durable ones too", _CLIENT_FILTERS, page=True)},
-            f"{_P}/sessions/{{clientid}}": {"get": _op("one session: subscriptions, queue, in flight", [_CLIENTID])},
+            f"{_P}/sessions/{{clientid}}": {
+                "get": _op("one session: subscriptions, queue, in flight", [_CLIENTID]),
+                "delete": _op("remove an offline session: queue, in flight, subscriptions, durable rows", [_CLIENTID]),
+            },
+            f"{_P}/sessions/{{clientid}}/queue": {
+                "get": _op("its queued messages, in message id order", [_CLIENTID], page=True),
+                "delete": _op("drop its queued messages", [_CLIENTID]),
+            },
+            f"{_P}/sessions/{{clientid}}/inflight": {
+                "get": _op("its in-flight messages (sent, not acknowledged)", [_CLIENTID], page=True),
+                "delete": _op("drop its in-flight messages (offline sessions only)", [_CLIENTID]),
+            },
             f"{_P}/subscriptions": {
                 "get": _op(
                     "every subscription",

@@ -30,6 +30,7 @@ from aiohttp import web
 from bridge.api.bans import ban_routes
 from bridge.api.history import History
 from bridge.api.openapi import describe
+from bridge.api.sessions import connection_details, session_routes
 from bridge.conf.apikeys import is_loopback, key_name
 from bridge.errors import HookbridgeError
 from bridge.topics import filter_error, topic_name_error
@@ -113,6 +114,7 @@ class Api:
             web.post(f"{p}/reload", self.reload),
             web.get(f"{p}/stats", self.stats, allow_head=False),
             *ban_routes(self, p),
+            *session_routes(self, p),
         ]
 
     def install(self, app: web.Application) -> None:
@@ -235,6 +237,7 @@ class Api:
             "expiry": state.expiry,
             "durable": state.durable,
             "subscriptions": len(state.subscriptions),
+            **connection_details(broker, state),
         }
 
     @classmethod

@@ -47,6 +47,7 @@ from bridge.brokers.embedded.router import Message, Router
 from bridge.brokers.embedded.sessions import NEVER, PendingWill, QueuedBytes, SessionState, Subscription
 from bridge.brokers.embedded.stream import EventStream, Kept
 from bridge.brokers.embedded.traffic import Traffic
+from bridge.errors import HookbridgeError
 from bridge.events import ClientConnected, ClientDisconnected, Hookpoint
 from bridge.msgid import MsgIdGenerator
 
@@ -65,6 +66,10 @@ _LOGIN_CODES = {
     "login_not_authorized": (ConnectReturnCode.NOT_AUTHORIZED, R.NOT_AUTHORIZED),
     "login_backend_down": (ConnectReturnCode.SERVER_UNAVAILABLE, R.SERVER_UNAVAILABLE),
 }
+
+
+class SessionConnected(HookbridgeError):
+    """A session cannot be removed while its client is connected."""
 
 
 class Broker(FlowsMixin):
@@ -222,6 +227,7 @@ class Broker(FlowsMixin):
             server_keep_alive = self._keepalive(conn, packet)
             conn.write(encode(self._connack(conn, packet, present, assigned, server_keep_alive), level))
             conn.connacked = True
+            conn.connected_at = time.time()
             traffic = self.traffic
             traffic.connections += 1
             traffic.clients_maximum = max(traffic.clients_maximum, len(self.active))
@@ -582,6 +588,21 @@ class Broker(FlowsMixin):
         log.info("session of client %r expired", state.clientid)
         self.traffic.clients_expired += 1
         self._discard(state)
+
+    async def remove_session(self, clientid: str) -> SessionState | None:
+        """The operator removes an offline session (the API's DELETE /sessions/{id}): its queue,
+        in-flight messages and subscriptions, its durable rows. Its pending will is dropped, not
+        sent (as EMQX discards a session). None: no such session. Refused (SessionConnected)
+        while its client is connected: kick it first."""
+        async with self._client_lock(clientid):  # not while a CONNECT takes the session
+            state = self.states.get(clientid)
+            if state is None:
+                return None
+            if state.connected:
+                raise SessionConnected(clientid)
+            log.info("session of client %r removed", clientid)
+            self._discard(state)
+            return state
 
     def _discard(self, state: SessionState) -> None:
         self.dropped_by_ended_sessions += state.dropped

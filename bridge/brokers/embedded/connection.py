@@ -175,9 +175,12 @@ class Connection(asyncio.Protocol):
         "acks",
         "aliases",
         "broker",
+        "bytes_in",
+        "bytes_out",
         "cert_cn",
         "client_max_packet",
         "connacked",
+        "connected_at",
         "decoder",
         "done",
         "inbox",
@@ -190,6 +193,8 @@ class Connection(asyncio.Protocol):
         "opened",
         "output_logged",
         "peername",
+        "publish_in",
+        "publish_out",
         "raw_pending",
         "reading_paused",
         "reason",
@@ -228,6 +233,9 @@ class Connection(asyncio.Protocol):
         self.send_window = limits.max_inflight
         self.client_max_packet = 0
         self.incoming_unacked = 0  # QoS 1/2 messages from the client not yet fully acknowledged
+        # This client's own traffic (the API's client details): PUBLISH packets and MQTT bytes.
+        self.publish_in = self.publish_out = self.bytes_in = self.bytes_out = 0
+        self.connected_at = 0.0  # wall-clock time of its CONNACK 0
         self.reading_paused = self.writing_paused = False  # the inbox is full / the output buffer is
         self.output_logged = False
         self._pump_soon = self._flush_soon = False
@@ -268,6 +276,7 @@ class Connection(asyncio.Protocol):
             return
         traffic = self.broker.traffic
         traffic.bytes_received += len(data)
+        self.bytes_in += len(data)
         if packets:
             traffic.packets_received += len(packets)
             self.last_packet = time.monotonic()
@@ -408,6 +417,7 @@ class Connection(asyncio.Protocol):
 
     def _on_publish(self, packet: Publish, state: SessionState) -> Any:
         self.broker.traffic.publish_received += 1
+        self.publish_in += 1
         topic, props = packet.topic, packet.properties
         if self.level == MQTT_5 and props is not EMPTY:
             alias = props.topic_alias
@@ -587,6 +597,7 @@ class Connection(asyncio.Protocol):
             traffic = self.broker.traffic
             traffic.packets_sent += packets
             traffic.bytes_sent += len(data)
+            self.bytes_out += len(data)
 
     def pump(self) -> None:
         """Send queued messages soon (batched: one write per loop step)."""
@@ -627,6 +638,8 @@ class Connection(asyncio.Protocol):
             traffic.packets_sent += len(out)
             traffic.publish_sent += len(out)
             traffic.bytes_sent += len(data)
+            self.publish_out += len(out)
+            self.bytes_out += len(data)
 
     def resend_inflight(self) -> None:
         """[MQTT-4.4.0-1] resend unacknowledged PUBLISH (DUP) and PUBREL, in order."""
@@ -639,6 +652,7 @@ class Connection(asyncio.Protocol):
             else:
                 out.append(self._publish_bytes(message, dup=True, now=time.monotonic()))
                 self.broker.traffic.publish_sent += 1
+                self.publish_out += 1
         if out:
             self.write(b"".join(out), len(out))
 
@@ -692,6 +706,7 @@ class Connection(asyncio.Protocol):
                     transport.write(disconnect)
                     self.broker.traffic.packets_sent += 1
                     self.broker.traffic.bytes_sent += len(disconnect)
+                    self.bytes_out += len(disconnect)
                     self._linger(transport)
                 elif reason == "normal":
                     self._linger(transport)  # late acks (see _late_acks), then close
