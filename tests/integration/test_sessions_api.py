@@ -6,6 +6,7 @@ counters, and what a kick answers for a client that already left."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from collections.abc import AsyncIterator
@@ -19,6 +20,7 @@ from broker_suite.clients import V5, V311, Client
 
 from bridge.app import Bridge, Paths
 from support.bridges import mqtt_port
+from support.cdp import browser
 from support.conf import config_text
 from support.services import ROOT
 from tests.integration.test_bans import KEY, KEY_LINE, core
@@ -217,3 +219,49 @@ async def test_ctl_sessions(home: Home, clients: list[Client]) -> None:
     assert (code, out.strip()) == (0, "removed the session of ctl-reader")
     code, _, err = await ctl("--url", base, "sessions", "del", "ctl-reader", key=KEY)
     assert code == 1 and "404 no such session" in err
+
+
+async def test_dashboard_shows_a_session_purges_its_queue_and_removes_it(home: Home, clients: list[Client]) -> None:
+    bridge = await home.start()
+    port = mqtt_port(bridge)
+    reader = Client(port, "dash-reader", version=V311, clean=False)
+    clients.append(reader)
+    assert (await reader.connect()).reason == 0
+    assert await reader.subscribe("d/#", 1) == [1]
+    await reader.disconnect()
+    sender = Client(port, "dash-sender", version=V5)
+    clients.append(sender)
+    assert (await sender.connect()).reason == 0
+    for i in range(3):
+        assert await sender.publish(f"d/{i}", f"m{i}".encode(), 1) == 0
+    assert bridge.status is not None
+    queue = "[...document.querySelectorAll('#session-queue tbody tr')].map(r => [...r.cells].map(c => c.textContent))"
+    async with browser(height=1000) as page:
+        await page.goto(f"http://127.0.0.1:{bridge.status.port}/")
+        await page.evaluate(
+            f"document.getElementById('key').value = {json.dumps(KEY)};"
+            "document.getElementById('login').requestSubmit(); true"
+        )
+        await page.until("document.body.dataset.loaded === 'yes'")
+        await page.until("!!document.querySelector('#clients tr[data-clientid=\"dash-reader\"]')")
+        await page.evaluate("document.querySelector('#clients tr[data-clientid=\"dash-reader\"]').click(); true")
+        shown = await page.until(f"{queue}.length === 3 && {queue}")
+        assert [(row[1], row[5]) for row in shown] == [("d/0", "m0"), ("d/1", "m1"), ("d/2", "m2")]
+        fields = await page.evaluate("document.getElementById('session-fields').textContent")
+        assert "connectedno" in fields and "3 messages" in fields
+
+        purge = "document.getElementById('session-purge').click(); true"
+        await page.evaluate(purge)
+        assert await page.evaluate("document.getElementById('session-purge').textContent") == "confirm purge queue"
+        assert core(bridge).states["dash-reader"].outbox  # armed, not done
+        await page.evaluate(purge)
+        await page.until(f"{queue}.length === 0")
+        assert not core(bridge).states["dash-reader"].outbox
+
+        remove = "document.getElementById('session-remove').click(); true"
+        await page.evaluate(remove)
+        await page.evaluate(remove)
+        await page.until("document.getElementById('session').hidden")
+        assert "dash-reader" not in core(bridge).states
+        await page.until("!document.querySelector('#clients tr[data-clientid=\"dash-reader\"]')")
+        assert page.errors == []

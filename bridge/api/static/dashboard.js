@@ -212,8 +212,19 @@ async function showSession() {
     ["expiry", session.expiry], ["durable", session.durable ? "yes" : "no"],
     ["queue", `${session.queue.messages} messages, ${session.queue.bytes} bytes`],
     ["in flight", session.inflight], ["dropped", session.dropped]];
+  if (session.connected) {
+    fields.push(["since", when(session.connected_at)], ["keepalive", session.keepalive],
+      ["messages in / out", `${session.messages_in} / ${session.messages_out}`],
+      ["bytes in / out", `${session.bytes_in} / ${session.bytes_out}`]);
+  }
+  fields.push(["will topic", session.will_topic ?? "-"]);
   $("session-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", k), el("dd", v)]));
   fill($("session-subs").tBodies[0], session.subscriptions, (s) => [s.filter, s.qos]);
+  const queued = await api("GET", "/sessions/" + encodeURIComponent(chosen) + "/queue", { limit: "50" });
+  $("session-queue-count").textContent = `(${session.queue.messages}${queued.next ? ", the first 50 shown" : ""})`;
+  fill($("session-queue").tBodies[0], queued.data, (m) => [m.msgid, m.topic, m.qos, m.bytes, m.from_clientid,
+    el("td", m.payload ?? "(binary)", "payload")]);
+  $("session-remove").disabled = session.connected;
 }
 
 // -- bans: the list with a lift button each, and the form that adds one ------------------
@@ -250,6 +261,22 @@ async function liftBan(button, ban) {
   button.disabled = true;
   try {
     await api("DELETE", "/bans/" + encodeURIComponent(ban.as) + "/" + ban.who.split("/").map(encodeURIComponent).join("/"));
+  } catch (error) { report(error); }
+  await refresh();
+}
+
+// the session shown: purge its queue, or remove it (offline only); the first click arms, the second acts
+async function sessionAction(button, label, method, part) {
+  if (!button.classList.contains("armed")) {
+    button.classList.add("armed");
+    button.textContent = "confirm " + label;
+    setTimeout(() => { button.classList.remove("armed"); button.textContent = label; }, 4000);
+    return;
+  }
+  button.classList.remove("armed");
+  button.textContent = label;
+  try {
+    await api(method, "/sessions/" + encodeURIComponent(chosen) + part);
   } catch (error) { report(error); }
   await refresh();
 }
@@ -301,6 +328,8 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("client-search").addEventListener("input", () => showClients().catch(report));
   $("ban-form").addEventListener("submit", (event) => { event.preventDefault(); addBan(); });
+  $("session-purge").addEventListener("click", () => sessionAction($("session-purge"), "purge queue", "DELETE", "/queue"));
+  $("session-remove").addEventListener("click", () => sessionAction($("session-remove"), "remove session", "DELETE", ""));
   $("retained-form").addEventListener("submit", (event) => {
     event.preventDefault();
     retainedFilter = $("retained-filter").value || "#";
