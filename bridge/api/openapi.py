@@ -183,6 +183,7 @@ def describe() -> dict[str, Any]:
                     ],
                 )
             },
+            f"{_P}/keys": {"get": _op("each API key's name, scope and last use (admin scope)", page=True)},
             f"{_P}/reload": {"post": _op("reload the rules and the broker's password and ACL files (as SIGHUP)")},
         },
     }

@@ -29,9 +29,9 @@ from aiohttp import web
 
 from bridge.api.bans import ban_routes
 from bridge.api.history import History
+from bridge.api.keys import Keys, key_routes, needed_scope
 from bridge.api.openapi import describe
 from bridge.api.sessions import connection_details, session_routes
-from bridge.conf.apikeys import is_loopback, key_name
 from bridge.errors import HookbridgeError
 from bridge.topics import filter_error, topic_name_error
 
@@ -83,8 +83,8 @@ class Api:
     def __init__(self, bridge: Host) -> None:
         self.bridge = bridge
         config = bridge.config
-        self.keys: dict[str, str] = config["api.keys"] or {}
-        self.anonymous_loopback = bool(config["api.allow_anonymous_loopback"])
+        # the keys, their scopes and last use (keys.py); replaced on SIGHUP
+        self.access = Keys(config["api.keys"] or {}, bool(config["api.allow_anonymous_loopback"]))
         self.max_page = int(config["api.max_page"])
         self.max_body = int(config["api.max_body"])
         self._reloading = asyncio.Lock()  # one API reload at a time
@@ -115,6 +115,7 @@ class Api:
             web.get(f"{p}/stats", self.stats, allow_head=False),
             *ban_routes(self, p),
             *session_routes(self, p),
+            *key_routes(self, p),
         ]
 
     def install(self, app: web.Application) -> None:
@@ -133,12 +134,18 @@ class Api:
         routed_here = resource is not None and resource.canonical.startswith(PREFIX + "/")
         if not (routed_here or request.path.startswith(PREFIX + "/") or request.path == PREFIX):
             return await handler(request)
-        who = self._who(request)
-        if who is None:
+        key = self.access.caller(request)
+        if key is None:
             log.warning("api: %s %r refused: no valid API key (from %s)", request.method, request.path, request.remote)
             refused = _error(401, "a valid API key is needed: Authorization: Bearer <key>")
             refused.headers["WWW-Authenticate"] = "Bearer"
             return refused
+        route = resource.canonical if routed_here and resource is not None else request.path
+        needed = needed_scope(request.method, route)
+        if needed == "admin" and key.scope != "admin":
+            log.warning("api: key %s (scope %s): %s %r refused", key.name, key.scope, request.method, request.path)
+            return _error(403, f"key {key.name} has scope {key.scope}: {request.method} {route} needs admin")
+        self.access.used(key, request)
         try:
             response = await handler(request)
         except ApiError as refused:
@@ -153,13 +160,8 @@ class Api:
         return response
 
     def _who(self, request: web.Request) -> str | None:
-        header = request.headers.get("Authorization", "")
-        scheme, _, presented = header.partition(" ")
-        if scheme.lower() == "bearer" and presented.strip() and self.keys:
-            return key_name(self.keys, presented.strip())
-        if not header and self.anonymous_loopback and request.remote and is_loopback(request.remote):
-            return "anonymous-loopback"
-        return None
+        key = self.access.caller(request)
+        return key.name if key is not None else None
 
     def _changed(self, request: web.Request, what: str, *args: Any) -> None:
         log.info("api: key %s: " + what, self._who(request), *args)

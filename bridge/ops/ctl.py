@@ -360,10 +360,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     leaf(groups, "pools", pools, "each pool's state and spool")
     leaf(groups, "reload", reload, "reload rules and the broker's files, as SIGHUP")
 
-    from bridge.ops import ctl_bans, ctl_sessions  # they import this module: only once it is whole
+    from bridge.ops import ctl_bans, ctl_keys, ctl_sessions  # they import this module: only once it is whole
 
     ctl_bans.add_parsers(groups, leaf, _limit)
     ctl_sessions.add_parsers(groups, leaf, _limit)
+    ctl_keys.add_parsers(groups, leaf)
 
 
 def run(args: argparse.Namespace) -> int:
