@@ -2,10 +2,8 @@
 each key was last used, and the keys read again on SIGHUP (the config's `api.keys`,
 bridge/conf/apikeys.py).
 
-Scopes, per route: every GET is `read` (a `read` key sees what the dashboard shows, payloads of
-retained and queued messages included), except the routes in ADMIN_READS; every other method
-(kick, subscribe, publish, delete, ban, reload) is `admin`. `GET /api/v1/keys` shows an admin each
-key's name, scope and last use (time and address): never a key or its hash.
+What each route needs is in scopes.py. `GET /api/v1/keys` shows an admin each key's name, scope
+and last use (time and address): never a key or its hash.
 """
 
 from __future__ import annotations
@@ -26,14 +24,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("bridge.api.routes")
 
 ANONYMOUS = ApiKey("anonymous-loopback", "", "admin")  # api.allow_anonymous_loopback: the operator's own machine
-ADMIN_READS = frozenset({"/api/v1/keys"})  # GET routes that show what only an admin may see
-
-
-def needed_scope(method: str, route: str) -> str:
-    """The scope a request needs: `route` is the route's pattern (`/api/v1/clients/{clientid}`)."""
-    if method in ("GET", "HEAD") and route not in ADMIN_READS:
-        return "read"
-    return "admin"
 
 
 class Keys:

@@ -29,8 +29,9 @@ from aiohttp import web
 
 from bridge.api.bans import ban_routes
 from bridge.api.history import History
-from bridge.api.keys import Keys, key_routes, needed_scope
+from bridge.api.keys import Keys, key_routes
 from bridge.api.openapi import describe
+from bridge.api.scopes import needed_scope
 from bridge.api.sessions import connection_details, session_routes
 from bridge.errors import HookbridgeError
 from bridge.topics import filter_error, topic_name_error
