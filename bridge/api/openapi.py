@@ -48,6 +48,7 @@ _WHY = {
     "409": "not in this broker mode (the embedded broker's state), or not in this state (see the error)",
     "413": "the body is larger than api.max_body",
     "422": "the reload was refused: what was loaded before stays",
+    "503": "the embedded broker is not running (the bridge is starting or stopping)",
 }
 
 
@@ -69,7 +70,7 @@ def _op(
 ) -> dict[str, Any]:
     """One operation: `answer` is the schema of its success (`status`); its refusals are the ones
     every route of its kind answers (401; 403 for admin routes; 400 for lists, path ids and bodies;
-    409 for the embedded broker's state in the other modes; 408 and 413 for bodies) and `refusals`."""
+    409 for the embedded broker's state in the other modes, 503 while it is not running; 408 and 413 for bodies) and `refusals`."""
     page = answer.endswith("Page")
     scope = needed_scope(method.upper(), f"{_P}{path}")
     codes = {401, *refusals}
@@ -80,7 +81,7 @@ def _op(
     if body:
         codes |= {408, 413}
     if embedded:
-        codes.add(409)
+        codes |= {409, 503}
     responses: dict[str, Any] = {str(status): _answer("done", answer)}
     for code in sorted(codes):
         responses[str(code)] = _answer(_WHY[str(code)], "Error")

@@ -24,6 +24,7 @@ from broker_suite.clients import V5, V311, Client
 from paho.mqtt.enums import CallbackAPIVersion
 
 from bridge.app import Bridge, Paths
+from bridge.brokers.embedded.codec import MQTT_5
 from bridge.brokers.embedded.broker import Broker
 from support.bridges import eventually, mqtt_port
 from support.cdp import browser
@@ -179,7 +180,7 @@ async def test_a_banned_client_is_closed_and_stays_out_across_a_restart(bridges:
         bystander.close()
 
 
-async def test_bans_by_user_name_and_by_address(bridges: Bridges) -> None:
+async def test_bans_by_user_name_and_by_address(bridges: Bridges, raw_connect: Any) -> None:
     bridge = await bridges.start()
     port = mqtt_port(bridge)
     made: list[Client] = []
@@ -192,6 +193,17 @@ async def test_bans_by_user_name_and_by_address(bridges: Bridges) -> None:
             assert (await old.until(lambda acks: len(acks) >= 1))[0] == 0x87
         finally:
             old.close()
+        # on the wire: the connected 5.0 client gets DISCONNECT 0x98 (administrative action); a new
+        # CONNECT gets 3.1.1 return code 5, 5.0 reason 0x8A, and the connection is closed after it
+        raw, connack = await raw_connect(port, "bad-raw", level=MQTT_5)
+        assert connack is not None and connack.reason_code == 0
+        status, ban = await call(bridge, "POST", "/bans", {"as": "clientid", "who": "bad-raw"})
+        assert status == 201 and ban["kicked"] == ["bad-raw"]
+        assert [(type(p).__name__, p.reason_code) for p in await raw.until_closed()] == [("Disconnect", 0x98)]
+        raw, connack = await raw_connect(port, "bad-raw")
+        assert connack is not None and connack.reason_code == 5 and await raw.until_closed() == []
+        raw, connack = await raw_connect(port, "bad-raw", level=MQTT_5)
+        assert connack is not None and connack.reason_code == 0x8A and await raw.until_closed() == []
         new = Client(port, "new-1", version=V5)
         new.paho.username_pw_set("mallory")
         made.append(new)
