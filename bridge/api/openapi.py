@@ -70,7 +70,8 @@ def _op(
 ) -> dict[str, Any]:
     """One operation: `answer` is the schema of its success (`status`); its refusals are the ones
     every route of its kind answers (401; 403 for admin routes; 400 for lists, path ids and bodies;
-    409 for the embedded broker's state in the other modes, 503 while it is not running; 408 and 413 for bodies) and `refusals`."""
+    409 for the embedded broker's state in the other modes, 503 while it is not running; 408 and
+    413 for bodies) and `refusals`."""
     page = answer.endswith("Page")
     scope = needed_scope(method.upper(), f"{_P}{path}")
     codes = {401, *refusals}
