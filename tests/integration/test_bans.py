@@ -24,8 +24,8 @@ from broker_suite.clients import V5, V311, Client
 from paho.mqtt.enums import CallbackAPIVersion
 
 from bridge.app import Bridge, Paths
-from bridge.brokers.embedded.codec import MQTT_5
 from bridge.brokers.embedded.broker import Broker
+from bridge.brokers.embedded.codec import MQTT_5
 from support.bridges import eventually, mqtt_port
 from support.cdp import browser
 from support.conf import config_text
