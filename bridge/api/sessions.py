@@ -125,20 +125,22 @@ class SessionRoutes:
         return r.page(self.api, request, keyed(list(state.inflight.values()), inflight=True))
 
     async def purge_queue(self, request: web.Request) -> web.Response:
-        _broker, state = self._state(request)
+        broker, state = self._state(request)
         purged = 0
         while state.outbox:
             state.pop()  # as a send takes it: the byte counts and a durable session's position follow
             purged += 1
+        await broker.committed()
         self.api.changed(request, "purged %d queued messages of %r", purged, state.clientid)
         return r.reply({"clientid": state.clientid, "purged": purged})
 
     async def purge_inflight(self, request: web.Request) -> web.Response:
-        _broker, state = self._state(request)
+        broker, state = self._state(request)
         if state.connected:
             raise r.ApiError(409, "the client is connected and holds these packet ids: kick it first")
         purged = len(state.inflight)
         state.inflight.clear()
         state.touch()  # a durable session's in-flight window is stored
+        await broker.committed()
         self.api.changed(request, "purged %d in-flight messages of %r", purged, state.clientid)
         return r.reply({"clientid": state.clientid, "purged": purged})

@@ -265,3 +265,35 @@ async def test_dashboard_shows_a_session_purges_its_queue_and_removes_it(home: H
         assert "dash-reader" not in core(bridge).states
         await page.until("!document.querySelector('#clients tr[data-clientid=\"dash-reader\"]')")
         assert page.errors == []
+
+
+async def test_a_durable_session_restored_at_start_is_removed_before_it_is_loaded(
+    home: Home, clients: list[Client]
+) -> None:
+    bridge = await home.start()
+    port = mqtt_port(bridge)
+    sleeper = Client(port, "sleeper-1", version=V311, clean=False)
+    assert (await sleeper.connect()).reason == 0
+    assert await sleeper.subscribe("s/#", 1) == [1]
+    await sleeper.close()
+    sender = Client(port, "sender-2", version=V5)
+    assert (await sender.connect()).reason == 0
+    for i in range(3):
+        assert await sender.publish(f"s/{i}", b"kept", 1) == 0
+    await sender.close()
+    await home.stop()
+
+    bridge = await home.start()  # sessions load on demand: this one's queue is still in the store
+    assert core(bridge).states["sleeper-1"].unloaded is not None
+    listed = (await home.call("GET", "/sessions", params={"prefix": "sleeper"}))[1]["data"]
+    assert [(s["clientid"], s["loaded"]) for s in listed] == [("sleeper-1", False)]
+    status, _ = await home.call("DELETE", "/sessions/sleeper-1")
+    assert status == 200
+    assert store_rows_mentioning(home.home / "store", [b"sleeper-1"]) == []
+    await home.stop()
+    assert store_rows_mentioning(home.home / "store", [b"kept"]) == []  # its messages: no one else wanted them
+    bridge = await home.start()
+    assert "sleeper-1" not in core(bridge).states
+    back = Client(mqtt_port(bridge), "sleeper-1", version=V311, clean=False)
+    clients.append(back)
+    assert not (await back.connect()).session_present

@@ -602,7 +602,14 @@ class Broker(FlowsMixin):
                 raise SessionConnected(clientid)
             log.info("session of client %r removed", clientid)
             self._discard(state)
-            return state
+        await self.committed()  # removed means removed on disk too (durable sessions)
+        return state
+
+    async def committed(self) -> None:
+        """Wait until what the durable store is owed now is committed (at once without one)."""
+        pending = self.journal.committed() if self.journal is not None else None
+        if pending is not None:
+            await pending
 
     def _discard(self, state: SessionState) -> None:
         self.dropped_by_ended_sessions += state.dropped
