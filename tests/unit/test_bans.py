@@ -72,3 +72,19 @@ def test_peer_addresses() -> None:
     assert str(peer_address("127.0.0.1:1883")) == "127.0.0.1"
     assert str(peer_address("[::1]:1883")) == "::1"
     assert peer_address("(unknown)") is None
+
+
+def test_many_networks_each_lifted_on_its_own() -> None:
+    bans = Bans()
+    for i in range(2000):
+        bans.add(make_ban("address", f"10.{i // 256}.{i % 256}.0/24", now=NOW))
+    bans.add(make_ban("address", "172.16.0.0/12", now=NOW))
+    bans.add(make_ban("address", "192.168.7.7", now=NOW))
+    assert bans.match("c", None, "10.7.207.1:1", NOW).who == "10.7.207.0/24"  # type: ignore[union-attr]
+    assert bans.match("c", None, "10.7.208.1:1", NOW) is None  # 2000 networks: up to 10.7.207.0/24
+    assert bans.match("c", None, "172.31.255.1:1", NOW).who == "172.16.0.0/12"  # type: ignore[union-attr]
+    assert bans.match("c", None, "192.168.7.7:1", NOW) is not None
+    assert bans.match("c", None, "192.168.7.8:1", NOW) is None
+    assert bans.remove("address", "10.7.207.0/24") is not None
+    assert bans.match("c", None, "10.7.207.1:1", NOW) is None
+    assert bans.match("c", None, "10.7.206.1:1", NOW) is not None

@@ -95,7 +95,10 @@ class Bans:
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(path) if path else None
         self._bans: dict[tuple[str, str], Ban] = {}
-        self._networks: dict[str, Network] = {}  # address bans, parsed once
+        # Address bans by (IP version, prefix length), then by network address: a CONNECT's
+        # address is masked once per prefix length in use and looked up, so it costs at most 33
+        # (IPv4) or 129 (IPv6) look-ups however many networks are banned.
+        self._networks: dict[tuple[int, int], dict[int, str]] = {}
 
     def __len__(self) -> int:
         return len(self._bans)
@@ -137,7 +140,7 @@ class Bans:
                 return None
         ban = self._bans.pop((kind, who), None)
         if ban is not None:
-            self._networks.pop(who, None)
+            self._unindex(ban)
             self._save()
         return ban
 
@@ -147,8 +150,8 @@ class Bans:
         return sorted(self._bans.values(), key=lambda ban: (ban.kind, ban.who))
 
     def match(self, clientid: str, username: str | None, peername: str, now: float | None = None) -> Ban | None:
-        """The ban in force that keeps this client out, or None. A dict look-up per kind and one
-        containment test per banned network: cheap enough for every CONNECT."""
+        """The ban in force that keeps this client out, or None: a dict look-up per kind and per
+        prefix length of the banned networks, cheap enough for every CONNECT."""
         if not self._bans:
             return None
         now = time.time() if now is None else now
@@ -159,23 +162,36 @@ class Bans:
         if self._networks:
             address = peer_address(peername)
             if address is not None:
-                for who, network in self._networks.items():
-                    ban = self._bans[("address", who)]
-                    if address.version == network.version and address in network and ban.active(now):
+                bits, value = address.max_prefixlen, int(address)
+                for (version, length), networks in self._networks.items():
+                    if version != address.version:
+                        continue
+                    who = networks.get(value >> (bits - length) << (bits - length))
+                    ban = self._bans.get(("address", who)) if who is not None else None
+                    if ban is not None and ban.active(now):
                         return ban
         return None
 
     def _put(self, ban: Ban) -> None:
         self._bans[(ban.kind, ban.who)] = ban
         if ban.kind == "address":
-            self._networks[ban.who] = _network(ban.who)
+            network = _network(ban.who)
+            self._networks.setdefault((network.version, network.prefixlen), {})[int(network.network_address)] = ban.who
+
+    def _unindex(self, ban: Ban) -> None:
+        if ban.kind != "address":
+            return
+        network = _network(ban.who)
+        key = (network.version, network.prefixlen)
+        networks = self._networks.get(key, {})
+        networks.pop(int(network.network_address), None)
+        if not networks:
+            self._networks.pop(key, None)
 
     def _expire(self, now: float) -> None:
         gone = [key for key, ban in self._bans.items() if not ban.active(now)]
         for key in gone:
-            del self._bans[key]
-            if key[0] == "address":
-                self._networks.pop(key[1], None)
+            self._unindex(self._bans.pop(key))
         if gone:
             self._save()
 
