@@ -302,7 +302,9 @@ class Api:
         broker, state = self._state(request)
         conn = broker.active.get(state.clientid)
         if conn is None or not state.connected:
-            raise ApiError(409, "the client is not connected")
+            raise ApiError(
+                409, "the client is not connected; its session stays (DELETE /api/v1/sessions/{clientid} removes it)"
+            )
         self._changed(request, "kicked client %r", state.clientid)
         conn.close("kicked", R.ADMINISTRATIVE_ACTION)
         with contextlib.suppress(TimeoutError):  # its teardown (will, client.disconnected) is under way

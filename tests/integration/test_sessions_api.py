@@ -185,7 +185,10 @@ async def test_client_details_and_kicking_a_client_that_left(home: Home, clients
     assert (await keeper.connect()).reason == 0
     await keeper.disconnect()
     status, answer = await home.call("DELETE", "/clients/keeper-1")
-    assert (status, answer["error"]) == (409, "the client is not connected")
+    assert (status, answer["error"]) == (
+        409,
+        "the client is not connected; its session stays (DELETE /api/v1/sessions/{clientid} removes it)",
+    )
     status, details = await home.call("GET", "/clients/keeper-1")
     assert details["connected_at"] is None and details["messages_in"] == 0
 
