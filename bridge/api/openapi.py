@@ -164,7 +164,7 @@ def _paths() -> dict[str, dict[str, Any]]:
     add(
         "get",
         "/sessions/{clientid}/queue",
-        "its queued messages, in message id order",
+        "its queued messages, in the order they go out",
         "QueuedMessagePage",
         [_CLIENTID],
         refusals=(404,),

@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from bridge.api.bans import ban_routes
+# bans, keys and sessions use this module's helpers: imported as modules (their names read at
+# call time), so either side may be imported first
+from bridge.api import bans, keys, sessions
 from bridge.api.history import History
-from bridge.api.keys import Keys, key_routes
 from bridge.api.openapi import describe
 from bridge.api.scopes import needed_scope
-from bridge.api.sessions import connection_details, session_routes
 from bridge.errors import HookbridgeError
 from bridge.topics import filter_error, topic_name_error
 
@@ -85,7 +85,7 @@ class Api:
         self.bridge = bridge
         config = bridge.config
         # the keys, their scopes and last use (keys.py); replaced on SIGHUP
-        self.access = Keys(config["api.keys"] or {}, bool(config["api.allow_anonymous_loopback"]))
+        self.access = keys.Keys(config["api.keys"] or {}, bool(config["api.allow_anonymous_loopback"]))
         self.max_page = int(config["api.max_page"])
         self.max_body = int(config["api.max_body"])
         self._reloading = asyncio.Lock()  # one API reload at a time
@@ -114,9 +114,9 @@ class Api:
             web.get(f"{p}/pools", self.pools, allow_head=False),
             web.post(f"{p}/reload", self.reload),
             web.get(f"{p}/stats", self.stats, allow_head=False),
-            *ban_routes(self, p),
-            *session_routes(self, p),
-            *key_routes(self, p),
+            *bans.ban_routes(self, p),
+            *sessions.session_routes(self, p),
+            *keys.key_routes(self, p),
         ]
 
     def install(self, app: web.Application) -> None:
@@ -240,7 +240,7 @@ class Api:
             "expiry": state.expiry,
             "durable": state.durable,
             "subscriptions": len(state.subscriptions),
-            **connection_details(broker, state),
+            **sessions.connection_details(broker, state),
         }
 
     @classmethod

@@ -3,7 +3,7 @@
 - `DELETE /api/v1/sessions/{clientid}`: remove an offline session (queue, in-flight messages,
   subscriptions, durable rows); `409` while its client is connected (kick it first);
 - `GET /api/v1/sessions/{clientid}/queue` and `.../inflight`: its queued messages (waiting to
-  be sent) and in-flight ones (sent, not acknowledged), paged in message id (publish) order,
+  be sent) and in-flight ones (sent, not acknowledged), paged in the order they go out,
   as EMQX 5's `mqueue_messages` and `inflight_messages`;
 - `DELETE /api/v1/sessions/{clientid}/queue`: drop every queued message; `.../inflight`: drop the
   in-flight ones, only while the client is offline (a connected client holds their packet ids);
@@ -14,8 +14,8 @@
 from __future__ import annotations
 
 import base64
-from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Sequence
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -81,13 +81,34 @@ def describe_message(message: Outgoing, *, inflight: bool = False) -> dict[str, 
     return described
 
 
-def keyed(messages: Iterable[Outgoing], *, inflight: bool = False) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(key, message) pairs for paging: the msgid (time ordered), with a count for the rare
-    message a session holds twice (overlapping subscriptions)."""
-    seen: Counter[str] = Counter()
-    for message in messages:
-        seen[message.msgid] += 1
-        yield f"{message.msgid}.{seen[message.msgid]:05d}", describe_message(message, inflight=inflight)
+def message_page(api: Api, request: web.Request, messages: Sequence[Outgoing], *, inflight: bool) -> web.Response:
+    """A page of `limit` messages in the order they go out, after `cursor` (`<index>/<msgid>` of the
+    previous page's last message). A queue only loses messages at its head (sent or dropped) and
+    gains them at its tail, so that message is at its index or before it; once it has gone, the
+    whole queue comes after it. A page costs its own messages (and a short look back), not the
+    queue's length: only they are described, their payloads encoded."""
+    limit_text = request.query.get("limit", "100")
+    if not limit_text.isdigit() or not 1 <= int(limit_text) <= api.max_page:
+        raise r.ApiError(400, f"limit must be an integer from 1 to {api.max_page}")
+    limit = int(limit_text)
+    cursor = r.clean(request.query.get("cursor", ""), "cursor")
+    start = 0
+    if cursor:
+        index_text, _, msgid = cursor.partition("/")
+        if not index_text.isdigit() or not msgid:
+            raise r.ApiError(400, "cursor must be the next of the previous page")
+        for index in range(min(int(index_text), len(messages) - 1), -1, -1):
+            if messages[index].msgid == msgid:
+                start = index + 1
+                break
+    page = list(islice(messages, start, start + limit))
+    more = start + len(page) < len(messages)
+    return r.reply(
+        {
+            "data": [describe_message(message, inflight=inflight) for message in page],
+            "next": f"{start + len(page) - 1}/{page[-1].msgid}" if page and more else None,
+        }
+    )
 
 
 class SessionRoutes:
@@ -118,11 +139,11 @@ class SessionRoutes:
 
     async def queue(self, request: web.Request) -> web.Response:
         _broker, state = self._state(request)
-        return r.page(self.api, request, keyed(list(state.outbox)))
+        return message_page(self.api, request, state.outbox, inflight=False)
 
     async def inflight(self, request: web.Request) -> web.Response:
         _broker, state = self._state(request)
-        return r.page(self.api, request, keyed(list(state.inflight.values()), inflight=True))
+        return message_page(self.api, request, list(state.inflight.values()), inflight=True)
 
     async def purge_queue(self, request: web.Request) -> web.Response:
         broker, state = self._state(request)

@@ -103,12 +103,23 @@ async def test_an_offline_sessions_messages_are_listed_purged_and_the_session_re
     assert first["data"][0]["from_clientid"] == "sender-1" and first["next"]
     status, rest = await home.call("GET", "/sessions/reader-1/queue", params={"cursor": first["next"]})
     assert [m["payload"] for m in rest["data"]] == ["queued-3", "queued-4"] and rest["next"] is None
+    # the queue moves on between pages (its two oldest dropped): the next page still starts after the cursor
+    second = (await home.call("GET", "/sessions/reader-1/queue", params={"limit": "2", "cursor": first["next"]}))[1]
+    state = core(bridge).states["reader-1"]
+    state.drop_oldest("offline_messages")
+    state.drop_oldest("offline_messages")
+    status, moved = await home.call("GET", "/sessions/reader-1/queue", params={"cursor": second["data"][0]["msgid"]})
+    assert status == 400  # a cursor is the previous page's next, not a message id
+    status, moved = await home.call("GET", "/sessions/reader-1/queue", params={"cursor": first["next"]})
+    assert [m["payload"] for m in moved["data"]] == ["queued-3", "queued-4"]
+    status, everything = await home.call("GET", "/sessions/reader-1/queue")
+    assert [m["payload"] for m in everything["data"]] == ["queued-2", "queued-3", "queued-4"]
     status, inflight = await home.call("GET", "/sessions/reader-1/inflight")
     assert [(m["payload"], m["packet_id"] > 0) for m in inflight["data"]] == [("first-0", True), ("first-1", True)]
 
     # purged: the queue, then what was in flight
     status, purged = await home.call("DELETE", "/sessions/reader-1/queue")
-    assert (status, purged) == (200, {"clientid": "reader-1", "purged": 5})
+    assert (status, purged) == (200, {"clientid": "reader-1", "purged": 3})
     status, session = await home.call("GET", "/sessions/reader-1")
     assert session["queue"] == {"messages": 0, "bytes": 0} and session["inflight"] == 2
     status, purged = await home.call("DELETE", "/sessions/reader-1/inflight")
