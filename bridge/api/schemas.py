@@ -39,7 +39,7 @@ def ref(name: str) -> dict[str, Any]:
 def page_of(item: str) -> dict[str, Any]:
     return obj(
         {"data": {"type": "array", "items": ref(item)}, "next": nullable(STR)},
-        doc=f"one page of {item} items, sorted by their key; `next`: the cursor of the next page, null at the end",
+        doc=f"one page of {item} items; `next`: the cursor of the next page (its `cursor`), null at the end",
     )
 
 
