@@ -21,7 +21,7 @@ from bridge.conf.apikeys import ApiKey, find_key, is_loopback
 if TYPE_CHECKING:
     from bridge.api.routes import Api
 
-log = logging.getLogger("bridge.api.routes")
+log = logging.getLogger(__name__)
 
 ANONYMOUS = ApiKey("anonymous-loopback", "", "admin")  # api.allow_anonymous_loopback: the operator's own machine
 
