@@ -192,8 +192,8 @@ class Broker(FlowsMixin):
         verdict = await self._login(conn, packet, clientid)
         if verdict is None:
             return
-        if verdict.username != packet.username and self._banned(conn, clientid, verdict.username):
-            return  # the user name came from the client certificate
+        if self._banned(conn, clientid, verdict.username):
+            return  # banned while its password was checked, or by the user name its certificate gives
         will = packet.will
         if will is not None and not verdict.permissions.may_publish(will.topic):
             # The will is a PUBLISH the client asks for in advance: the same permission holds,
