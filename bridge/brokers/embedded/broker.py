@@ -192,8 +192,6 @@ class Broker(FlowsMixin):
         verdict = await self._login(conn, packet, clientid)
         if verdict is None:
             return
-        if self._banned(conn, clientid, verdict.username):
-            return  # banned while its password was checked, or by the user name its certificate gives
         will = packet.will
         if will is not None and not verdict.permissions.may_publish(will.topic):
             # The will is a PUBLISH the client asks for in advance: the same permission holds,
@@ -214,6 +212,8 @@ class Broker(FlowsMixin):
                 log.warning("client id %r belongs to another user: CONNECT refused", clientid)
                 conn.fail_connect(R.NOT_AUTHORIZED if level == MQTT_5 else ConnectReturnCode.NOT_AUTHORIZED)
                 return
+            if self._banned(conn, clientid, verdict.username):
+                return  # by the user name its client certificate gives, or banned during its login
             previous = self.active.get(clientid)
             if previous is not None:
                 log.info("client %r connected again: closing its previous connection", clientid)
@@ -221,6 +221,8 @@ class Broker(FlowsMixin):
                 await previous.done.wait()
             if conn.reason is not None:
                 return  # the new connection went away meanwhile
+            if previous is not None and self._banned(conn, clientid, verdict.username):
+                return  # banned while the previous connection closed (nothing awaits from here to `active`)
             state, present = self._session(clientid, packet, expiry, verdict)
             conn.state, state.conn, conn.will = state, conn, packet.will
             self.active[clientid] = conn
