@@ -109,3 +109,50 @@ async def test_a_read_key_reads_and_changes_nothing_and_keys_reload_on_sighup(
         assert ADMIN not in log and READER not in log and LATER not in log
     finally:
         await device.close()
+
+
+async def test_the_dashboard_shows_keys_to_an_admin_and_hides_them_from_a_read_key(
+    tmp_path: Path, redis_port: int, redis_db: redis_sync.Redis, bridges: list[BridgeProcess]
+) -> None:
+    from support.cdp import browser
+
+    home = tmp_path / "bridge"
+    home.mkdir()
+    pools = f"backend.redis.pool1.server = 127.0.0.1:{redis_port}\n"
+    keys = f"{entry('ops', ADMIN)}, {entry('grafana', READER, 'read')}"
+    bridge = BridgeProcess(home, pools, "", settings(home, keys)).start()
+    bridges.append(bridge)
+    device = Client(bridge.mqtt_port, "screen-1", version=V5)
+    rows = "[...document.querySelectorAll('#keys tbody tr')].map(r => [...r.cells].map(c => c.textContent))"
+    try:
+        assert (await device.connect()).reason == 0
+        assert call(bridge, "GET", "/clients", READER)[0] == 200  # grafana's last use: now, from 127.0.0.1
+        for key, admin in ((ADMIN, True), (READER, False)):
+            async with browser() as page:
+                await page.goto(f"http://127.0.0.1:{bridge.metrics_port}/")
+                await page.evaluate(
+                    f"document.getElementById('key').value = {json.dumps(key)};"
+                    "document.getElementById('login').requestSubmit(); true"
+                )
+                await page.until("document.body.dataset.loaded === 'yes'")
+                ids = "[...document.querySelectorAll('#clients tbody tr')].map(r => r.dataset.clientid)"
+                assert await page.until(f"{ids}.length === 1 && {ids}") == ["screen-1"]
+                if admin:
+                    shown = await page.until(f"{rows}.length === 2 && {rows}")
+                    assert [row[:2] for row in shown] == [["grafana", "read"], ["ops", "admin"]]
+                    assert shown[0][3] == "127.0.0.1" and shown[0][2] != "never"
+                    assert ADMIN not in await page.evaluate("document.body.textContent")
+                else:
+                    assert await page.evaluate("document.getElementById('keys-section').hidden")
+                    # a read key's kick is refused and says why; the client stays
+                    kick = "document.querySelector('#clients tr[data-clientid=\"screen-1\"] button.kick').click(); true"
+                    await page.evaluate(kick)
+                    await page.evaluate(kick)
+                    error = await page.until(
+                        "!document.getElementById('error').hidden && document.getElementById('error').textContent"
+                    )
+                    assert "scope read" in error
+                    assert call(bridge, "GET", "/clients/screen-1", ADMIN)[1]["connected"] is True
+                assert page.errors == []
+    finally:
+        await device.close()

@@ -192,7 +192,7 @@ async function kickClient(button, clientid) {
   button.disabled = true;
   try {
     await api("DELETE", "/clients/" + encodeURIComponent(clientid));
-  } catch (error) { report(error); }
+  } catch (error) { report(error); return; } // the refusal stays shown until the next refresh
   await refresh();
 }
 
@@ -253,7 +253,7 @@ async function addBan() {
   try {
     await api("POST", "/bans", null, body);
     $("ban-who").value = ""; $("ban-reason").value = ""; $("ban-minutes").value = "";
-  } catch (error) { report(error); }
+  } catch (error) { report(error); return; } // the refusal stays shown until the next refresh
   await refresh();
 }
 
@@ -261,7 +261,7 @@ async function liftBan(button, ban) {
   button.disabled = true;
   try {
     await api("DELETE", "/bans/" + encodeURIComponent(ban.as) + "/" + ban.who.split("/").map(encodeURIComponent).join("/"));
-  } catch (error) { report(error); }
+  } catch (error) { report(error); return; } // the refusal stays shown until the next refresh
   await refresh();
 }
 
@@ -277,8 +277,21 @@ async function sessionAction(button, label, method, part) {
   button.textContent = label;
   try {
     await api(method, "/sessions/" + encodeURIComponent(chosen) + part);
-  } catch (error) { report(error); }
+  } catch (error) { report(error); return; } // the refusal stays shown until the next refresh
   await refresh();
+}
+
+// API keys and their last use: an admin key sees them; for a read key the section stays hidden
+async function showKeys() {
+  let keys;
+  try {
+    keys = await every("/keys", {});
+  } catch (error) {
+    if (error.status === 403) { $("keys-section").hidden = true; return; }
+    throw error;
+  }
+  $("keys-section").hidden = false;
+  fill($("keys").tBodies[0], keys, (k) => [k.name, k.scope, k.last_used ? when(k.last_used) : "never", k.last_from]);
 }
 
 async function showRetained() {
@@ -297,7 +310,7 @@ async function refresh() {
   clearTimeout(timer);
   try {
     await showStatus();
-    await Promise.all([showStats(), showRules(), showPools(), showClients().then(async () => {
+    await Promise.all([showStats(), showRules(), showPools(), showKeys(), showClients().then(async () => {
       if (!$("broker-only").hidden) await Promise.all([showSession(), showBans(), showRetained()]);
     })]);
     $("error").hidden = true;
