@@ -1,7 +1,7 @@
 """The Spark reports over a large fleet in PostgreSQL, against the same aggregations as plain SQL.
 
     .venv/bin/python -m bench.spark_bench fill [--port 5450] [--devices 12000] [--hours 24] ...
-    .venv/bin/python -m bench.spark_bench run [--port 5450] [--master local[2]]
+    .venv/bin/python -m bench.spark_bench run [--port 5450] [--master local[2]] [--conf KEY=VALUE ...]
 
 `fill` starts a PostgreSQL of its own (scripts/postgres.sh, port 5450, database spark_bench) and
 writes a synthetic fleet through the bridge's writers (spark_analytics.fleet): the defaults give
@@ -98,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         options = Options(window=window, out=Path(args.out), partitions=args.partitions)
         began = time.perf_counter()
         conf = {"spark.driver.memory": args.driver_memory, "spark.sql.shuffle.partitions": "8"}
+        conf.update(setting.split("=", 1) for setting in args.conf)  # e.g. spark.executor.memory on a cluster
         spark = build_session(args.master, app="hookbridge-bench", conf=conf)
         startup = time.perf_counter() - began
         rows.append(("Spark session start (JVM)", f"{startup:.1f}", ""))
@@ -157,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     running.add_argument("--partitions", type=int, default=0)
     running.add_argument("--driver-memory", default="8g")
     running.add_argument("--out", default=str(ROOT / ".run" / "spark-bench"))
+    running.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
     running.set_defaults(func=run)
     args = parser.parse_args(argv)
     code: int = args.func(args)

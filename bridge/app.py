@@ -25,9 +25,11 @@ from bridge.conf.errors import ConfError, ConfErrors
 from bridge.conf.schema import global_settings
 from bridge.conf.tls import http_listener_context
 from bridge.msgid import MsgIdGenerator
+from bridge.ops.broker_metrics import BrokerMetrics
 from bridge.ops.http import StatusServer
 from bridge.ops.metrics import Metrics
 from bridge.ops.redact import Redactor
+from bridge.ops.status_topics import bridge_status
 from bridge.pipeline.deadletter import DeadLetters
 from bridge.pipeline.dispatcher import Dispatcher
 from bridge.pipeline.engine import Engine
@@ -136,6 +138,7 @@ class Bridge:
                 ssl_context=http_listener_context(self.config.settings),
             )
             await self.status.start()
+        self.broker.report_bridge_status(lambda: bridge_status(self))  # $SYS/broker/hookbridge/...
         await self.broker.start(self.dispatcher)
         log.info(
             "hookbridge %s running: %d rules, pools %s, broker %s",
@@ -296,8 +299,16 @@ class Bridge:
                 " (it is when the client returns or something first needs it)",
                 lambda: {self.broker.mode: float(self.broker.durable.get("unloaded", 0))},
             )
+            self.metrics.gauge(
+                "hookbridge_broker_durable_store_up",
+                "1 while the durable store can write: its last commit worked and its disk has"
+                " broker.durable_min_free free (/healthz says why not)",
+                lambda: {self.broker.mode: float(bool((self.broker.durable_health() or {}).get("up")))},
+                merge="each",
+            )
         self._refusals()
         if self.config["broker.mode"] == "embedded":
+            BrokerMetrics(self.broker).register(self.metrics)  # connections, traffic, drops
             self.metrics.counter(
                 "hookbridge_broker_output_paused_total",
                 "Times the embedded broker stopped reading from a client that had not taken "
@@ -354,10 +365,15 @@ class Bridge:
         budget = self.spool_budget
         spool = {"bytes": budget.used, "max_bytes": budget.max_bytes, "near_full": budget.near_full}
         writable = not any(runner.spool_error for runner in self.runners.values())
+        durable = self.broker.durable_health()  # the embedded broker's durable store, when on
         ready = broker_up and all(p["up"] for p in pools.values()) and not budget.near_full and writable
-        return ready, {
+        ready = ready and (durable is None or bool(durable["up"]))
+        detail = {
             "ready": ready,
             "broker": {"mode": self.broker.mode, "up": broker_up},
             "pools": pools,
             "spool": spool,
         }
+        if durable is not None:
+            detail["durable"] = dict(durable)
+        return ready, detail

@@ -1,4 +1,4 @@
-"""`hookbridge run | check | schema | ctl | report` (also `python -m bridge`)."""
+"""`hookbridge run | check | schema | init | ctl | report` (also `python -m bridge`)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from bridge.app import Bridge, Paths, load_all
+from bridge.brokers.embedded.durable.check import check_durable
 from bridge.brokers.embedded.openfiles import open_file_problems, raise_soft_limit
 from bridge.conf import registry
 from bridge.conf.config import Config, load_config
 from bridge.conf.errors import ConfErrors
 from bridge.ops import ctl as ctl_commands
+from bridge.ops import init as init_command
 from bridge.ops import logs
 from bridge.ops.redact import Redactor
 from bridge.rules import Rule
@@ -61,6 +63,13 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(warning, file=sys.stderr)
     pools = sorted({rule.pool for rule in rules})
     print(f"ok: {args.config} and {args.rules}: {len(rules)} rules, pools {', '.join(pools) or 'none'}")
+    if args.durable:  # the full integrity check of the durable store (docs/brokers.md#a-damaged-store)
+        if not _config["broker.durable_sessions"]:
+            print("broker.durable_sessions is off: no durable store to check", file=sys.stderr)
+            return 1
+        sound, lines = check_durable(_config["broker.durable_dir"])
+        print("\n".join(lines), file=sys.stdout if sound else sys.stderr)
+        return 0 if sound else 1
     return 0
 
 
@@ -272,12 +281,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
     check = commands.add_parser("check", help="validate config, rules and templates")
     common(check)
+    check.add_argument("--durable", action="store_true", help="also run the full integrity check of the durable store")
     check.set_defaults(func=cmd_check)
     schema = commands.add_parser("schema", help="print (and create) what a pool needs")
     schema.add_argument("-c", "--config", default="config/bridge.conf")
     schema.add_argument("--pool", required=True, help="<db>.<pool>, e.g. redis.pool1")
     schema.add_argument("--apply", action="store_true", help="create it")
     schema.set_defaults(func=cmd_schema)
+    init = commands.add_parser("init", help="write the shipped config/, rules/ and templates/ into a folder")
+    init_command.add_arguments(init)
+    init.set_defaults(func=init_command.run)
     ctl = commands.add_parser("ctl", help="the management API from the command line, against a running bridge")
     ctl_commands.add_arguments(ctl)
     ctl.set_defaults(func=ctl_commands.run)
@@ -288,7 +301,16 @@ def build_parser() -> argparse.ArgumentParser:
         extra = commands.add_parser(plugin.name, help=plugin.help)
         plugin.add_arguments(extra)
         extra.set_defaults(func=plugin.run)
+    # A command whose package does not import (an image that left it out, a broken plug-in) stays
+    # listed; run, it says what is missing (main, before parsing its arguments). The others work.
+    for name in _unavailable_commands():
+        commands.add_parser(name, help="(cannot be loaded: run it to see why)")
     return parser
+
+
+def _unavailable_commands() -> dict[str, registry.UnavailablePlugin]:
+    broken = registry.unavailable(registry.COMMANDS_GROUP)
+    return {name: plugin for name, plugin in broken.items() if name not in registry.commands()}
 
 
 def prepared(argv: list[str]) -> list[str]:
@@ -300,7 +322,12 @@ def prepared(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(prepared(sys.argv[1:] if argv is None else argv))
+    argv = sys.argv[1:] if argv is None else argv
+    broken = _unavailable_commands().get(argv[0]) if argv else None
+    if broken is not None:  # whatever its arguments: they belong to a parser that could not be loaded
+        print(f"hookbridge {broken.name}: {broken.explanation()}", file=sys.stderr)
+        return EXIT_CONFIG
+    args = build_parser().parse_args(prepared(argv))
     code: int = args.func(args)
     return code
 

@@ -32,7 +32,7 @@ class FunctionSpec:
     canonical: str = ""
     # When the function has anything to do for an event; the engine does not queue
     # the others (a retain function for a message that is not retained).
-    applies: Callable[[Any], bool] | None = None
+    applies: Callable[[Any, Any], bool] | None = None  # (event, the Rule): False = nothing to do
     # What the function keeps that is right only when events are applied in the order they
     # happened ("status", "retain", "offsets"); "" when order does not change its result.
     # `check --workers N` warns about these (bridge/workers/checks.py).
@@ -46,24 +46,25 @@ class FunctionSpec:
 _ANY = frozenset(H)
 
 
-def _stored_qos(event: Any) -> bool:
+def _stored_qos(event: Any, rule: Any) -> bool:
     return bool(event.qos > 0)
 
 
-def _retained(event: Any) -> bool:
+def _retained(event: Any, rule: Any) -> bool:
     return bool(event.retain and event.payload)
 
 
-def _retain_cleared(event: Any) -> bool:
+def _retain_cleared(event: Any, rule: Any) -> bool:
     return bool(event.retain and not event.payload)
 
 
-def _retain_lookup(event: Any) -> bool:
+def _retain_lookup(event: Any, rule: Any) -> bool:
     return bool(event.is_new and event.send_retained)
 
 
-def _offline_fetch(event: Any) -> bool:
-    return bool(event.is_new and event.persistent and event.qos > 0)
+def _offline_fetch(event: Any, rule: Any) -> bool:
+    # EMQX 4.4 fetched for clean sessions too: the pool's fetch_clean_sessions (rule.offline_opts)
+    return bool(event.is_new and event.qos > 0 and (event.persistent or rule.offline_opts.clean_sessions))
 
 
 _DELIVER = frozenset({Capability.DELIVER_TO_SESSION})
@@ -170,3 +171,4 @@ FUNCTIONS: dict[str, FunctionSpec] = {
 
 # The fetch functions read `offline_opts`; these options are accepted by them only.
 FETCH_FUNCTIONS = frozenset({"on_message_fetch_for_queue", "on_message_fetch_for_pubsub"})
+STORE_FUNCTIONS = frozenset({"on_message_publish", "on_message_store"})

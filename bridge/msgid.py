@@ -14,6 +14,8 @@ import string
 import threading
 import time
 
+from bridge.emqx_msgid import UnconvertibleId, convert
+
 _SEQ_MASK = 0xFFFF
 
 
@@ -49,32 +51,18 @@ def timestamp_us(msgid: str) -> int:
     return int(msgid[:16], 16)
 
 
-# -- EMQX 4.4's ids (hookbridge migrate-emqx44) ---------------------------------------------
+# -- EMQX's ids (hookbridge migrate-emqx44): every form is read by bridge/emqx_msgid.py ---------
 
-BASE62 = string.digits + string.ascii_uppercase + string.ascii_lowercase
+BASE62 = string.digits + string.ascii_uppercase + string.ascii_lowercase  # EMQ X 2.x's digits
 HEX_ID = re.compile(rb"[0-9A-F]{32}")
-_BASE62_ID = re.compile(rb"[0-9A-Za-z]{1,22}")
-
-
-_SHORTHEX_ID = re.compile(rb"[0-9A-Fa-f]{23,32}")
 
 
 def hookbridge_id(emqx_id: bytes) -> str | None:
-    """The hookbridge id of an EMQX 4.4 id; None if `emqx_id` is one already, or no id at all.
-
-    EMQX 4.4 writes the 128-bit `emqx_guid` in base62 (Redis: at most 22 characters) or in hex
-    (the SQL backends; older versions without the leading zeros: 29 characters today). An id of
-    our time needs at least 115 bits, so 23 characters or more can only be hex.
-    """
+    """The hookbridge id of an id EMQX wrote; None if `emqx_id` is one already, or no id at all
+    (bridge.emqx_msgid.convert says which form it was, or why it is none)."""
     if HEX_ID.fullmatch(emqx_id):
         return None
-    if _SHORTHEX_ID.fullmatch(emqx_id):
-        return f"{int(emqx_id, 16):032X}"
-    if not _BASE62_ID.fullmatch(emqx_id):
+    try:
+        return convert(emqx_id)[1]
+    except UnconvertibleId:
         return None
-    value = 0
-    for char in emqx_id.decode():
-        value = value * 62 + BASE62.index(char)
-    if value >> 128:
-        return None
-    return f"{value:032X}"

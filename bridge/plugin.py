@@ -5,7 +5,9 @@ nothing else of the core, so the core can change behind them: this module for it
 (`BackendPlugin`, settings and their parsers), the rule actions it runs, statement rendering,
 TLS, and the records of the embedded broker's users and ACL it may store (auth.py; bridge.accounts);
 `bridge.backend` for the contract it implements; and the value modules (events, topics, message
-ids, SQL statements, deliveries). tests/unit/test_plugins.py holds every backend to this.
+ids and the id forms EMQX wrote, SQL statements, deliveries), and for a backend's
+`migrate-emqx44` the survey that refuses unconvertible ids before anything changes.
+tests/unit/test_plugins.py holds every backend to this.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ PUBLISHED = frozenset(
         "bridge.events",
         "bridge.topics",
         "bridge.msgid",
+        "bridge.emqx_msgid",
+        "bridge.emqx44.survey",
         "bridge.sql",
         "bridge.brokers.base",
     }

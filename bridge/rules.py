@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from bridge.conf.errors import ConfError, ConfErrors, Position
 from bridge.conf.lexer import Entry, read_entries
 from bridge.conf.parsers import JsonProblem, duration_in, load_json
 from bridge.events import Hookpoint
-from bridge.functions import FETCH_FUNCTIONS, FUNCTIONS, Capability, FunctionSpec
+from bridge.functions import FETCH_FUNCTIONS, FUNCTIONS, STORE_FUNCTIONS, Capability, FunctionSpec
 from bridge.render import CommandTemplate, RenderError, StatementTemplate
 from bridge.sql import SqlStatement, cql_marker, pg_marker
 from bridge.topics import filter_error
@@ -66,6 +66,7 @@ Action = FunctionAction | CommandsAction | SqlAction | TemplateAction
 class OfflineOpts:
     max_returned_count: int = 500
     time_range: float | None = None  # seconds; None: no limit
+    clean_sessions: bool = False  # also fetch for clean sessions (the pool's fetch_clean_sessions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +82,9 @@ class Rule:
     offline_opts: OfflineOpts = field(default_factory=OfflineOpts)
     expired_time: int | None = None
     payload_format: str = "plain_text"
+    # what a Unix time in seconds is multiplied by where the backend writes integer times (Redis's
+    # `timestamps = milliseconds`: 1000)
+    time_scale: int = 1
 
     @property
     def selective(self) -> bool:
@@ -90,7 +94,7 @@ class Rule:
     def applies(self, event: Any) -> bool:
         """False when the rule's function has nothing to do for this event (not queued)."""
         if isinstance(self.action, FunctionAction) and self.action.spec.applies is not None:
-            return self.action.spec.applies(event)
+            return self.action.spec.applies(event, self)
         return True
 
 
@@ -172,6 +176,10 @@ class _RuleBuilder:
             self.error(f'payload_format must be "plain_text" or "json", got {payload_format!r}', '"payload_format"')
         if self.failed or pool is None or action is None:
             return None
+        settings = self.ctx.config.pools[pool].settings
+        opts = replace(opts, clean_sessions=bool(settings.get("fetch_clean_sessions")))
+        if expired is None and isinstance(action, FunctionAction) and action.spec.impl_name in STORE_FUNCTIONS:
+            expired = settings.get("default_expired_time") or None
         return Rule(
             id=f"{db}.{hookpoint}.{order}",
             db=db,
@@ -184,6 +192,7 @@ class _RuleBuilder:
             offline_opts=opts,
             expired_time=expired,
             payload_format=payload_format,
+            time_scale=1000 if settings.get("timestamps") == "milliseconds" else 1,
         )
 
     def _pool(self, db: str, name: Any) -> str | None:

@@ -42,8 +42,9 @@ finish() {
 trap finish EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+# systemd: only its `systemd-analyze verify` (deploy/hookbridge.service, tests/packaging/test_systemd.py), 10 MB.
 apt_install redis-server mosquitto mosquitto-clients postgresql libpostgresql-jdbc-java mariadb-server mariadb-client libmariadb-java \
-  openjdk-17-jre-headless maven chromium
+  openjdk-17-jre-headless maven chromium systemd
 python_env test
 js_deps
 # The Spark reports' connector jars (Maven Central) and JDBC driver (Debian), once into .spark-jars/.

@@ -51,6 +51,7 @@ async def make_bridge(tmp_path: Path, redis_port: int) -> AsyncIterator[BridgeFa
         templates: dict[str, str] | None = None,
         pools: str | None = None,
         spool: Path | None = None,
+        http: bool = False,
     ) -> Bridge:
         home = tmp_path / f"bridge{next(counter)}"
         (home / "rules").mkdir(parents=True)
@@ -64,7 +65,10 @@ async def make_bridge(tmp_path: Path, redis_port: int) -> AsyncIterator[BridgeFa
             (home / "rules" / "test.conf").write_text(rules)
         # Each bridge its own spool, unless a test restarts one on the same spool.
         spool_line = f"spool.dir = {spool or home / 'spool'}\ndeadletter.dir = {home / 'deadletter'}\n"
-        (home / "bridge.conf").write_text(config_text(port or redis_port, spool_line + extra_config, pools))
+        text = config_text(port or redis_port, spool_line + extra_config, pools)
+        if http:  # /metrics, /healthz and the API on a free port (bridge.status.port)
+            text = text.replace("metrics.listener = off\n", "metrics.listener = 127.0.0.1:0\n")
+        (home / "bridge.conf").write_text(text)
         bridge = Bridge.load(Paths(home / "bridge.conf", home / "rules"))
         await bridge.start()
         started.append(bridge)

@@ -28,7 +28,9 @@ from typing import Any, Protocol
 
 from actions.cassa import schema
 from actions.cassa.functions import bucket_of, root_of
-from bridge.msgid import HEX_ID, hookbridge_id, timestamp_us
+from bridge.emqx44.survey import IdSurvey, check_kept
+from bridge.emqx_msgid import UnconvertibleId, convert
+from bridge.msgid import timestamp_us
 
 BACKUP = "__emqx44"
 # Table comments (CQL string literals: no quotes in them)
@@ -50,26 +52,44 @@ class Session(Protocol):
 
 
 def new_id(emqx_id: str | None) -> str | None:
-    """The id a message has in hookbridge's layout (also when it has it already); None: no id."""
+    """The id a message has in hookbridge's layout (also when it has it already); None: no id (the
+    survey refused the migration before any row got here)."""
     if not emqx_id:
         return None
-    raw = emqx_id.encode()
-    return emqx_id if HEX_ID.fullmatch(raw) else hookbridge_id(raw)
+    try:
+        return convert(emqx_id)[1]
+    except UnconvertibleId:
+        return None
 
 
 @dataclass
 class Report:
     lines: list[str] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)
+    survey: IdSurvey = field(default_factory=IdSurvey)
 
     def out(self) -> list[str]:
-        return self.lines + [f"left as is (not an EMQX 4.4 or hookbridge id): {i}" for i in self.unknown[:20]]
+        return [
+            *self.survey.lines(),
+            *self.lines,
+            *(f"left as is (not an EMQX 4.4 or hookbridge id): {i}" for i in self.unknown[:20]),
+        ]
+
+
+def _emqx_msg(columns: dict[str, Any]) -> bool:
+    return "bucket" not in columns
+
+
+def _emqx_retain(columns: dict[str, Any]) -> bool:
+    return "payload" not in columns
 
 
 class Migration:
     def __init__(self, cql: Session, keyspace: str, replication: dict[str, Any], dry_run: bool) -> None:
         self.cql, self.ks, self.replication, self.dry_run = cql, keyspace, replication, dry_run
         self.report = Report()
+        self.read: dict[str, int] = {}  # rows of EMQX's table a conversion read
+        self.dropped: dict[str, int] = {}  # rows a conversion leaves out on purpose (retain: no message)
 
     # -- what is there ----------------------------------------------------------------------------
 
@@ -92,6 +112,34 @@ class Migration:
         """hookbridge's tables that are missing (an EMQX table of the same name is left alone)."""
         for statement in schema.statements(self.ks, self.replication):
             await self.cql.execute(statement)
+
+    async def emqx_rows(self, table: str, is_emqx: Callable[[dict[str, Any]], bool]) -> str | None:
+        """Where EMQX's rows of `table` are still to be converted from: the table, or its copy."""
+        mark = await self.comment(table + BACKUP)
+        if mark == CONVERTED:
+            return None
+        if mark == COPIED:
+            return table + BACKUP
+        columns = await self.columns(table)
+        return table if columns and is_emqx(columns) else None
+
+    async def survey(self) -> None:
+        """Every msgid EMQX left read and converted (nothing changed); refused if one is no id."""
+        survey = self.report.survey
+        for table, is_emqx in (("msg", _emqx_msg), ("retain", _emqx_retain)):
+            source = await self.emqx_rows(table, is_emqx)
+            if source is None:
+                continue
+            survey.note(table)
+            async for rows in self.cql.pages(f"SELECT topic, msgid FROM {self.ks}.{source}"):
+                for topic, msgid in rows:
+                    survey.convert(table, f"topic {topic!r} msgid", msgid)
+        if "clientid" in await self.columns("acked"):
+            survey.note("acked")
+            for clientid, topic, msgid in await self.cql.execute(f"SELECT clientid, topic, msgid FROM {self.ks}.acked"):
+                if msgid:
+                    survey.convert("acked", f"clientid {clientid!r} topic {topic!r} msgid", msgid)
+        survey.refuse_unconvertible()
 
     # -- one table: copy whole, drop, create, convert --------------------------------------------
 
@@ -119,6 +167,8 @@ class Migration:
             await self.cql.execute(f"DROP TABLE {self.ks}.{table}")
         await self.apply_schema()
         converted = await convert(backup)
+        if table in self.read:  # every message and retained topic read is in hookbridge's table now
+            check_kept(table, self.read[table] - self.dropped.get(table, 0), converted)
         await self.cql.execute(f"ALTER TABLE {self.ks}.{backup} WITH comment = '{CONVERTED}'")
         self.report.lines.append(f"{table}: {converted} rows converted")
 
@@ -178,7 +228,9 @@ class Migration:
         )
         done, topics = 0, set()
         select = f"SELECT topic, msgid, sender, qos, retain, payload, arrived FROM {self.ks}.{backup}"
+        self.read["msg"] = 0
         async for rows in self.cql.pages(select):
+            self.read["msg"] += len(rows)
             values = []
             for topic, msgid, sender, qos, retain, payload, arrived in rows:
                 new = new_id(msgid)
@@ -211,7 +263,9 @@ class Migration:
             " VALUES (?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
         )
         values, topics, gone = [], set(), 0
-        for topic, msgid in await self.cql.execute(f"SELECT topic, msgid FROM {self.ks}.{backup}"):
+        rows = await self.cql.execute(f"SELECT topic, msgid FROM {self.ks}.{backup}")
+        self.read["retain"] = len(rows)
+        for topic, msgid in rows:
             new = new_id(msgid)
             if new is None:
                 self.report.unknown.append(f"retain {topic!r} {msgid!r}")
@@ -232,6 +286,7 @@ class Migration:
             topics.add((topic, -1))  # the topic index only
         await self.write_all(insert, values)
         await self.index(topics)
+        self.dropped["retain"] = gone
         if gone:
             self.report.lines.append(f"retain: {gone} retained messages whose message EMQX no longer had, dropped")
         return len(values)
@@ -256,11 +311,12 @@ class Migration:
             await self.write_all(update, changes)
 
     async def run(self) -> list[str]:
+        await self.survey()  # before the first change
         if not self.dry_run:
             await self.apply_schema()
         await self.move("client", lambda c: "connected" in c or "client_id" in c, self.convert_clients)
-        await self.move("msg", lambda c: "bucket" not in c, self.convert_messages)
-        await self.move("retain", lambda c: "payload" not in c, self.convert_retained)
+        await self.move("msg", _emqx_msg, self.convert_messages)
+        await self.move("retain", _emqx_retain, self.convert_retained)
         for table in ("sub", "acked"):
             if "client_id" in await self.columns(table):  # the column's name on pages before 4.4
                 self.report.lines.append(f"{table}: has client_id, not clientid (EMQX before 4.4): left as is")

@@ -16,8 +16,6 @@ offsets are converted first, while the messages they name still have EMQX's `_id
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
 import datetime as dt
 from collections.abc import Mapping
@@ -29,32 +27,52 @@ from pymongo.errors import BulkWriteError, CollectionInvalid, DuplicateKeyError
 
 from actions.mongo import schema
 from actions.mongo.documents import seq_of, when
-from bridge.msgid import HEX_ID, hookbridge_id
+from bridge.emqx44.survey import IdSurvey, check_kept
+from bridge.emqx_msgid import UnconvertibleId, convert
 
 # Numbers above this are milliseconds, below it seconds (EMQX's pages show seconds, its 4.x code
 # wrote milliseconds): 1e11 seconds is the year 5138, 1e11 milliseconds 1973.
 _MILLIS_FROM = 100_000_000_000
-_GUID_BASE64_LENGTH = 24  # 16 bytes in base64, with its `==`
 _PAGE = 500  # messages moved by one insert_many and one delete_many
 
 
 def mongo_hookbridge_id(emqx_id: Any) -> str | None:
     """hookbridge's id for the msgid EMQX 4.4 wrote to MongoDB; None if it is one already or no id."""
-    if not isinstance(emqx_id, str):
-        return None
-    if len(emqx_id) == _GUID_BASE64_LENGTH and emqx_id.endswith("=="):
-        with contextlib.suppress(binascii.Error, ValueError):
-            raw = base64.b64decode(emqx_id, validate=True)
-            if len(raw) == 16:
-                return raw.hex().upper()
-    return hookbridge_id(emqx_id.encode())
+    new = _new_id(emqx_id)
+    return None if new == emqx_id else new
 
 
 def _new_id(emqx_id: Any) -> str | None:
-    """The id a message will have in hookbridge's layout (also when it has it already)."""
-    if isinstance(emqx_id, str) and HEX_ID.fullmatch(emqx_id.encode()):
-        return emqx_id
-    return mongo_hookbridge_id(emqx_id)
+    """The id a message will have in hookbridge's layout (also when it has it already); None: no
+    id (the survey refused the migration before it got here)."""
+    if not isinstance(emqx_id, str):
+        return None
+    try:
+        return convert(emqx_id)[1]
+    except UnconvertibleId:
+        return None
+
+
+async def _survey(db: Any, survey: IdSurvey) -> tuple[int, int]:
+    """Every msgid of EMQX's messages and retained messages read (nothing changed); returns how many
+    messages there are (a msgid stored twice is one) and how many retained topics."""
+    messages: set[Any] = set()
+    survey.note("mqtt_msg")
+    async for doc in db.mqtt_msg.find({}, {"msgid": 1, "topic": 1, "seq": 1}):
+        if "seq" in doc:  # hookbridge's
+            messages.add(doc["_id"])
+            continue
+        where = f"_id {doc['_id']!r} msgid"
+        new = survey.convert("mqtt_msg", where, doc.get("msgid"))
+        if not isinstance(doc.get("topic"), str):
+            survey.unconvertible.append(f"mqtt_msg _id {doc['_id']!r}: topic {doc.get('topic')!r} (not text)")
+        messages.add(new)
+    survey.note("mqtt_retain")
+    retained = set()
+    async for doc in db.mqtt_retain.find({}, {"msgid": 1, "topic": 1}):
+        survey.convert("mqtt_retain", f"topic {doc.get('topic')!r} msgid", doc.get("msgid"))
+        retained.add(repr(doc.get("topic")))
+    return len(messages), len(retained)
 
 
 def as_date(value: Any) -> dt.datetime | None:
@@ -83,15 +101,17 @@ class Counts:
     clients: int = 0
     second_keys: int = 0  # documents a unique index of hookbridge's would refuse (a second of one key)
     unknown: list[str] = field(default_factory=list)
+    survey: IdSurvey = field(default_factory=IdSurvey)
 
     def lines(self, dry_run: bool) -> list[str]:
         if not (self.messages or self.retained or self.offsets or self.clients or self.second_keys or self.unknown):
             return []
         verb = "would convert" if dry_run else "converted"
         out = [
+            *self.survey.lines(),
             f"{verb} {self.messages} stored messages, {self.retained} retained messages, {self.offsets} pubsub"
             f" offsets, {self.clients} client states; {self.duplicates} second copies of one msgid"
-            f" {'would be ' if dry_run else ''}dropped"
+            f" {'would be ' if dry_run else ''}dropped",
         ]
         if self.second_keys:
             out.append(
@@ -257,12 +277,16 @@ async def _schema(db: Any) -> None:
 
 async def migrate_mongo(db: Any, dry_run: bool = False) -> Counts:
     counts = Counts()
+    messages, retained = await _survey(db, counts.survey)
+    counts.survey.refuse_unconvertible()  # before the first change
     await _offsets(db, counts, dry_run)  # first: they name messages by EMQX's _id
     await _messages(db, counts, dry_run)
     await _retained(db, counts, dry_run)
     await _clients(db, counts, dry_run)
     await _second_keys(db, counts, dry_run)
     if not dry_run:
+        check_kept("mqtt_msg", messages, await db.mqtt_msg.count_documents({}))
+        check_kept("mqtt_retain", retained, await db.mqtt_retain.count_documents({}))
         await _schema(db)
     return counts
 

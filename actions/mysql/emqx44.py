@@ -9,6 +9,11 @@ altered in place: it is copied into a new table of hookbridge's shape (`INSERT I
 its unique columns, so a copy repeated after an interruption adds only what is missing), then one
 `RENAME TABLE` swaps the two at once and keeps EMQX's as `<table>__emqx44`. A table whose
 `__emqx44` copy exists is done: a second run changes nothing.
+
+The msgids are read first, in every form EMQX wrote them (bridge/emqx_msgid.py): one that is no
+id stops the migration before anything is created, naming the table, the row and the value
+(bridge/emqx44/survey.py). A copy holding fewer rows than EMQX's table has keys (messages: distinct
+msgids, EMQX stored some twice) is not swapped in: the migration stops there.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 from actions.mysql import schema
 from actions.mysql.reads import query
 from bridge.backend import PermanentError
+from bridge.emqx44.survey import IdSurvey, check_kept
 
 BACKUP = "__emqx44"
 NEW = "__hookbridge"
@@ -30,9 +36,10 @@ def _utc(column: str) -> str:
     return f"{column} - INTERVAL {_OFFSET} SECOND"
 
 
-def _msgid(column: str) -> str:
-    """EMQX's hex msgid as hookbridge writes it: 32 upper-case digits (older EMQX dropped the zeros)."""
-    return f"UPPER(LPAD({column}, 32, '0'))"
+# EMQX's msgid -> hookbridge's, for every msgid the survey read (bridge/emqx_msgid.py decodes every
+# form EMQX wrote; SQL could not). A TEMPORARY table: this connection's own, made again by each run,
+# referred to once per statement (a MySQL rule for temporary tables).
+ID_MAP = "hookbridge_emqx44_msgids"
 
 
 # table -> (hookbridge's columns, the SELECT from EMQX's table `src` giving them)
@@ -51,22 +58,23 @@ COPIES: dict[str, tuple[str, str]] = {
     ),
     "mqtt_msg": (
         "msgid, sender, topic, qos, retain, payload, arrived",
-        f"SELECT {_msgid('msgid')}, COALESCE(sender, ''), topic, qos, IF(retain > 0, 1, 0),"
+        f"SELECT ids.new, COALESCE(sender, ''), topic, qos, IF(retain > 0, 1, 0),"
         f" COALESCE(payload, ''), {_utc('arrived')} FROM src"
-        " WHERE msgid REGEXP '^[0-9A-Fa-f]{1,32}$' ORDER BY id",
+        f" JOIN {ID_MAP} ids ON ids.old = BINARY src.msgid ORDER BY src.id",
     ),
     "mqtt_retain": (
         "topic, msgid, sender, qos, payload, arrived",
-        f"SELECT topic, {_msgid('msgid')}, COALESCE(sender, ''), COALESCE(qos, 0), COALESCE(payload, ''),"
-        f" {_utc('arrived')} FROM src WHERE topic IS NOT NULL AND msgid REGEXP '^[0-9A-Fa-f]{{1,32}}$'",
+        f"SELECT topic, ids.new, COALESCE(sender, ''), COALESCE(qos, 0), COALESCE(payload, ''),"
+        f" {_utc('arrived')} FROM src JOIN {ID_MAP} ids ON ids.old = BINARY src.msgid WHERE topic IS NOT NULL",
     ),
     # The offset: EMQX's `mid` (a row id of its mqtt_msg) becomes that row's msgid and its new id.
     "mqtt_acked": (
         "clientid, topic, msgid, mid, created",
-        f"SELECT a.clientid, a.topic, COALESCE({_msgid('m.msgid')}, ''), COALESCE(n.id, 0),"
+        f"SELECT a.clientid, a.topic, COALESCE(ids.new, ''), COALESCE(n.id, 0),"
         f" COALESCE({_utc('a.created')}, UTC_TIMESTAMP(6)) FROM src a"
         f" LEFT JOIN mqtt_msg{BACKUP} m ON m.id = a.mid"
-        f" LEFT JOIN mqtt_msg n ON n.msgid = {_msgid('m.msgid')}"
+        f" LEFT JOIN {ID_MAP} ids ON ids.old = BINARY m.msgid"
+        " LEFT JOIN mqtt_msg n ON n.msgid = ids.new"
         " WHERE a.clientid IS NOT NULL AND a.topic IS NOT NULL",
     ),
 }
@@ -103,11 +111,84 @@ async def _tables(conn: Any) -> dict[str, str]:
     return {str(name): str(collation or "") for name, collation in rows}
 
 
+# What one row of a copy is, to count them before and after: every row of EMQX's table, once per
+# distinct key. A row without its key (NULL) could not be copied: the survey refuses it.
+_KEYS = {
+    "mqtt_client": "BINARY clientid",
+    "mqtt_sub": "BINARY clientid, BINARY topic",
+    "mqtt_retain": "BINARY topic",
+    "mqtt_acked": "BINARY clientid, BINARY topic",
+}
+
+
+def _emqx_source(table: str, tables: dict[str, str]) -> str | None:
+    """Where EMQX's rows of `table` are: the table itself until it is swapped, then its copy."""
+    if table + BACKUP in tables:
+        return table + BACKUP
+    if table in tables and (table + NEW in tables or not tables[table].endswith("_bin")):
+        return table
+    return None
+
+
+async def _survey(conn: Any, tables: dict[str, str], survey: IdSurvey) -> dict[str, str]:
+    """Every msgid of EMQX's mqtt_msg and mqtt_retain read and converted, every row without its key
+    noted as refused (nothing changed)."""
+    ids: dict[str, str] = {}
+    for table, key in _KEYS.items():
+        source = _emqx_source(table, tables)
+        if source is None or source.endswith(BACKUP):
+            continue
+        columns = [name.split()[-1] for name in key.split(", ")]
+        nulls = " OR ".join(f"{column} IS NULL" for column in columns)
+        for (row_id,) in await query(conn, f"SELECT id FROM {source} WHERE {nulls} ORDER BY id LIMIT 20"):
+            survey.unconvertible.append(f"{table} id {row_id}: no {' / '.join(columns)} (NULL)")
+    for table in ("mqtt_msg", "mqtt_retain"):
+        source = _emqx_source(table, tables)
+        if source is None:
+            continue
+        survey.note(table)
+        key = "id" if table == "mqtt_msg" else "topic"
+        for row_key, msgid in await query(conn, f"SELECT {key}, msgid FROM {source} ORDER BY id"):
+            new = survey.convert(table, f"{key} {row_key}", msgid)
+            if new is not None:
+                ids[msgid] = new
+    return ids
+
+
+async def _load_ids(conn: Any, ids: dict[str, str]) -> None:
+    await query(conn, f"DROP TEMPORARY TABLE IF EXISTS {ID_MAP}")
+    await query(
+        conn,
+        f"CREATE TEMPORARY TABLE {ID_MAP} (old VARBINARY(255) PRIMARY KEY, new CHAR(32) NOT NULL) CHARACTER SET ascii",
+    )
+    pairs = list(ids.items())
+    for start in range(0, len(pairs), 1000):
+        page = pairs[start : start + 1000]
+        values = ", ".join(["(%s, %s)"] * len(page))
+        await query(conn, f"INSERT INTO {ID_MAP} (old, new) VALUES {values}", [v for pair in page for v in pair])
+
+
+async def _expected_rows(conn: Any, table: str) -> int:
+    """How many rows hookbridge's copy of `table` must hold (`check_kept`)."""
+    if table == "mqtt_msg":  # one per message: a msgid EMQX stored twice is one row
+        rows = await query(
+            conn, f"SELECT COUNT(DISTINCT ids.new) FROM mqtt_msg JOIN {ID_MAP} ids ON ids.old = BINARY mqtt_msg.msgid"
+        )
+    else:
+        rows = await query(conn, f"SELECT COUNT(*) FROM (SELECT DISTINCT {_KEYS[table]} FROM {table}) k")
+    return int(rows[0][0])
+
+
 async def migrate_mysql(conn: Any, collation: str, dry_run: bool = False) -> list[str]:
     """Copy EMQX 4.4's tables into hookbridge's shape; returns what was (dry run: would be) done."""
-    done: list[str] = []
     await query(conn, "SELECT GET_LOCK('hookbridge_schema', 60)")  # the bridges' schema lock
     try:
+        survey = IdSurvey()
+        ids = await _survey(conn, await _tables(conn), survey)
+        survey.refuse_unconvertible()  # before the first change
+        done = survey.lines()
+        if not dry_run:
+            await _load_ids(conn, ids)
         for table, (columns, select) in COPIES.items():
             tables = await _tables(conn)
             if table + BACKUP in tables:
@@ -123,8 +204,10 @@ async def migrate_mysql(conn: Any, collation: str, dry_run: bool = False) -> lis
                 continue
             await query(conn, _create(table, collation))
             if table in tables:
-                source = select.replace(" FROM src", f" FROM {table}", 1)
+                source = select.replace(" FROM src a", f" FROM {table} a").replace(" FROM src", f" FROM {table} src")
                 await query(conn, f"INSERT IGNORE INTO {table}{NEW} ({columns}) {source}")
+                copied = await query(conn, f"SELECT COUNT(*) FROM {table}{NEW}")
+                check_kept(table, await _expected_rows(conn, table), int(copied[0][0]))
                 await query(conn, f"RENAME TABLE {table} TO {table}{BACKUP}, {table}{NEW} TO {table}")
             else:  # stopped between the rename's two halves cannot happen (one statement); be safe
                 await query(conn, f"RENAME TABLE {table}{NEW} TO {table}")

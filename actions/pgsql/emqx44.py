@@ -8,6 +8,12 @@ neither unique nor indexed, `mqtt_acked` keeps the offset as `mid` (a row id) on
 statements below change what differs and nothing else, then apply hookbridge's schema (every
 statement `IF NOT EXISTS`). They run in one transaction: stopped anywhere, nothing is changed
 (PostgreSQL's DDL is transactional), and run again they find nothing left to do.
+
+The msgids are read first, in every form EMQX wrote them (bridge/emqx_msgid.py): one that is no
+id stops the migration before any statement, naming the table, the row and the value
+(bridge/emqx44/survey.py). Two rows of one msgid (EMQX stored a message twice when
+`on_message_store` and `on_message_publish` both ran) become one; any other loss of a row stops it
+and the transaction changes nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from actions.pgsql import schema
-from bridge.msgid import hookbridge_id
+from bridge.emqx44.survey import IdSurvey, check_kept
 
 TABLES = ("mqtt_client", "mqtt_sub", "mqtt_msg", "mqtt_retain", "mqtt_acked")
 PAYLOAD_TABLES = ("mqtt_msg", "mqtt_retain")
@@ -83,32 +89,57 @@ _AFTER_IDS = (
 )
 
 
+async def _survey(
+    conn: Any, columns: dict[tuple[str, str], str], survey: IdSurvey
+) -> tuple[dict[str, list[tuple[int, str]]], dict[str, int]]:
+    """Every msgid of mqtt_msg and mqtt_retain read (nothing changed): {table: [(row id, new msgid)]}
+    for the rows whose msgid is not hookbridge's text yet, and {table: how many messages}."""
+    messages: dict[str, int] = {}
+    changes: dict[str, list[tuple[int, str]]] = {}
+    for table in PAYLOAD_TABLES:
+        if (table, "msgid") not in columns:
+            continue
+        survey.note(table)
+        rows = await conn.fetch(f"SELECT id, msgid FROM {table} ORDER BY id")
+        found = changes[table] = []
+        ids = set()
+        for row in rows:
+            new = survey.convert(table, f"row id {row['id']}", row["msgid"])
+            ids.add(new)
+            if new is not None and new != row["msgid"]:
+                found.append((row["id"], new))
+        # mqtt_msg: one row per message (EMQX stored some twice); mqtt_retain: one per topic
+        messages[table] = len(ids) if table == "mqtt_msg" else len(rows)
+    return changes, messages
+
+
 async def migrate_pgsql(conn: Any, dry_run: bool = False) -> list[str]:
     """Bring the tables to hookbridge's layout; returns what was (dry run: would be) done."""
-    done: list[str] = []
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(727274)")  # the bridges' schema lock
         columns = await _columns(conn)
         if not columns:
             return ["no EMQX 4.4 tables found: nothing to migrate"]
+        survey = IdSurvey()
+        changes, before = await _survey(conn, columns, survey)
+        survey.refuse_unconvertible()  # before the first change
+        done = survey.lines()
         for statement in _statements(columns):
             done.append(statement)
             if not dry_run:
                 await conn.execute(statement)
-        for table in PAYLOAD_TABLES:
-            if (table, "msgid") not in columns:
-                continue
-            rows = await conn.fetch(f"SELECT id, msgid FROM {table} WHERE msgid !~ '^[0-9A-F]{{32}}$'")
-            changes = [(row["id"], new) for row in rows if (new := hookbridge_id(row["msgid"].encode()))]
-            if changes:
-                done.append(f"{table}: {len(changes)} EMQX 4.4 msgids given hookbridge's form")
+        for table, rows in changes.items():
+            if rows:
+                done.append(f"{table}: {len(rows)} EMQX msgids given hookbridge's form")
                 if not dry_run:
-                    await conn.executemany(f"UPDATE {table} SET msgid = $2 WHERE id = $1", changes)
+                    await conn.executemany(f"UPDATE {table} SET msgid = $2 WHERE id = $1", rows)
         if dry_run:
             return done
         if ("mqtt_msg", "msgid") in columns:
             for statement in _AFTER_IDS:
                 await conn.execute(statement)
+        for table, count in before.items():
+            check_kept(table, count, await conn.fetchval(f"SELECT count(*) FROM {table}"))
         for statement in schema.SCHEMA:  # hookbridge's indexes, mqtt_topic, mqtt_event_log
             await conn.execute(statement)
         if ("mqtt_msg", "topic") in columns:

@@ -62,6 +62,12 @@ PLUGIN = BackendPlugin(
             "(`cluster`: docs/backends/redis.md#redis-cluster)",
         ),
         "sentinel": Setting(p.parse_str, "", "type = sentinel: the master name the Sentinels monitor"),
+        "timestamps": Setting(
+            p.enum_of("seconds", "milliseconds"),
+            "seconds",
+            "unit of the Unix times in `mqtt:client:<clientid>` (online_at, offline_at) and `mqtt:msg:<msgid>` "
+            "(ts): `milliseconds` is what EMQX 4.4's Redis backend wrote",
+        ),
         "wait_replicas": Setting(
             p.int_in(0, 16),
             0,

@@ -176,7 +176,9 @@ class RedisBackend(Backend):
         action = job.rule.action
         if isinstance(action, CommandsAction):
             return await self._one_by_one(job, action)
-        return await read(self, self.store, job, refusals=(rexc.ResponseError,))
+        failed = await read(self, self.store, job, refusals=(rexc.ResponseError,))
+        wrong_type = self.store.take_wrong_type()  # counted for this rule, the others delivered
+        return failed or wrong_type
 
     def _plan(self, job: Job) -> list[Command]:
         action = job.rule.action

@@ -62,7 +62,7 @@ Steps = list[Step]
 def _store(job: Job) -> Steps:
     event = job.event
     assert isinstance(event, MessagePublish)
-    fields = stored_fields(event, job.rule.expired_time or 0)
+    fields = stored_fields(event, job.rule.expired_time or 0, job.rule.time_scale)
     msgid, score, expire, sender, qos, topic, payload, ts, retain = fields
     key = keys.message(event.msgid)
     steps: Steps
@@ -103,7 +103,7 @@ def _delete_unless_held(key: bytes) -> Callable[[Any], Steps]:
 def message_retain(job: Job) -> Steps:
     event = job.event
     assert isinstance(event, MessagePublish)
-    fields = stored_fields(event, job.rule.expired_time or 0)
+    fields = stored_fields(event, job.rule.expired_time or 0, job.rule.time_scale)
     msgid, score, _, sender, qos, topic, payload, ts, retain = fields
     key = keys.message(event.msgid)
     own = event.kept_for(None) or 0

@@ -8,6 +8,8 @@ conditional or atomic are these. Each is idempotent: a batch replayed after a fa
 
 from __future__ import annotations
 
+from actions.redis.scripts import SORTED_SET_OR_NONE
+
 # KEYS: msg hash     ARGV: msgid, expire, from, qos, topic, payload, ts, retain
 # The hash of a retained message, stored by on_message_publish / on_message_store. A retain rule
 # may already hold it, and then made it persist (TTL -1): it keeps that, as the single-node script
@@ -25,7 +27,11 @@ return 1
 # Returns the ids to release. The newer id wins whatever order retains (or their replays) come
 # in: ids are fixed-width hex, so string order is publish order. A retain older than the one held
 # releases itself; a replay of the one held changes nothing.
-RETAIN_SWAP = """
+RETAIN_SWAP = (
+    SORTED_SET_OR_NONE
+    + """
+local refused = refuse_other_type(KEYS[1])
+if refused then return refused end
 local held = redis.call('ZRANGE', KEYS[1], 0, -1)
 if ARGV[1] == '' then
   redis.call('DEL', KEYS[1])
@@ -39,6 +45,7 @@ redis.call('DEL', KEYS[1])
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
 return held
 """
+)
 
 # KEYS: offset key     ARGV: msgid
 # A pubsub offset moves only forward, and only where a pubsub fetch created it.

@@ -35,7 +35,8 @@ Command = tuple[Arg, ...] | Script
 Plan = list[Command]
 
 
-def stored_fields(event: MessagePublish, expire: int) -> tuple[Arg, ...]:
+def stored_fields(event: MessagePublish, expire: int, time_scale: int = 1) -> tuple[Arg, ...]:
+    """The fields of a message's hash; `ts` in the pool's unit (`timestamps`: rule.time_scale)."""
     if event.expiry is not None:  # a 5.0 message expiry shortens the rule's expired_time
         expire = min(expire, max(1, event.expiry)) if expire else max(1, event.expiry)
     return (
@@ -46,7 +47,7 @@ def stored_fields(event: MessagePublish, expire: int) -> tuple[Arg, ...]:
         event.qos,
         keys.enc(event.topic),
         event.payload,
-        int(event.timestamp),
+        int(event.timestamp * time_scale),
         "true" if event.retain else "false",
     )
 
@@ -54,7 +55,7 @@ def stored_fields(event: MessagePublish, expire: int) -> tuple[Arg, ...]:
 def client_connected(job: Job) -> Plan:
     event = job.event
     assert isinstance(event, ClientConnected)
-    ts = int(event.timestamp)
+    ts = int(event.timestamp * job.rule.time_scale)
     key = keys.client(event.clientid)
     return [
         ("HSET", key, "state", 1, "online_at", ts, "node", keys.enc(event.node)),
@@ -67,7 +68,7 @@ def client_disconnected(job: Job) -> Plan:
     event = job.event
     assert isinstance(event, ClientDisconnected)
     return [
-        ("HSET", keys.client(event.clientid), "state", 0, "offline_at", int(event.timestamp)),
+        ("HSET", keys.client(event.clientid), "state", 0, "offline_at", int(event.timestamp * job.rule.time_scale)),
         ("HDEL", keys.node(event.node), keys.enc(event.clientid)),
     ]
 
@@ -75,7 +76,7 @@ def client_disconnected(job: Job) -> Plan:
 def _store(job: Job) -> Plan:
     event = job.event
     assert isinstance(event, MessagePublish)
-    fields = stored_fields(event, job.rule.expired_time or 0)
+    fields = stored_fields(event, job.rule.expired_time or 0, job.rule.time_scale)
     msgid, score, expire, sender, qos, topic, payload, ts, retain = fields
     key, topic_list = keys.message(event.msgid), keys.topic_list(event.topic)
     if event.retain:
@@ -108,7 +109,7 @@ def message_retain(job: Job) -> Plan:
         Script(
             "retain_set",
             (keys.message(event.msgid), keys.retain(event.topic), keys.topic_list(event.topic), keys.RETAIN_INDEX),
-            (*stored_fields(event, job.rule.expired_time or 0), event.kept_for(None) or 0),
+            (*stored_fields(event, job.rule.expired_time or 0, job.rule.time_scale), event.kept_for(None) or 0),
         )
     ]
 

@@ -12,12 +12,22 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from actions.redis import cluster_offsets, keys, scripts
 from actions.redis.index import MSG, RETAIN, TopicIndex
+from bridge.backend import PermanentError
 from bridge.fetch import Gone, Stored, Window
 from bridge.topics import is_wildcard
 
 log = logging.getLogger(__name__)
+
+
+def wrong_type_message(key: bytes) -> str:
+    return (
+        f"{keys.dec(key)} is not the sorted set hookbridge keeps (EMQX 4.4 wrote it as a string or hash):"
+        " its retained message is skipped; hookbridge migrate-emqx44 converts it"
+    )
 
 # redis.asyncio.Redis with protocol 2: replies are bytes. Its stubs type them as unions, hence Any.
 Redis = Any
@@ -40,6 +50,7 @@ class RedisStore:
     def __init__(self, index: TopicIndex) -> None:
         self.index = index
         self.redis: Redis = index.redis
+        self.wrong_type: list[str] = []  # retained topics whose key is not a sorted set (take_wrong_type)
 
     async def subscriptions(self, clientid: str) -> list[tuple[str, Any]]:
         stored = await self.redis.hgetall(keys.subs(clientid))
@@ -52,15 +63,33 @@ class RedisStore:
         pipe = self.redis.pipeline(transaction=False)
         for topic in topics:
             pipe.zrange(keys.retain(topic), 0, 0)
-        replies = await pipe.execute()
-        ids = [members[0].decode() for members in replies if members]
+        # One key of another type (EMQX's string or hash form, not migrated) must not fail the
+        # lookup of the others: its reply is an error of its own, counted for its topic.
+        replies = await pipe.execute(raise_on_error=False)
+        usable = []
+        for topic, reply in zip(topics, replies, strict=True):
+            if isinstance(reply, ResponseError) and str(reply).startswith("WRONGTYPE"):
+                self.wrong_type.append(topic)
+                log.error("%s", wrong_type_message(keys.retain(topic)))
+            elif isinstance(reply, Exception):
+                raise reply
+            else:
+                usable.append((topic, reply))
+        ids = [members[0].decode() for _, members in usable if members]
         for msgid in ids:
             pipe.hgetall(keys.message(msgid))
         found = [_stored(fields) for fields in await pipe.execute() if fields]
         if is_wildcard(topic_filter):  # an index entry whose set was deleted by hand: drop it
-            for topic in (topic for topic, members in zip(topics, replies, strict=True) if not members):
+            for topic in (topic for topic, members in usable if not members):
                 await self.index.forget(RETAIN, topic)
         return found
+
+    def take_wrong_type(self) -> PermanentError | None:
+        """The error for the retained keys of another type the last lookups met (and forget them)."""
+        if not self.wrong_type:
+            return None
+        topics, self.wrong_type = self.wrong_type, []
+        return PermanentError("; ".join(wrong_type_message(keys.retain(topic)) for topic in topics))
 
     async def message_topics(self, topic_filter: str) -> list[str]:
         return await self.index.matching(MSG, topic_filter)

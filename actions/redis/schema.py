@@ -5,10 +5,10 @@ from __future__ import annotations
 LAYOUT = """\
 # Redis key layout written by hookbridge (nothing to create: keys appear on first write)
 mqtt:client:<clientid>         hash    state 1/0, online_at, offline_at (`undefined` until the first disconnect), node
-mqtt:node:<node>               hash    clientid -> connect time (Unix seconds)
+mqtt:node:<node>               hash    clientid -> connect time (Unix seconds; ms with timestamps = milliseconds)
 mqtt:sub:<clientid>            hash    topic -> qos; written by applications, read by on_subscribe_lookup
 mqtt:msg:<topic>               zset    member msgid, score = publish time in ms (ties: msgid order)
-mqtt:msg:<msgid>               hash    id, from, qos, topic, payload, ts (Unix seconds), retain (true/false)
+mqtt:msg:<msgid>               hash    id, from, qos, topic, payload, ts (Unix seconds, or ms), retain (true/false)
 mqtt:retain:<topic>            zset    the msgid of the topic's retained message (one member)
 mqtt:acked:<clientid>:<topic>  string  last acked msgid of a pubsub subscription (`0`: before everything)
 mqtt:acked_owner               hash    offset key -> owning clientid, for keys a `:` makes ambiguous

@@ -13,14 +13,28 @@ from __future__ import annotations
 # KEYS: msg hash, topic zset, retain zset, message topic index
 # ARGV: msgid, score, expire, from, qos, topic, payload, ts, retain
 STORE = """
+local retained_set = redis.call('TYPE', KEYS[3]).ok == 'zset'
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 'from', ARGV[4], 'qos', ARGV[5], 'topic', ARGV[6],
            'payload', ARGV[7], 'ts', ARGV[8], 'retain', ARGV[9])
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 redis.call('ZADD', KEYS[4], 0, ARGV[6])
-if tonumber(ARGV[3]) > 0 and not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+if tonumber(ARGV[3]) > 0 and not (retained_set and redis.call('ZSCORE', KEYS[3], ARGV[1])) then
   redis.call('EXPIRE', KEYS[1], ARGV[3])
 end
 return 1
+"""
+
+# Shared by the two retain scripts: a retained key EMQX 4.4 wrote as a string or a hash (not
+# migrated) is left as it is, and this job fails with an error naming it (not the batch).
+SORTED_SET_OR_NONE = """
+local function refuse_other_type(key)
+  local kind = redis.call('TYPE', key).ok
+  if kind ~= 'zset' and kind ~= 'none' then
+    return redis.error_reply('HOOKBRIDGE_WRONGTYPE ' .. key .. ' is a ' .. kind ..
+      ', not the sorted set hookbridge keeps (EMQX 4.4 wrote it so): left as it is;' ..
+      ' hookbridge migrate-emqx44 converts it')
+  end
+end
 """
 
 # Shared by the two retain scripts: let go of the message that was retained.
@@ -44,7 +58,10 @@ end
 # message expiry: then the retain lookup finds no hash and sends nothing.
 RETAIN_SET = (
     _RELEASE
+    + SORTED_SET_OR_NONE
     + """
+local refused = refuse_other_type(KEYS[2])
+if refused then return refused end
 local expire = tonumber(ARGV[3])
 for _, old in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do release(old, ARGV[1], expire, KEYS[3]) end
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 'from', ARGV[4], 'qos', ARGV[5], 'topic', ARGV[6],
@@ -61,7 +78,10 @@ return 1
 # KEYS: retain zset, topic zset, retained topic index     ARGV: expire, topic
 RETAIN_CLEAR = (
     _RELEASE
+    + SORTED_SET_OR_NONE
     + """
+local refused = refuse_other_type(KEYS[1])
+if refused then return refused end
 local expire = tonumber(ARGV[1])
 for _, old in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do release(old, '', expire, KEYS[2]) end
 redis.call('DEL', KEYS[1])
@@ -73,7 +93,8 @@ return 1
 # KEYS: topic zset, msg hash, retain zset, message topic index     ARGV: msgid, topic
 ACK_QUEUE = """
 redis.call('ZREM', KEYS[1], ARGV[1])
-if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then redis.call('DEL', KEYS[2]) end
+local retained = redis.call('TYPE', KEYS[3]).ok == 'zset' and redis.call('ZSCORE', KEYS[3], ARGV[1])
+if not retained then redis.call('DEL', KEYS[2]) end
 if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('ZREM', KEYS[4], ARGV[2]) end
 return 1
 """

@@ -55,7 +55,7 @@ class BanRoutes:
             until = now + duration
         who = body.get("who")
         if isinstance(who, str):
-            r.clean(who, "who")
+            r.mqtt_string(who, "who")
         reason, by = body.get("reason", ""), api.who(request) or ""
         try:
             ban = make_ban(body.get("as"), who, reason=reason, by=by, until=until, now=now)
@@ -70,7 +70,7 @@ class BanRoutes:
         kind = request.match_info["as"]
         if kind not in KINDS:
             raise r.ApiError(400, f"as must be one of {', '.join(KINDS)}")
-        who = r.clean(request.match_info["who"], "who")
+        who = r.mqtt_string(request.match_info["who"], "who")
         lifted = broker.bans.remove(kind, who)
         if lifted is None:
             raise r.ApiError(404, "no such ban")

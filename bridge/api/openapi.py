@@ -35,7 +35,9 @@ _CLIENT_FILTERS = [
     _param("user", "query", "sessions of this user name"),
     _param("connected", "query", "`true`: connected only; `false`: offline sessions only"),
 ]
-_CLIENTID = _param("clientid", "path", "client id (percent-encode `/` and other reserved characters)")
+_CLIENTID = _param(
+    "clientid", "path", "client id, any character MQTT allows but U+0000 (percent-encode all but letters and digits)"
+)
 _TOPIC = _param("topic", "path", "topic name (its `/` as they are)")
 
 # Why each refusal comes; a route lists the ones it can answer.
@@ -260,7 +262,9 @@ def describe() -> dict[str, Any]:
             "version": "1",
             "description": "Embedded broker state and operations, bans, rules, pools, reload. "
             "Authorization: Bearer <key> (api.keys); each operation's `x-scope` is the key scope it needs "
-            "(read or admin). docs/operations.md.",
+            "(read or admin); without a key (api.allow_anonymous_loopback) a loopback "
+            "Host, no other origin, and for a change the X-Hookbridge header or a JSON body. "
+            "Lists: pages after a cursor. docs/operations.md.",
         },
         "components": {
             "securitySchemes": {"key": {"type": "http", "scheme": "bearer"}},

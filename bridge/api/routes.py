@@ -29,15 +29,17 @@ from aiohttp import web
 
 # bans, keys and sessions use this module's helpers: imported as modules (their names read at
 # call time), so either side may be imported first
-from bridge.api import bans, keys, sessions
+from bridge.api import anonymous, bans, keys, paging, sessions
 from bridge.api.history import History
 from bridge.api.openapi import describe
+from bridge.api.paging import Source
 from bridge.api.scopes import needed_scope
 from bridge.errors import HookbridgeError
-from bridge.topics import filter_error, topic_name_error
+from bridge.topics import filter_error, matches, prefix_range, topic_name_error
 
 if TYPE_CHECKING:
     from bridge.api.host import Host
+    from bridge.brokers.embedded.access import Permissions
     from bridge.brokers.embedded.broker import Broker
     from bridge.brokers.embedded.sessions import SessionState
 
@@ -59,6 +61,10 @@ class ApiError(HookbridgeError):
         self.message = message
 
 
+def _is_sys(topic: str) -> bool:
+    return topic == "$SYS" or topic.startswith("$SYS/")
+
+
 def _json(data: Any, status: int = 200) -> web.Response:
     return web.Response(
         text=json.dumps(data, ensure_ascii=False) + "\n", status=status, content_type="application/json"
@@ -69,14 +75,25 @@ def _error(status: int, message: str, **extra: Any) -> web.Response:
     return _json({"error": message, **extra}, status)
 
 
-def _clean(text: str, what: str) -> str:
-    """A query or path value without control characters, of an MQTT string's size at most."""
+def _mqtt_string(text: str, what: str) -> str:
+    """A query or path value that names what a client chose (a client id, a user name, a cursor
+    over them): any character an MQTT string may hold, control characters too, since the broker
+    accepts them at CONNECT; U+0000 and lone surrogates never (MQTT-1.5.3-1, -2)."""
     if len(text.encode("utf-8", "surrogatepass")) > _ID_MAX:
         raise ApiError(400, f"{what} is longer than {_ID_MAX} bytes")
-    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in text):
-        raise ApiError(400, f"{what} must not contain control characters")
+    if "\x00" in text:
+        raise ApiError(400, f"{what} must not contain U+0000")
     if any(0xD800 <= ord(c) <= 0xDFFF for c in text):
         raise ApiError(400, f"{what} is not valid UTF-8")
+    return text
+
+
+def _clean(text: str, what: str) -> str:
+    """A query or path value without control characters (topics, filters, rule ids), of an MQTT
+    string's size at most."""
+    _mqtt_string(text, what)
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in text):
+        raise ApiError(400, f"{what} must not contain control characters")
     return text
 
 
@@ -86,6 +103,8 @@ class Api:
         config = bridge.config
         # the keys, their scopes and last use (keys.py); replaced on SIGHUP
         self.access = keys.Keys(config["api.keys"] or {}, bool(config["api.allow_anonymous_loopback"]))
+        listener = config["metrics.listener"]
+        self.listener_host = str(listener[0]) if listener else ""  # a Host an anonymous request may name
         self.max_page = int(config["api.max_page"])
         self.max_body = int(config["api.max_body"])
         self._reloading = asyncio.Lock()  # one API reload at a time
@@ -99,13 +118,13 @@ class Api:
             web.get(f"{p}/openapi.json", self.openapi, allow_head=False),
             web.get(f"{p}/status", self.status, allow_head=False),
             web.get(f"{p}/clients", self.clients, allow_head=False),
-            web.get(f"{p}/clients/{{clientid}}", self.client, allow_head=False),
-            web.delete(f"{p}/clients/{{clientid}}", self.kick),
+            web.get(f"{p}/clients/{{clientid:[^/]+}}", self.client, allow_head=False),
+            web.delete(f"{p}/clients/{{clientid:[^/]+}}", self.kick),
             web.get(f"{p}/sessions", self.sessions, allow_head=False),
-            web.get(f"{p}/sessions/{{clientid}}", self.session, allow_head=False),
+            web.get(f"{p}/sessions/{{clientid:[^/]+}}", self.session, allow_head=False),
             web.get(f"{p}/subscriptions", self.subscriptions, allow_head=False),
-            web.post(f"{p}/clients/{{clientid}}/subscriptions", self.subscribe),
-            web.delete(f"{p}/clients/{{clientid}}/subscriptions", self.unsubscribe),
+            web.post(f"{p}/clients/{{clientid:[^/]+}}/subscriptions", self.subscribe),
+            web.delete(f"{p}/clients/{{clientid:[^/]+}}/subscriptions", self.unsubscribe),
             web.get(f"{p}/retained", self.retained_list, allow_head=False),
             web.get(f"{p}/retained/{{topic:.+}}", self.retained_get, allow_head=False),
             web.delete(f"{p}/retained/{{topic:.+}}", self.retained_delete),
@@ -141,6 +160,11 @@ class Api:
             refused = _error(401, "a valid API key is needed: Authorization: Bearer <key>")
             refused.headers["WWW-Authenticate"] = "Bearer"
             return refused
+        if key is keys.ANONYMOUS:
+            why = anonymous.refusal(request, self.listener_host)
+            if why is not None:
+                log.warning("api: %s %r refused: %s (from %s)", request.method, request.path, why, request.remote)
+                return _error(403, why)
         route = resource.canonical if routed_here and resource is not None else request.path
         needed = needed_scope(request.method, route)
         if needed == "admin" and key.scope != "admin":
@@ -190,13 +214,22 @@ class Api:
             raise ApiError(503, "the embedded broker is not running")
         return core  # type: ignore[no-any-return]
 
-    def _page(self, request: web.Request, items: Iterable[tuple[str, Any]]) -> web.Response:
-        """A page of (key, item) pairs sorted by key, after `cursor`, at most `limit` long."""
+    def _limit(self, request: web.Request) -> int:
         limit_text = request.query.get("limit", "100")
         if not limit_text.isdigit() or not 1 <= int(limit_text) <= self.max_page:
             raise ApiError(400, f"limit must be an integer from 1 to {self.max_page}")
-        limit = int(limit_text)
-        cursor = _clean(request.query.get("cursor", ""), "cursor")
+        return int(limit_text)
+
+    async def _paged(self, request: web.Request, source: Source[Any], after: Any) -> web.Response:
+        """A page of a broker list read through its sorted index (bridge/api/paging.py)."""
+        items, following = await paging.page(source, after, self._limit(request))
+        return _json({"data": items, "next": following})
+
+    def _page(self, request: web.Request, items: Iterable[tuple[str, Any]]) -> web.Response:
+        """A page of (key, item) pairs sorted by key, after `cursor`, at most `limit` long: for the
+        short lists (rules, pools) that have no index."""
+        limit = self._limit(request)
+        cursor = _mqtt_string(request.query.get("cursor", ""), "cursor")
         # the first limit + 1 after the cursor, without sorting a whole fleet for one page
         chosen = heapq.nsmallest(limit + 1, (pair for pair in items if pair[0] > cursor), key=lambda pair: pair[0])
         page = chosen[:limit]
@@ -221,11 +254,22 @@ class Api:
 
     def _state(self, request: web.Request) -> tuple[Broker, SessionState]:
         broker = self._embedded()
-        clientid = _clean(request.match_info["clientid"], "client id")
+        clientid = _mqtt_string(request.match_info["clientid"], "client id")
         state = broker.states.get(clientid)
         if state is None:
             raise ApiError(404, "no such client")
         return broker, state
+
+    @staticmethod
+    async def _permissions(broker: Broker, state: SessionState) -> Permissions:
+        """The session's permissions as the broker checks them (a restored one's read as at CONNECT)."""
+        from bridge.accounts import BackendDown
+        from bridge.brokers.embedded.auth.aclsource import AclBackendDown
+
+        try:
+            return await broker.permissions_of(state)
+        except (AclBackendDown, BackendDown):  # the log of the database's pool says why
+            raise ApiError(503, "the client's permissions could not be read: its ACL database did not answer") from None
 
     @staticmethod
     def _client(broker: Broker, state: SessionState) -> dict[str, Any]:
@@ -260,22 +304,44 @@ class Api:
             "expires_at": state.expires_at if not state.connected and state.expires_at else None,
         }
 
-    def _matching_states(self, request: web.Request, broker: Broker) -> Iterator[SessionState]:
-        prefix = _clean(request.query.get("prefix", ""), "prefix")
+    def _sessions_source(
+        self, request: web.Request, broker: Broker, render: Callable[[Broker, SessionState], dict[str, Any]]
+    ) -> Source[str]:
+        """The sessions by client id from the broker's sorted ids, `?prefix=` a range of them,
+        `?user=` and `?connected=` checked on each; `?connected=true` from the connections when
+        they are few (sorted per page), as subscriptions' `?filter=` takes a filter's sessions."""
+        prefix = _mqtt_string(request.query.get("prefix", ""), "prefix")
         user = request.query.get("user")
         if user is not None:
-            user = _clean(user, "user")
+            user = _mqtt_string(user, "user")
         connected = request.query.get("connected")
         if connected not in (None, "true", "false"):
             raise ApiError(400, "connected must be true or false")
-        for clientid, state in broker.states.items():
-            if not clientid.startswith(prefix):
-                continue
-            if user is not None and state.username != user:
-                continue
-            if connected is not None and state.connected != (connected == "true"):
-                continue
-            yield state
+        states = broker.states
+        active = broker.active if connected == "true" and len(broker.active) <= paging.SCAN_PER_TURN else None
+
+        def source(position: str | None) -> Iterator[tuple[str, Any]]:
+            ids: Iterable[str]
+            if active is not None:
+                start = max(position, prefix) if position is not None else prefix
+                ids = sorted(c for c in active if c in states and c >= start and c != position)
+            elif position is None or position < prefix:
+                ids = broker.session_ids.after(prefix, inclusive=True)
+            else:
+                ids = broker.session_ids.after(position)
+            for clientid in ids:
+                if not clientid.startswith(prefix):
+                    return  # past the prefix's range
+                state = states[clientid]
+                wanted = (user is None or state.username == user) and (
+                    connected is None or state.connected == (connected == "true")
+                )
+                yield clientid, render(broker, state) if wanted else None
+
+        return source
+
+    def _cursor(self, request: web.Request) -> str | None:
+        return _mqtt_string(request.query.get("cursor", ""), "cursor") or None
 
     # -- handlers ---------------------------------------------------------------
 
@@ -288,9 +354,7 @@ class Api:
 
     async def clients(self, request: web.Request) -> web.Response:
         broker = self._embedded()
-        return self._page(
-            request, ((s.clientid, self._client(broker, s)) for s in self._matching_states(request, broker))
-        )
+        return await self._paged(request, self._sessions_source(request, broker, self._client), self._cursor(request))
 
     async def client(self, request: web.Request) -> web.Response:
         broker, state = self._state(request)
@@ -313,9 +377,7 @@ class Api:
 
     async def sessions(self, request: web.Request) -> web.Response:
         broker = self._embedded()
-        return self._page(
-            request, ((s.clientid, self._session(broker, s)) for s in self._matching_states(request, broker))
-        )
+        return await self._paged(request, self._sessions_source(request, broker, self._session), self._cursor(request))
 
     async def session(self, request: web.Request) -> web.Response:
         broker, state = self._state(request)
@@ -325,19 +387,16 @@ class Api:
         broker = self._embedded()
         clientid = request.query.get("clientid")
         if clientid is not None:
-            clientid = _clean(clientid, "clientid")
+            clientid = _mqtt_string(clientid, "clientid")
         wanted = request.query.get("filter")
         if wanted is not None:
             wanted = _clean(wanted, "filter")
-        items = []
-        for state in broker.states.values():
-            if clientid is not None and state.clientid != clientid:
-                continue
-            for sub in state.subscriptions.values():
-                if wanted is None or sub.filter == wanted:
-                    entry = {"clientid": state.clientid, "filter": sub.filter, "qos": sub.qos}
-                    items.append((json.dumps([state.clientid, sub.filter]), entry))
-        return self._page(request, items)
+        cursor = self._cursor(request)
+        after = _subscription_cursor(cursor) if cursor is not None else None
+        items, following = await paging.page(
+            _subscriptions_source(broker, clientid, wanted), after, self._limit(request)
+        )
+        return _json({"data": items, "next": json.dumps(list(following)) if following is not None else None})
 
     async def subscribe(self, request: web.Request) -> web.Response:
         broker, state = self._state(request)
@@ -352,7 +411,7 @@ class Api:
         if qos not in (0, 1, 2) or isinstance(qos, bool):
             raise ApiError(400, "qos must be 0, 1 or 2")
         plain = topic_filter.split("/", 2)[2] if topic_filter.startswith("$share/") else topic_filter
-        if not state.permissions.may_subscribe(plain):
+        if not (await self._permissions(broker, state)).may_subscribe(plain):
             raise ApiError(403, "the client's ACL does not allow this subscription")
         self._changed(request, "subscribed %r to %r qos %d", state.clientid, topic_filter, qos)
         broker.proxy_subscribe(state.clientid, topic_filter, qos)
@@ -391,8 +450,8 @@ class Api:
         problem = filter_error(topic_filter)
         if problem:
             raise ApiError(400, f"bad topic filter: {problem}")
-        found = broker.router.retained_for(topic_filter, time.monotonic())
-        return self._page(request, ((r.topic, self._retained(r)) for r in found))
+        source = _retained_source(broker.router, topic_filter, time.monotonic())
+        return await self._paged(request, source, self._cursor(request))
 
     def _retained_topic(self, request: web.Request) -> tuple[Broker, Any]:
         broker = self._embedded()
@@ -410,11 +469,20 @@ class Api:
         return _json(self._retained(retained))
 
     async def retained_delete(self, request: web.Request) -> web.Response:
+        """An empty retained publish in the bridge's own name: the broker's copy goes, live
+        subscribers get it as from any publisher, and the rules see it (on_retain_delete removes
+        the databases' copy); the answer waits until they kept it."""
         from bridge.brokers.embedded.router import Message
 
+        if _is_sys(request.match_info["topic"]):
+            raise ApiError(403, "$SYS retained values are the broker's own: it publishes them again itself")
         broker, retained = self._retained_topic(request)
         self._changed(request, "deleted the retained message on %r", retained.topic)
-        broker.router.store_retained(Message(broker.msgids.next(), retained.topic, b"", 0, True, ""))
+        kept = await broker.publish_own(Message(broker.msgids.next(), retained.topic, b"", 0, True, ""))
+        if kept is not None:
+            await asyncio.wait([kept])
+            if kept.cancelled():
+                raise ApiError(503, "deleted from the broker, but a rule failed: the databases may still hold it")
         return _json({"deleted": retained.topic})
 
     async def publish(self, request: web.Request) -> web.Response:
@@ -439,12 +507,12 @@ class Api:
         if clientid is not None:
             if not isinstance(clientid, str):
                 raise ApiError(400, "clientid must be a string")
-            state = broker.states.get(_clean(clientid, "clientid"))
+            state = broker.states.get(_mqtt_string(clientid, "clientid"))
             if state is None:
                 raise ApiError(404, "no such client")
-            if not state.permissions.may_publish(topic):
+            if not (await self._permissions(broker, state)).may_publish(topic):
                 raise ApiError(403, "the client's ACL does not allow publishing to this topic")
-        elif topic == "$SYS" or topic.startswith("$SYS/"):
+        elif _is_sys(topic):
             raise ApiError(403, "$SYS topics are the broker's own")
         self._changed(request, "published to %r (%d bytes, qos %d, retain %s)", topic, len(payload), qos, retain)
         message = Message(broker.msgids.next(), topic, payload, qos, retain, clientid or "")
@@ -509,11 +577,94 @@ class Api:
 
 # For the route modules beside this one (bans.py, ...): the same helpers, by public names.
 clean = _clean
+mqtt_string = _mqtt_string
 reply = _json
 
 
 def page(api: Api, request: web.Request, items: Iterable[tuple[str, Any]]) -> web.Response:
     return api._page(request, items)
+
+
+# A place in the list of subscriptions: (client id, filter), or (client id, None) once every filter
+# of that client was looked at.
+SubscriptionKey = tuple[str, str | None]
+
+
+def _subscription_cursor(cursor: str) -> SubscriptionKey:
+    """The `next` of a subscriptions page, `["<client id>", "<filter>"]`, read back."""
+    try:
+        clientid, topic_filter = json.loads(cursor)
+    except (ValueError, TypeError, RecursionError):
+        raise ApiError(400, "cursor is not a subscriptions cursor (the next of a page)") from None
+    if not isinstance(clientid, str) or not isinstance(topic_filter, str):
+        raise ApiError(400, "cursor is not a subscriptions cursor (the next of a page)")
+    return clientid, topic_filter
+
+
+def _subscriptions_source(broker: Broker, clientid: str | None, wanted: str | None) -> Source[SubscriptionKey]:
+    """Every subscription by (client id, filter), walking the sessions in client id order (their
+    sorted index) and each session's own filters; `clientid` one session, `wanted` one filter.
+    The sessions of one filter come from the router's tree when they are few (sorted per page);
+    a filter a fleet shares is answered by the walk, in loop turns (bridge/api/paging.py)."""
+    states = broker.states
+    few: dict[str, Any] | None = None
+    if wanted is not None and clientid is None:
+        subscribed = broker.router.subscribers_of(wanted)
+        if len(subscribed) <= paging.SCAN_PER_TURN:
+            few = subscribed
+
+    def filters_after(state: SessionState, last: str | None) -> list[str]:
+        if wanted is not None:
+            names = [wanted] if wanted in state.subscriptions else []
+        else:
+            names = sorted(state.subscriptions)  # a session's few filters
+        return [name for name in names if last is None or name > last]
+
+    def session(state: SessionState, last: str | None) -> Iterator[tuple[SubscriptionKey, Any]]:
+        for name in filters_after(state, last):
+            sub = state.subscriptions[name]
+            yield (state.clientid, name), {"clientid": state.clientid, "filter": name, "qos": sub.qos}
+        yield (state.clientid, None), None  # this session done (and one key looked at)
+
+    def source(position: SubscriptionKey | None) -> Iterator[tuple[SubscriptionKey, Any]]:
+        if position is not None:
+            current = states.get(position[0])
+            if current is not None and position[1] is not None and clientid in (None, position[0]):
+                yield from session(current, position[1])
+        after = position[0] if position is not None else None
+        if clientid is not None:
+            ids: Iterable[str] = [clientid] if clientid in states and (after is None or clientid > after) else []
+        elif few is not None:
+            ids = sorted(each for each in few if each in states and (after is None or each > after))
+        else:
+            ids = broker.session_ids.after(after)
+        for each in ids:
+            yield from session(states[each], None)
+
+    return source
+
+
+def _retained_source(router: Any, topic_filter: str, now: float) -> Source[str]:
+    """The retained messages a filter matches, by topic: a range of the tree's sorted topics (the
+    filter's literal levels), each checked with MQTT's matching; expired ones skipped."""
+    tree = router.retained
+    bounds = prefix_range(topic_filter)
+    low, high = bounds if bounds is not None else ("", None)
+
+    def source(position: str | None) -> Iterator[tuple[str, Any]]:
+        if position is None or position < low:
+            topics = tree.topics.after(low, inclusive=True)
+        else:
+            topics = tree.topics.after(position)
+        for topic in topics:
+            if high is not None and topic >= high:
+                return
+            retained = tree.get(topic) if matches(topic_filter, topic) else None
+            if retained is not None and retained.expires and retained.expires <= now:
+                retained = None  # expired: removed when a subscriber or retained_for next meets it
+            yield topic, Api._retained(retained) if retained is not None else None
+
+    return source
 
 
 async def _page_headers(request: web.Request, response: web.StreamResponse) -> None:

@@ -117,7 +117,7 @@ class SessionRoutes:
 
     def _state(self, request: web.Request) -> tuple[Broker, SessionState]:
         broker = self.api.embedded()
-        clientid = r.clean(request.match_info["clientid"], "client id")
+        clientid = r.mqtt_string(request.match_info["clientid"], "client id")
         state = broker.states.get(clientid)
         if state is None:
             raise r.ApiError(404, "no such session")
@@ -127,7 +127,7 @@ class SessionRoutes:
         from bridge.brokers.embedded.broker import SessionConnected  # the embedded broker only when it runs
 
         broker = self.api.embedded()
-        clientid = r.clean(request.match_info["clientid"], "client id")
+        clientid = r.mqtt_string(request.match_info["clientid"], "client id")
         try:
             removed = await broker.remove_session(clientid)
         except SessionConnected:

@@ -13,6 +13,7 @@ import abc
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from bridge.errors import HookbridgeError
 from bridge.events import Event
@@ -44,6 +45,33 @@ def callback_sink(sink: EventSink) -> CallbackSink:
         return True
 
     return wrapped
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerNumbers:
+    """A broker's own numbers at one moment (the embedded broker's: brokers/embedded/traffic.py),
+    in Mosquitto's meanings; `$SYS/broker/...` and /metrics both show these."""
+
+    clients_connected: int
+    clients_disconnected: int  # sessions kept without a connection
+    clients_maximum: int  # most sessions (connected or not) at once
+    clients_expired: int
+    subscriptions: int  # of every session, shared ones not included
+    shared_subscriptions: int
+    retained: int  # every retained message, the broker's own `$SYS` ones included
+    stored_messages: int  # retained, queued and in-flight messages, each once
+    stored_bytes: int  # their payload bytes
+    packets_received: int
+    packets_sent: int
+    publish_received: int
+    publish_sent: int
+    bytes_received: int
+    bytes_sent: int
+    publish_bytes_received: int  # payload bytes
+    publish_bytes_sent: int
+    sockets: int  # network connections accepted
+    connections: int  # CONNECTs accepted
+    dropped: Mapping[str, int]  # messages dropped, by reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +143,15 @@ class BrokerSource(abc.ABC):
         """Messages the source dropped because a bound was hit (counted, never silent)."""
         return 0
 
+    def numbers(self) -> BrokerNumbers | None:
+        """The broker's own traffic and state (the embedded broker); None: a broker outside."""
+        return None
+
+    def report_bridge_status(self, read: Callable[[], Mapping[str, str]]) -> None:
+        """Where the broker publishes its status (`$SYS`), also publish `read()`: the bridge's
+        own (pools, spool, rules), under `$SYS/broker/hookbridge/`. Brokers outside: nothing."""
+        del read  # a broker outside publishes its own `$SYS`; the bridge adds nothing to it
+
     @property
     def output_pauses(self) -> int:
         """Times a client connection stopped being read because it did not take its output."""
@@ -124,6 +161,10 @@ class BrokerSource(abc.ABC):
     def durable(self) -> Mapping[str, int]:
         """Durable sessions on: what the store holds ({"sessions": n, "messages": n}); else empty."""
         return {}
+
+    def durable_health(self) -> Mapping[str, Any] | None:
+        """Durable sessions on: whether the store can write, for /healthz; None when there is none."""
+        return None
 
     @property
     def refused(self) -> Mapping[str, int]:

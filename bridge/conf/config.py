@@ -116,7 +116,8 @@ def parse_config(path: str, text: str) -> Config:
         db, pool_name, key = match.groups()
         if db not in registry.backends():
             known_dbs = list(registry.backends())
-            errors.append(ConfError(entry.key_at, f"unknown backend {db!r}{_suggest(db, known_dbs)} in {entry.key}"))
+            note = registry.unavailable_note(registry.BACKENDS_GROUP, db) or _suggest(db, known_dbs)
+            errors.append(ConfError(entry.key_at, f"unknown backend {db!r}{note} in {entry.key}"))
             continue
         known = pool_settings(db)
         if key not in known:

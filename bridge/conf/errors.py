@@ -8,6 +8,16 @@ from typing import Any
 from bridge.errors import HookbridgeError
 
 
+def printable(text: str) -> str:
+    """`text` with every character a terminal would act on (control characters, escape sequences'
+    ESC, bidirectional overrides: whatever is not printable, space aside) written as a Python
+    escape, so a path or value echoed in a message cannot move the cursor, retitle the window or
+    reorder what the user reads."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c == " " else ascii(c)[1:-1] for c in text)
+
+
 @dataclass(frozen=True, slots=True)
 class Position:
     path: str
@@ -15,7 +25,7 @@ class Position:
     col: int  # 1-based
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.line}:{self.col}"
+        return f"{printable(self.path)}:{self.line}:{self.col}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +34,7 @@ class ConfError:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.where}: {self.message}"
+        return f"{self.where}: {printable(self.message)}"
 
 
 class ConfErrors(HookbridgeError):

@@ -195,14 +195,17 @@ class LateDescribed(Generic[T]):
         return self._parse(text)
 
 
-def late_choice(names: Callable[[], Iterable[str]]) -> LateDescribed[str]:
-    """One of `names()`, asked for when a value is parsed."""
+def late_choice(
+    names: Callable[[], Iterable[str]], why_not: Callable[[str], str] = lambda _value: ""
+) -> LateDescribed[str]:
+    """One of `names()`, asked for when a value is parsed; `why_not(value)` adds to the error
+    (a plug-in of that name that is installed but does not import)."""
 
     def parse(text: str) -> str:
         value = unquote(text)
         choices = list(names())
         if value not in choices:
-            raise ValueError(f"expected one of {', '.join(choices)}, got {value!r}")
+            raise ValueError(f"expected one of {', '.join(choices)}, got {value!r}{why_not(value)}")
         return value
 
     return LateDescribed(parse, lambda: " \\| ".join(f"`{name}`" for name in names()))

@@ -17,9 +17,10 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the registry sits below everything that asks it: it imports no more than these
@@ -142,29 +143,105 @@ class CommandPlugin:
     prepare_argv: Callable[[list[str]], list[str]] | None = None
 
 
-def _discover(group: str, kind: type[Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class UnavailablePlugin:
+    """An entry point whose import failed (a missing optional extra, a broken third-party
+    package). Kept instead of raised, so one broken plug-in never takes the other commands down:
+    what needs it says what is missing and how to install it."""
+
+    group: str
+    name: str
+    reference: str  # the entry point's "module:attribute"
+    distribution: str | None  # the package that declares it
+    error: str  # the import's own message: "No module named 'spark_analytics'"
+    hint: str  # what to install
+
+    def explanation(self) -> str:
+        source = f" (declared by {self.distribution})" if self.distribution else ""
+        return f"{self.name} = {self.reference}{source} cannot be imported: {self.error}. {self.hint}"
+
+
+def _install_hint(entry: EntryPoint, exc: BaseException) -> str:
+    """How to get the module an import missed: the extra of the declaring package that requires
+    it, or, when the missing module is the plug-in's own package, a reinstall of that package."""
+    dist = entry.dist.name if entry.dist is not None else None
+    missing = exc.name if isinstance(exc, ModuleNotFoundError) and exc.name else None
+    if missing is None:
+        return f"Reinstall {dist or 'the package that provides it'}, or remove it."
+    top = missing.partition(".")[0]
+    if dist is not None and top == entry.value.partition(":")[0].partition(".")[0]:
+        return (
+            f"This installation of {dist} lacks its own {top} package (an image or a build that left it out): "
+            f"reinstall {dist} with it (pip install --force-reinstall {dist})."
+        )
+    requirements = entry.dist.requires if entry.dist is not None else None
+    for requirement in requirements or []:
+        needed = _EXTRA_REQUIREMENT.match(requirement)
+        if needed and _normalized(needed["name"]) == _normalized(top):
+            return f"Install the {needed['extra']!r} extra: pip install '{dist}[{needed['extra']}]'."
+    return f"Install the Python package that provides {top} (pip install {top})."
+
+
+# `pyspark<3.6,>=3.5; extra == "spark"` (a distribution's Requires-Dist): the name and the extra.
+_EXTRA_REQUIREMENT = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*).*;.*\bextra\s*==\s*[\"'](?P<extra>[^\"']+)[\"']")
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+# What each group's entry points must be.
+_KINDS: dict[str, type[Any]] = {BACKENDS_GROUP: BackendPlugin, MODES_GROUP: ModePlugin, COMMANDS_GROUP: CommandPlugin}
+
+
+@functools.cache
+def _discover(group: str) -> tuple[dict[str, Any], dict[str, UnavailablePlugin]]:
+    kind = _KINDS[group]
     found: dict[str, Any] = {}
+    unavailable: dict[str, UnavailablePlugin] = {}
     for entry in sorted(entry_points(group=group), key=lambda entry: entry.name):  # stable: by name
-        plugin = entry.load()
+        if entry.name in found or entry.name in unavailable:
+            continue  # the first distribution wins, as on sys.path
+        try:
+            plugin = entry.load()
+        except Exception as exc:  # ImportError, or whatever a broken module raises while importing
+            dist = entry.dist.name if entry.dist is not None else None
+            error, hint = f"{type(exc).__name__}: {exc}", _install_hint(entry, exc)
+            unavailable[entry.name] = UnavailablePlugin(group, entry.name, entry.value, dist, error, hint)
+            continue
         if not isinstance(plugin, kind) or plugin.name != entry.name:
             raise TypeError(f"entry point {entry.name} = {entry.value} in {group} is not a {kind.__name__} named so")
-        found.setdefault(entry.name, plugin)  # the first distribution wins, as on sys.path
-    return found
+        found[entry.name] = plugin
+    return found, unavailable
 
 
-@functools.cache
 def backends() -> Mapping[str, BackendPlugin]:
-    """Every installed backend, by name, in the order the packages declare them."""
-    return _discover(BACKENDS_GROUP, BackendPlugin)
+    """Every installed backend that imports, by name, in the order the packages declare them."""
+    return _discover(BACKENDS_GROUP)[0]
 
 
-@functools.cache
 def modes() -> Mapping[str, ModePlugin]:
-    """Every installed broker mode, by name."""
-    return _discover(MODES_GROUP, ModePlugin)
+    """Every installed broker mode that imports, by name."""
+    return _discover(MODES_GROUP)[0]
 
 
-@functools.cache
 def commands() -> Mapping[str, CommandPlugin]:
-    """Every installed extra sub-command of `hookbridge`, by name."""
-    return _discover(COMMANDS_GROUP, CommandPlugin)
+    """Every installed extra sub-command of `hookbridge` that imports, by name."""
+    return _discover(COMMANDS_GROUP)[0]
+
+
+def unavailable(group: str) -> Mapping[str, UnavailablePlugin]:
+    """The plug-ins of `group` (BACKENDS_GROUP, MODES_GROUP, COMMANDS_GROUP) declared but not importable."""
+    return _discover(group)[1]
+
+
+def unavailable_note(group: str, name: str) -> str:
+    """ "; <why>" when `name` is declared in `group` but does not import, else "": for error messages."""
+    broken = unavailable(group).get(name)
+    return f"; it is installed but {broken.explanation()}" if broken is not None else ""
+
+
+def rediscover() -> None:
+    """Forget what was found, so the next call looks at the installed entry points again (a
+    package installed or removed since: the plug-in tests)."""
+    _discover.cache_clear()

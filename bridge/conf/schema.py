@@ -31,7 +31,7 @@ CORE: dict[str, Setting] = {
         p.string(required=True, max_bytes=255), "hookbridge@127.0.0.1", "name of this bridge node; stored as `node`"
     ),
     "broker.mode": Setting(
-        p.late_choice(lambda: registry.modes()),
+        p.late_choice(lambda: registry.modes(), lambda name: registry.unavailable_note(registry.MODES_GROUP, name)),
         "embedded",
         "where events come from: embedded broker, EMQX 5, any MQTT broker",
     ),
@@ -66,7 +66,8 @@ CORE: dict[str, Setting] = {
     "api.allow_anonymous_loopback": Setting(
         p.parse_bool,
         False,
-        "API requests from loopback (127.0.0.1, ::1) without a key; off: every request needs a key",
+        "API requests from loopback (127.0.0.1, ::1) without a key, with a loopback `Host`, from no other origin, "
+        "a change with `X-Hookbridge` or a JSON body (docs/operations.md); off: every request needs a key",
     ),
     "api.max_body": Setting(p.size_in(1024, 16 * 1024 * 1024), 64 * 1024, "largest API request body (413 above)"),
     "api.max_page": Setting(p.int_in(1, 10000), 1000, "largest `limit` of an API list (400 above)"),
@@ -107,7 +108,6 @@ CORE: dict[str, Setting] = {
     "log.level": Setting(p.enum_of("debug", "info", "warning", "error"), "info", "log level"),
     "log.format": Setting(p.enum_of("text", "json"), "text", "log line format on stderr"),
 }
-
 
 
 @functools.cache
@@ -151,6 +151,20 @@ POOL_COMMON: dict[str, Setting] = {
         60.0,
         "how often expired messages are removed (rules with expired_time)",
         example="60s",
+    ),
+    # EMQX 4.4's semantics, for configs written by `hookbridge import-emqx` (docs/import-emqx.md);
+    # the defaults keep hookbridge's own behaviour
+    "fetch_clean_sessions": Setting(
+        p.parse_bool,
+        False,
+        "on: the pool's fetch functions also deliver stored messages to a new QoS>0 subscription of a "
+        "clean session (EMQX 4.4); off: to persistent sessions only",
+    ),
+    "default_expired_time": Setting(
+        p.int_in(0, 630_720_000),
+        0,
+        "seconds a message stored by on_message_publish / on_message_store lives when its rule sets no "
+        "expired_time (0: no expiry; EMQX 4.4's Redis backend: 7200)",
     ),
 }
 

@@ -22,7 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from bridge.conf.errors import printable
     from bridge.emqx44.importer import convert
+    from bridge.emqx44.output import Refused, read_existing, write_inside
 
     out = Path(args.out)
     result = convert(Path(args.directory), str(out / "config" / "bridge.conf"), str(out / "rules"))
@@ -32,22 +34,42 @@ def run(args: argparse.Namespace) -> int:
         count = len(result.errors)
         print(f"{count} problem{'s' if count != 1 else ''} found; nothing written", file=sys.stderr)
         return EXIT_CONFIG
-    different = [
-        path for path, text in result.files.items() if Path(path).exists() and Path(path).read_text("utf-8") != text
-    ]
+    existing: dict[str, str | None] = {}
+    refused: list[Refused] = []
+    for path in result.files:
+        try:
+            existing[path] = read_existing(out, Path(path))
+        except Refused as exc:
+            refused.append(exc)
+        except OSError as exc:
+            refused.append(Refused(Path(path), f"cannot read: {exc.strerror}"))
+    for refusal in refused:
+        print(f"{printable(str(refusal.path))}: {refusal.why}", file=sys.stderr)
+    if refused:
+        return EXIT_CONFIG
+    different = [path for path, text in result.files.items() if existing[path] not in (None, text)]
     if different and not args.force:
         for path in different:
-            print(f"{path}: exists and differs from what import-emqx writes (--force overwrites it)", file=sys.stderr)
+            print(
+                f"{printable(path)}: exists and differs from what import-emqx writes (--force overwrites it)",
+                file=sys.stderr,
+            )
         return EXIT_CONFIG
     for path, text in result.files.items():
-        file = Path(path)
-        if file.exists() and file.read_text("utf-8") == text:
-            print(f"unchanged {path}")
+        if existing[path] == text:
+            print(f"unchanged {printable(path)}")
             continue
-        file.parent.mkdir(parents=True, exist_ok=True)
-        file.write_text(text, encoding="utf-8")
-        print(f"wrote {path}")
-    print(f"check it: hookbridge check -c {out / 'config' / 'bridge.conf'} -r {out / 'rules'}")
+        try:
+            write_inside(out, Path(path), text)
+        except Refused as exc:  # planted between the check above and now
+            print(f"{printable(str(exc.path))}: {exc.why}", file=sys.stderr)
+            return EXIT_CONFIG
+        except OSError as exc:
+            print(f"{printable(path)}: cannot write: {exc.strerror}", file=sys.stderr)
+            return 1
+        print(f"wrote {printable(path)}")
+    config, rules = printable(str(out / "config" / "bridge.conf")), printable(str(out / "rules"))
+    print(f"check it: hookbridge check -c {config} -r {rules}")
     return 0
 
 
@@ -93,8 +115,13 @@ def run_migrate(args: argparse.Namespace) -> int:
         )
         return EXIT_CONFIG
 
+    from bridge.emqx44.survey import MigrationRefused
+
     try:
         lines = asyncio.run(migration(pool, args.dry_run))
+    except MigrationRefused as exc:  # data it cannot convert: named, nothing changed
+        print(f"migrate-emqx44 {args.pool}: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     except Exception as exc:  # unreachable server: one line; rerunning resumes
         print(f"migrate-emqx44 {args.pool}: {exc} (run it again: it resumes)", file=sys.stderr)
         return 1

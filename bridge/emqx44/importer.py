@@ -23,8 +23,9 @@ from pathlib import Path
 
 from bridge.conf import registry
 from bridge.conf.config import Config, parse_config
-from bridge.conf.errors import ConfError, ConfErrors, Position
+from bridge.conf.errors import ConfError, ConfErrors, Position, printable
 from bridge.conf.lexer import Entry, read_entries
+from bridge.conf.parsers import JsonProblem, load_json
 from bridge.rules import RuleContext, parse_rules
 
 # hookbridge <db> -> the file EMQX 4.4 keeps it in
@@ -40,8 +41,35 @@ POOL_PREFIX = {"redis": "redis", "pgsql": "pgsql", "mysql": "mysql", "mongo": "m
 
 FETCH = frozenset({"on_message_fetch", "on_message_fetch_for_queue", "on_message_fetch_for_pubsub"})
 STORE = frozenset({"on_message_publish", "on_message_store"})
-# EMQX names hookbridge spells differently (its Cassandra page: `on_subscription_lookup`)
-FUNCTION_ALIASES = {"on_subscription_lookup": "on_subscribe_lookup"}
+# JSON strings of a hook line that EMQX spells differently: EMQX's string -> (hookbridge's, why).
+# Each is a warning and a comment above the line; the rest of the line is copied as written.
+VALUE_ALIASES = {
+    # the Cassandra page (and emqx-operator's shipped emqx_backend_cassa.conf)
+    "on_subscription_lookup": (
+        "on_subscribe_lookup",
+        "EMQX's on_subscription_lookup is hookbridge's on_subscribe_lookup",
+    ),
+    # the MongoDB pages: "payload_format options mongo_json | plain_text"; hookbridge's `json` stores
+    # a JSON payload as a document, as mongo_json did (docs/import-emqx.md says what is unverified)
+    "mongo_json": (
+        "json",
+        "EMQX's payload_format mongo_json is hookbridge's json (a JSON payload stored as a document)",
+    ),
+}
+# EMQX let a retained message expire (the Chinese Redis page binds on_message_retain with
+# "expired_time": 3600); hookbridge keeps it while it is retained (docs/backends/redis.md).
+RETAIN_EXPIRY = (
+    "expired_time on on_message_retain: hookbridge keeps a retained message until it is replaced or"
+    " deleted (or its own MQTT 5 expiry), not for expired_time"
+)
+# EMQX functions hookbridge has no counterpart for: the name -> why it is refused. The Chinese
+# Redis page shows the keep-latest trio (commented out) as an alternative to the fetch functions.
+REFUSED_FUNCTIONS = {
+    name: f"EMQX's {name} (keep only each topic's latest message) has no hookbridge counterpart:"
+    " on_message_publish with on_message_fetch_for_pubsub keeps and delivers every message, and"
+    " on_message_retain with on_retain_lookup keeps one message per topic"
+    for name in ("on_message_fetch_for_keep_latest", "on_message_store_keep_latest", "on_message_acked_for_keep_latest")
+}
 # EMQX hookpoints hookbridge has not: session.created ran when a session was opened, which for
 # the functions bound there (on_subscribe_lookup) is client.connected
 HOOK_ALIASES = {"session.created": "client.connected"}
@@ -54,7 +82,7 @@ class Problem:
     warning: bool = False
 
     def __str__(self) -> str:
-        return f"{self.where}: {'warning: ' if self.warning else ''}{self.message}"
+        return f"{self.where}: {'warning: ' if self.warning else ''}{printable(self.message)}"
 
 
 @dataclass
@@ -64,15 +92,16 @@ class _Line:
     text: str
     entry: Entry | None = None
     value_col: int = 0  # 1-based column of the value in `text` (0: not a copy of the entry's value)
-    shift_at: int = 0  # columns of the value after this one (1-based, in `text`) moved by `shift`
-    shift: int = 0
+    # (column, shift): the value's columns from `column` on (1-based, in `text`) moved by `shift`
+    # characters by a renamed string before them (VALUE_ALIASES)
+    shifts: list[tuple[int, int]] = field(default_factory=list)
+    emqx_key: str = ""  # the EMQX pool key this line stands for (to find a key set twice)
 
     def source(self, col: int) -> Position | None:
         if self.entry is None:
             return None
         if self.value_col and col >= self.value_col:
-            if self.shift and col >= self.shift_at:
-                col -= self.shift
+            col -= sum(shift for at, shift in self.shifts if col >= at)
             offset = col - self.value_col
             if offset <= len(self.entry.value):
                 return self.entry.at(offset)
@@ -213,8 +242,9 @@ class _Hook:
     hookpoint: str
     order: int
     value: str
-    renamed_at: int = 0  # offset in value of a renamed function name
-    shift: int = 0
+    renamed: list[str] = field(default_factory=list)  # what VALUE_ALIASES renamed in `value`
+    # (offset in `value` just after a renamed string, its change in length), in value order
+    shifts: list[tuple[int, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -226,7 +256,8 @@ class _File:
     hooks: list[_Hook] = field(default_factory=list)
     max_returned_count: int | None = None
     time_range: str | None = None
-    expired_after: int | None = None
+    expired_after: int | None = None  # backend.redis.msg.expired_after when > 0
+    expired_after_set: bool = False  # the key was there (<= 0: EMQX's default applies)
 
 
 def find_files(directory: Path) -> dict[str, Path]:
@@ -288,6 +319,7 @@ def _read(db: str, path: Path, text: str, problems: list[Problem]) -> _File:
     problems.extend(Problem(e.where, e.message) for e in lexer_errors)
     prefix = POOL_PREFIX[db]
     keys = POOL_KEYS[db]
+    poolless: list[tuple[Entry, str]] = []  # pool keys without a pool name, placed once the pools are known
     for entry in entries:
         key = entry.key
         hook = _HOOK.match(key)
@@ -307,10 +339,60 @@ def _read(db: str, path: Path, text: str, problems: list[Problem]) -> _File:
             continue
         rest = key.removeprefix(f"backend.{prefix}.").removeprefix(f"backend.{db}.")
         if rest != key and rest in keys:
-            problems.append(Problem(entry.key_at, f"{key} names no pool: write backend.{prefix}.pool1.{rest}"))
+            poolless.append((entry, rest))
             continue
         problems.append(Problem(entry.key_at, f"unknown EMQX 4.4 {db} backend key {key}"))
+    for entry, rest in poolless:
+        _poolless_key(file, entry, rest, keys, problems)
+    _redis_type(file, problems)
     return file
+
+
+def _poolless_key(file: _File, entry: Entry, key: str, keys: dict[str, Special], problems: list[Problem]) -> None:
+    """A pool key written without a pool name, as the English Redis page's Sentinel example writes
+    `backend.redis.server` and `backend.redis.sentinel`: it belongs to the file's one pool."""
+    pools = sorted(file.pools) or ["pool1"]
+    if len(pools) > 1:
+        problems.append(
+            Problem(
+                entry.key_at, f"{entry.key} names no pool and the file has {len(pools)}: write backend.<pool>.{key}"
+            )
+        )
+        return
+    pool = pools[0]
+    taken = next((line for line in file.pools.get(pool, []) if line.emqx_key == key), None)
+    if taken is not None and taken.entry is not None:
+        problems.append(
+            Problem(
+                entry.key_at,
+                f"{entry.key} names no pool, and {taken.entry.key} (line {taken.entry.key_at.line}) already sets"
+                f" {pool}'s {key}: keep one of them",
+            )
+        )
+        return
+    problems.append(Problem(entry.key_at, f"{entry.key} names no pool: taken as {pool}'s {key}", warning=True))
+    _pool_key(file, entry, pool, key, keys, problems)
+
+
+def _redis_type(file: _File, problems: list[Problem]) -> None:
+    """A Redis pool's `sentinel` and `type` as EMQX's pages pair them: the English page has no `type`
+    (a master name there means Sentinel mode); the Chinese page shows `sentinel` beside `type = single`
+    ("the sentinel name in sentinel mode"), where it has no use: a warning, and it is left out."""
+    if file.db != "redis":
+        return
+    for pool, lines in file.pools.items():
+        sentinel = next((line for line in lines if line.emqx_key == "sentinel" and line.entry), None)
+        kind = next((line for line in lines if line.emqx_key == "type" and line.entry), None)
+        if sentinel is None or sentinel.entry is None:
+            continue
+        where = f"## {file.path.name}:{sentinel.entry.key_at.line}:"
+        if kind is None:
+            lines.append(_Line(f"{where} a sentinel name without a type: Sentinel mode"))
+            lines.append(_Line(f"backend.{file.db}.{pool}.type = sentinel", emqx_key="type"))
+        elif kind.entry is not None and kind.entry.value.strip() != "sentinel":
+            why = f"sentinel applies to type = sentinel only: left out (type is {kind.entry.value.strip()})"
+            problems.append(Problem(sentinel.entry.key_at, why, warning=True))
+            lines[lines.index(sentinel)] = _Line(f"{where} sentinel = {sentinel.entry.value}: {why}")
 
 
 def _pool_key(
@@ -322,17 +404,21 @@ def _pool_key(
         known = ", ".join(sorted(keys))
         problems.append(Problem(entry.key_at, f"unknown EMQX 4.4 {file.db} pool key {key!r} (known: {known})"))
         return
+    if not entry.value.strip():  # the pages show `keyfile =` and `password =` empty: nothing set
+        lines.append(_Line(f"## {file.path.name}:{entry.key_at.line}: {key} is empty: left unset", emqx_key=key))
+        return
     value, what, warning = special(entry.value)
     if value is not None:
         text = f"backend.{file.db}.{pool}.{what} = "
-        lines.append(_Line(text + value, entry, value_col=len(text) + 1 if value == entry.value else 0))
+        value_col = len(text) + 1 if value == entry.value else 0
+        lines.append(_Line(text + value, entry, value_col=value_col, emqx_key=key))
         return
     if warning is False:
         problems.append(Problem(entry.value_at, what))
         return
     if warning:
         problems.append(Problem(entry.key_at, what, warning=True))
-    lines.append(_Line(f"## {file.path.name}:{entry.key_at.line}: {key} = {entry.value}: {what}"))
+    lines.append(_Line(f"## {file.path.name}:{entry.key_at.line}: {key} = {entry.value}: {what}", emqx_key=key))
 
 
 def _global(file: _File, entry: Entry, problems: list[Problem]) -> bool:
@@ -350,14 +436,14 @@ def _global(file: _File, entry: Entry, problems: list[Problem]) -> bool:
                     warning=True,
                 )
             )
-        elif value.isdigit() and int(value) > 0:
+        elif re.fullmatch(r"[0-9]{1,9}", value) and int(value) > 0:  # not isdigit(): int("²") raises
             file.max_returned_count = int(value)
         else:
             problems.append(Problem(entry.value_at, f"expected a positive number or infinity, got {value!r}"))
         return True
     if rest == "time_range" and file.db != "redis":
         if value != "infinity":
-            if not re.fullmatch(r"\d+[dhms]", value):
+            if not re.fullmatch(r"[0-9]{1,9}[dhms]", value):
                 problems.append(
                     Problem(entry.value_at, f"expected a duration such as 2h (d, h, m, s) or infinity, got {value!r}")
                 )
@@ -365,10 +451,11 @@ def _global(file: _File, entry: Entry, problems: list[Problem]) -> bool:
                 file.time_range = value
         return True
     if rest == "msg.expired_after" and file.db == "redis":
-        if not re.fullmatch(r"-?\d+", value):
+        if not re.fullmatch(r"-?[0-9]{1,10}", value):  # bounded: int() of 5,000 digits raises
             problems.append(Problem(entry.value_at, f"expected seconds, got {value!r}"))
-        elif int(value) > 0:
-            file.expired_after = int(value)
+        else:
+            file.expired_after_set = True
+            file.expired_after = int(value) if int(value) > 0 else None
         return True
     if file.db == "mongo" and rest.startswith("topology."):
         problems.append(
@@ -393,20 +480,34 @@ def _hook(file: _File, entry: Entry, hookpoint: str, order: int, problems: list[
         )
         hook.hookpoint = HOOK_ALIASES[hookpoint]
         hook.order = -order  # numbered after the rules of that hookpoint (below)
-    for old, new in FUNCTION_ALIASES.items():
-        at = hook.value.find(f'"{old}"')
-        if at >= 0:
-            problems.append(Problem(entry.at(at), f"EMQX's {old} is hookbridge's {new}", warning=True))
-            hook.value = hook.value[:at] + f'"{new}"' + hook.value[at + len(old) + 2 :]
-            hook.renamed_at, hook.shift = at + len(old) + 2, len(new) - len(old)
+    refused = [(entry.value.find(f'"{name}"'), why) for name, why in REFUSED_FUNCTIONS.items()]
+    refused = [(at, why) for at, why in refused if at >= 0]
+    if refused:  # reported once, with its reason (not again as the rules parser's unknown function)
+        problems.extend(Problem(entry.at(at + 1), why) for at, why in refused)
+        return
+    # Renames, in the order they occur in the value, so each shift is measured in the new text.
+    found = sorted((entry.value.find(f'"{old}"'), old) for old in VALUE_ALIASES if f'"{old}"' in entry.value)
+    value, moved = entry.value, 0
+    for at, old in found:
+        new, why = VALUE_ALIASES[old]
+        problems.append(Problem(entry.at(at), why, warning=True))
+        start = at + moved
+        value = value[:start] + f'"{new}"' + value[start + len(old) + 2 :]
+        moved += len(new) - len(old)
+        hook.shifts.append((start + len(new) + 2, len(new) - len(old)))
+        hook.renamed.append(old)
+    hook.value = value
+    at = entry.value.find('"expired_time"')
+    if at >= 0 and '"on_message_retain"' in entry.value:  # the Chinese Redis page's publish.2
+        problems.append(Problem(entry.at(at), RETAIN_EXPIRY, warning=True))
     file.hooks.append(hook)
 
 
 def _extra_options(file: _File, value: str) -> dict[str, object]:
     """What the backend-wide keys add to a rule that does not set them itself."""
     try:
-        body = json.loads(value)
-    except ValueError:
+        body = load_json(value)
+    except JsonProblem:
         return {}  # its error comes from the rules parser
     if not isinstance(body, dict) or not isinstance(body.get("action"), dict):
         return {}
@@ -443,8 +544,10 @@ def _rule_lines(file: _File) -> list[_Line]:
         value = hook.value
         extra = _extra_options(file, value)
         notes = []
-        if hook.hookpoint != hook.entry.key.split(".hook.")[1].rsplit(".", 1)[0] or hook.shift:
-            notes.append(f"## {file.path.name}:{hook.entry.key_at.line}: renamed from EMQX's {hook.entry.key}")
+        where = f"## {file.path.name}:{hook.entry.key_at.line}:"
+        if hook.hookpoint != hook.entry.key.split(".hook.")[1].rsplit(".", 1)[0]:
+            notes.append(f"{where} renamed from EMQX's {hook.entry.key}")
+        notes.extend(f"{where} {VALUE_ALIASES[old][1]}" for old in hook.renamed)
         if extra and value.rstrip().endswith("}"):
             keys = ", ".join(extra)
             notes.append(f"## {file.path.name}:{hook.entry.key_at.line}: {keys} from the backend-wide keys")
@@ -454,10 +557,8 @@ def _rule_lines(file: _File) -> list[_Line]:
         lines.extend(_Line(note) for note in notes)
         key = f"backend.{file.db}.hook.{hook.hookpoint}.{order}"
         text = f"{key} = "
-        line = _Line(text + value, hook.entry, value_col=len(text) + 1)
-        if hook.shift:
-            line.shift_at, line.shift = len(text) + 1 + hook.renamed_at + hook.shift, hook.shift
-        lines.append(line)
+        shifts = [(len(text) + 1 + at, shift) for at, shift in hook.shifts]
+        lines.append(_Line(text + value, hook.entry, value_col=len(text) + 1, shifts=shifts))
     return lines
 
 
@@ -478,8 +579,34 @@ def _config_lines(files: list[_File]) -> list[_Line]:
         lines.append(_Line(""))
         lines.append(_Line(f"## from {file.path.name}"))
         lines.extend(_Line(note) for note in file.notes)
-        for pool_lines in file.pools.values():
+        for pool, pool_lines in file.pools.items():
             lines.extend(pool_lines)
+            lines.extend(_Line(text) for text in _emqx_semantics(file, pool))
+    return lines
+
+
+# The Redis backend's lifetime of a stored message when `msg.expired_after` (or a rule's
+# `expired_time`) is <= 0 or absent: 7200 s in a third-party decompile of emqx_backend_redis 4.2.1
+# (the plug-in is closed source: unverified for 4.4, as
+# docs/import-emqx.md#evidence-configuration-keys-and-semantics says).
+EMQX_REDIS_DEFAULT_EXPIRY = 7200
+
+
+def _emqx_semantics(file: _File, pool: str) -> list[str]:
+    """The settings that make a pool behave as EMQX 4.4's backend did where a user would notice
+    (docs/migrate-from-emqx44.md); an ordinary hookbridge config leaves them at their defaults."""
+    prefix = f"backend.{file.db}.{pool}"
+    lines = [
+        "## EMQX 4.4's semantics (docs/import-emqx.md#emqx-44s-semantics): fetch for clean sessions too",
+        f"{prefix}.fetch_clean_sessions = on",
+    ]
+    if file.db == "redis":
+        lines.append("## EMQX's Redis backend wrote online_at, offline_at and ts in milliseconds")
+        lines.append(f"{prefix}.timestamps = milliseconds")
+        if file.expired_after is None:
+            why = "msg.expired_after <= 0" if file.expired_after_set else "no msg.expired_after"
+            lines.append(f"## {why}: EMQX's default lifetime of a stored message (7200 s)")
+            lines.append(f"{prefix}.default_expired_time = {EMQX_REDIS_DEFAULT_EXPIRY}")
     return lines
 
 

@@ -49,6 +49,7 @@ class Client:
         url = self.base + path + (f"?{urlencode(query)}" if query else "")
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(url, data=data, method=method)
+        request.add_header("X-Hookbridge", "ctl")  # without a key, a change needs it (bridge/api/anonymous.py)
         if data is not None:
             request.add_header("Content-Type", "application/json")
         if self.key:
@@ -132,8 +133,13 @@ def _cell(value: Any) -> str:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    text = str(value)
-    return "".join(c if c.isprintable() else "?" for c in text)  # a payload cannot move the cursor
+    return shown(str(value))
+
+
+def shown(text: str) -> str:
+    """`text` for a terminal: a character that is not printable (a client id may hold control
+    characters) as a Python-style escape, so that it cannot move the cursor and can be told apart."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]], empty: str) -> str:
@@ -191,7 +197,7 @@ def clients_show(api: Client, args: argparse.Namespace) -> tuple[Any, str]:
 
 def clients_kick(api: Client, args: argparse.Namespace) -> tuple[Any, str]:
     answer = api.call("DELETE", f"/clients/{_id(args.clientid)}")
-    return answer, f"kicked {answer['kicked']}"
+    return answer, f"kicked {shown(answer['kicked'])}"
 
 
 def subs_list(api: Client, args: argparse.Namespace) -> tuple[Any, str]:
@@ -203,12 +209,12 @@ def subs_list(api: Client, args: argparse.Namespace) -> tuple[Any, str]:
 def subs_add(api: Client, args: argparse.Namespace) -> tuple[Any, str]:
     body = {"filter": args.filter, "qos": args.qos}
     answer = api.call("POST", f"/clients/{_id(args.clientid)}/subscriptions", body=body)
-    return answer, f"subscribed {answer['clientid']} to {answer['filter']} (qos {answer['qos']})"
+    return answer, f"subscribed {shown(answer['clientid'])} to {shown(answer['filter'])} (qos {answer['qos']})"
 
 
 def subs_del(api: Client, args: argparse.Namespace) -> tuple[Any, str]:
     answer = api.call("DELETE", f"/clients/{_id(args.clientid)}/subscriptions", {"filter": args.filter})
-    return answer, f"unsubscribed {answer['clientid']} from {answer['filter']}"
+    return answer, f"unsubscribed {shown(answer['clientid'])} from {shown(answer['filter'])}"
 
 
 RETAINED_COLUMNS = [
@@ -236,7 +242,7 @@ def retained_get(api: Client, args: argparse.Namespace) -> tuple[Any, str]:
 
 def retained_del(api: Client, args: argparse.Namespace) -> tuple[Any, str]:
     answer = api.call("DELETE", _topic_path(args.topic))
-    return answer, f"deleted the retained message on {answer['deleted']}"
+    return answer, f"deleted the retained message on {shown(answer['deleted'])}"
 
 
 def publish(api: Client, args: argparse.Namespace) -> tuple[Any, str]:
@@ -245,7 +251,7 @@ def publish(api: Client, args: argparse.Namespace) -> tuple[Any, str]:
         body["clientid"] = args.as_client
     answer = api.call("POST", "/publish", body=body)
     routed = f", routed to {answer['routed']} sessions" if "routed" in answer else f" as {answer.get('as')}"
-    return answer, f"published to {answer['published']}{routed}"
+    return answer, f"published to {shown(answer['published'])}{routed}"
 
 
 def status(api: Client, _args: argparse.Namespace) -> tuple[Any, str]:
@@ -373,7 +379,7 @@ def run(args: argparse.Namespace) -> int:
         api = Client(url, _key(args), args.timeout, context)
         data, text = args.ctl(api, args)
     except CtlError as error:
-        print(f"hookbridge ctl: {error}", file=sys.stderr)
+        print(f"hookbridge ctl: {shown(str(error))}", file=sys.stderr)
         return EXIT_FAILED
     print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else text)
     return 0

@@ -11,7 +11,11 @@ bounds this listener has always had, which aiohttp does not give by itself:
   plain listener, lower-case methods) or a head the client ended half-way gets 400;
 - REQUEST_TIMEOUT seconds for each connection outside a handler (a slow or stalled client is
   dropped; a handler reading a body bounds its own read by the same time);
-- at most MAX_CONNECTIONS connections at once (more get 503 at once, without being read).
+- at most MAX_CONNECTIONS connections at once, and at most PER_ADDRESS of them from one address;
+- past either bound, a connection is still read, but only a probe (GET /healthz or /metrics) is
+  served on it: PROBE_RESERVE such connections at once, each new one ending the oldest that has not
+  sent its whole head yet. So a client holding many half-sent requests cannot make /healthz answer
+  503 (an orchestrator would restart the bridge for it); anything else past the bounds gets 503.
 
 Each connection serves one request and closes (`Connection: close`). None of these refusals is an
 error of the bridge: they are answered and closed, never logged as one.
@@ -46,6 +50,9 @@ _T = TypeVar("_T")
 
 MAX_HEAD = 16 * 1024  # request line and headers; a Prometheus scrape sends a few hundred bytes
 MAX_CONNECTIONS = 64  # a few scrapers, health probes and API clients; more is a misbehaving client
+PER_ADDRESS = 16  # one address's share of MAX_CONNECTIONS (a browser opens 6 per host)
+PROBE_RESERVE = 16  # connections past the bounds, for /healthz and /metrics only
+PROBE_PATHS = frozenset({"/healthz", "/metrics"})
 REQUEST_TIMEOUT = 5.0
 _LINGER_BYTES = 256 * 1024  # read (and drop) this much of a refused request, so the answer is not reset
 
@@ -76,7 +83,11 @@ class StatusServer:
         self.app = web.Application()  # made again at start()
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
-        self._guards: dict[asyncio.Transport, _Guard] = {}
+        self._guards: dict[asyncio.Transport, _Guard] = {}  # in the order they connected
+        self._per_address: dict[str, int] = {}  # connections open now by peer address (all of them)
+        self._general = 0  # connections open now within the bounds (not probe-only)
+        # probe-only connections not refused, oldest first (a dict for its order): the reserve
+        self._reserve: dict[_Guard, None] = {}
 
     @property
     def connections(self) -> int:
@@ -145,6 +156,47 @@ class StatusServer:
         body = json.dumps(self._redactor.value(detail), indent=2) + "\n"
         return web.Response(text=body, status=200 if ready else 503, content_type="application/json")
 
+    def _admit(self, guard: _Guard) -> bool:
+        """Count a new connection; True when it is past a bound and may only be a probe (module
+        docstring). A full reserve makes room by ending its oldest connection still sending its head,
+        or, when there is none, refuses this one."""
+        assert guard._transport is not None
+        from_there = self._per_address.get(guard.address, 0)
+        self._guards[guard._transport] = guard
+        self._per_address[guard.address] = from_there + 1
+        if self._general < MAX_CONNECTIONS and from_there < PER_ADDRESS:
+            self._general += 1
+            return False
+        if len(self._reserve) >= PROBE_RESERVE:
+            stalled = next((other for other in self._reserve if other.waiting_for_head), None)
+            if stalled is None:
+                guard._refuse(503, "Service Unavailable")
+                return True
+            stalled.ended_for_a_probe()  # leaves the reserve (its _refuse)
+        self._reserve[guard] = None
+        return True
+
+    def _left_the_reserve(self, guard: _Guard) -> None:
+        self._reserve.pop(guard, None)
+
+    def _forget(self, guard: _Guard, transport: asyncio.Transport) -> None:
+        if self._guards.pop(transport, None) is None:
+            return
+        if guard.probe_only:
+            self._reserve.pop(guard, None)
+        else:
+            self._general -= 1
+        address = guard.address
+        left = self._per_address.get(address, 0) - 1
+        if left > 0:
+            self._per_address[address] = left
+        else:
+            self._per_address.pop(address, None)
+
+
+def _is_probe(method: bytes, target: bytes) -> bool:
+    return method == b"GET" and target.split(b"?", 1)[0].decode("latin-1") in PROBE_PATHS
+
 
 class _Guard(asyncio.Protocol):
     """One connection: holds its request head until it is whole and well-formed (module docstring),
@@ -156,18 +208,30 @@ class _Guard(asyncio.Protocol):
         self._inner: asyncio.Protocol | None = None
         self._transport: asyncio.Transport | None = None
         self._head = bytearray()
-        self._refused = False
+        self.refused = False
         self._lingered = 0
         self._deadline: asyncio.TimerHandle | None = None
         self.handling = 0  # requests of this connection inside a handler now (the middleware counts)
+        self.address = ""  # the peer's address: PER_ADDRESS counts by it
+        self.probe_only = False  # past a bound: served only if it asks for /healthz or /metrics
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-
-        self._owner._guards[self._transport] = self
+        peer = self._transport.get_extra_info("peername")
+        self.address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
         self._deadline = asyncio.get_running_loop().call_later(REQUEST_TIMEOUT, self._expire)
-        if len(self._owner._guards) > MAX_CONNECTIONS:
-            self._refuse(503, "Service Unavailable")
+        self.probe_only = self._owner._admit(self)
+
+    def ended_for_a_probe(self) -> None:
+        """The reserve is full and a newer connection needs this one's place: it has not sent its
+        whole head in all that time, so it is the one a flood holds."""
+        self._refuse(503, "Service Unavailable")
+        assert self._transport is not None
+        self._transport.close()
+
+    @property
+    def waiting_for_head(self) -> bool:
+        return self._inner is None and not self.refused
 
     def _expire(self) -> None:
         assert self._transport is not None
@@ -179,7 +243,7 @@ class _Guard(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._inner is not None:
             self._inner.data_received(data)
-        elif self._refused:
+        elif self.refused:
             self._linger(len(data))
         else:
             self._head += data
@@ -190,10 +254,14 @@ class _Guard(asyncio.Protocol):
                 return
             if end + len(_END_OF_HEAD) > MAX_HEAD:
                 self._refuse(431, "Request Header Fields Too Large")
-            elif _REQUEST_LINE.fullmatch(bytes(self._head.split(b"\r\n", 1)[0])) is None:
-                self._refuse(400, "Bad Request")
             else:
-                self._start_inner()
+                line = _REQUEST_LINE.fullmatch(bytes(self._head.split(b"\r\n", 1)[0]))
+                if line is None:
+                    self._refuse(400, "Bad Request")
+                elif self.probe_only and not _is_probe(line.group(1), line.group(2)):
+                    self._refuse(503, "Service Unavailable")
+                else:
+                    self._start_inner()
 
     def _start_inner(self) -> None:
         assert self._transport is not None
@@ -206,7 +274,7 @@ class _Guard(asyncio.Protocol):
         if self._inner is not None:
             self._inner.eof_received()
             return True  # the request is whole: keep the socket open for its answer
-        if not self._refused:
+        if not self.refused:
             self._refuse(400, "Bad Request")  # the client ended the request half-way (or sent nothing)
         return False  # asyncio closes the socket once the answer is written
 
@@ -214,7 +282,7 @@ class _Guard(asyncio.Protocol):
         if self._deadline is not None:
             self._deadline.cancel()
         if self._transport is not None:
-            self._owner._guards.pop(self._transport, None)
+            self._owner._forget(self, self._transport)
         if self._inner is not None:
             self._inner.connection_lost(exc)
 
@@ -228,7 +296,8 @@ class _Guard(asyncio.Protocol):
 
     def _refuse(self, status: int, reason: str) -> None:
         assert self._transport is not None
-        self._refused = True
+        self.refused = True
+        self._owner._left_the_reserve(self)  # a refused connection holds no probe's place
         self._head = bytearray()
         body = f"{status} {reason}\n".encode()
         self._transport.write(

@@ -100,7 +100,7 @@ class ReadAtScrape:
 
     help_text: str
     read: Callable[[], Mapping[str, float]]  # {label value: number}
-    label: str = "pool"
+    label: str = "pool"  # "": no label (one sample, under any key)
     kind: str = "gauge"  # or "counter": a number that only grows
     merge: Merge = "sum"
 
@@ -115,6 +115,7 @@ class Metrics:
         self.gauges: dict[str, ReadAtScrape] = {}
         self.events: dict[str, int] = defaultdict(int)
         self.spool_problems: dict[str, int] = defaultdict(int)  # torn tails, undecodable records, per pool
+        self._refreshers: list[Callable[[], None]] = []
 
     def count(self, rule_id: str, counter: str, n: int = 1) -> None:
         counts = self.rules[rule_id]
@@ -138,8 +139,15 @@ class Metrics:
         """Register a counter family kept elsewhere; `read` returns {label value: count so far}."""
         self.gauges[name] = ReadAtScrape(help_text, read, label, kind="counter")
 
+    def before_scrape(self, refresh: Callable[[], None]) -> None:
+        """Call `refresh` once at the start of every scrape: for families read from one costly
+        snapshot (the broker's numbers, bridge/ops/broker_metrics.py) taken once, not per family."""
+        self._refreshers.append(refresh)
+
     def families(self) -> list[Family]:
         """Every metric with its samples, read now."""
+        for refresh in self._refreshers:
+            refresh()
         events = Family("hookbridge_events_total", "counter", "Events received from the broker, per hookpoint")
         events.samples = [Sample(events.name, {"hookpoint": h}, n) for h, n in sorted(self.events.items())]
         families = [events]
@@ -159,7 +167,10 @@ class Metrics:
         families += [latency, problems]
         for name, read in sorted(self.gauges.items()):
             family = Family(name, read.kind, read.help_text, read.merge)
-            family.samples = [Sample(name, {read.label: key}, value) for key, value in sorted(read.read().items())]
+            family.samples = [
+                Sample(name, {read.label: key} if read.label else {}, value)
+                for key, value in sorted(read.read().items())
+            ]
             families.append(family)
         return families
 

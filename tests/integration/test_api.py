@@ -19,8 +19,10 @@ from urllib.parse import quote
 import aiohttp
 import pytest
 import redis as redis_sync
+import yarl
 from broker_suite.clients import V5, V311, Client
 
+from actions.redis import keys
 from bridge.app import Bridge, Paths
 from bridge.brokers.embedded.broker import Broker
 from bridge.cli import main
@@ -28,10 +30,13 @@ from support.bridges import mqtt_port
 from support.conf import config_text
 from support.services import ROOT, start_mosquitto
 from tests.integration.mqtt_support import MOSQUITTO_PORT, external_config
+from tests.integration.test_broker_auth_db import PG_POOL, pg_users
 
 KEY = "k3y-for-the-tests-0123456789"
 WRONG = "not-the-key-0123456789"
 KEY_LINE = f"api.keys = ops:sha256:{hashlib.sha256(KEY.encode()).hexdigest()}\n"
+__all__ = ["pg_users"]  # a fixture, used by name
+
 ACL = "topic readwrite #\n\nuser limited\ntopic readwrite dev/#\n\npattern readwrite devices/%c/#\n"
 
 
@@ -42,9 +47,11 @@ class Api:
         self.session = session
         self.headers = {"Authorization": f"Bearer {key}"} if key else {}
 
-    async def call(self, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
+    async def call(self, method: str, path: str | yarl.URL, **kwargs: Any) -> tuple[int, Any]:
+        """A path after /api/v1, or a whole URL sent exactly as it is (its percent-escapes kept)."""
         headers = {**self.headers, **kwargs.pop("headers", {})}
-        async with self.session.request(method, self.base + path, headers=headers, **kwargs) as answer:
+        url = path if isinstance(path, yarl.URL) else self.base + path
+        async with self.session.request(method, url, headers=headers, **kwargs) as answer:
             body = await answer.read()
             return answer.status, (await answer.json() if answer.content_type == "application/json" else body)
 
@@ -135,6 +142,16 @@ async def test_clients_sessions_and_kick(bridge: Bridge, api: Api, clients: list
     second = await api.get("/clients", params={"prefix": "dev-", "limit": "1", "cursor": first["next"]})
     assert [c["clientid"] for c in second["data"]] == ["dev-b"] and second["next"] is None
 
+    # connected ones (from the broker's connections), a page at a time
+    now = await api.get("/clients", params={"connected": "true", "limit": "1"})
+    assert [c["clientid"] for c in now["data"]] == ["dev-a"] and now["next"] == "dev-a"
+    now = await api.get("/clients", params={"connected": "true", "limit": "1", "cursor": "dev-a"})
+    assert [c["clientid"] for c in now["data"]] == ["dev-b"] and now["next"] is None
+    assert [c["clientid"] for c in (await api.get("/clients", params={"connected": "false"}))["data"]] == [
+        "other/../x"
+    ]
+    assert (await api.get("/clients", params={"connected": "true", "prefix": "dev-b"}))["data"][0]["clientid"] == "dev-b"
+
     assert (await api.get("/clients/dev-a"))["connected"] is True
     assert (await api.call("GET", "/clients/nobody"))[0] == 404
 
@@ -149,6 +166,33 @@ async def test_clients_sessions_and_kick(bridge: Bridge, api: Api, clients: list
     assert [c["clientid"] for c in offline["data"]] == ["other/../x"]
     # an id with `/` and `..`, percent-encoded, names that client exactly
     assert (await api.get("/sessions/" + quote("other/../x", safe="")))["subscriptions"][0]["filter"] == "dev/#"
+
+
+# Client ids with what MQTT allows in them and a URL or a terminal treats specially
+ODD_IDS = ["ctl\x01id", "new\nline", "del\x7f", "c1\x85", "a/b", "50%", "%41", "with space", "q?x#y", "{br}", "ünï+"]
+
+
+async def test_client_ids_with_any_mqtt_character_are_listed_shown_and_kicked(
+    bridge: Bridge, api: Api, clients: list[Client]
+) -> None:
+    """The finding: clients whose id has control characters were accepted at CONNECT but the API
+    answered 400 to show or kick them. Ids are percent-encoded in paths (every byte but unreserved)."""
+    made = {clientid: await connected(bridge, clients, clientid, version=V5) for clientid in ODD_IDS}
+    listed = [c["clientid"] for c in (await api.get("/clients", params={"limit": "1000"}))["data"]]
+    assert set(ODD_IDS) <= set(listed)
+    for clientid in ODD_IDS:
+        assert [c["clientid"] for c in (await api.get("/clients", params={"prefix": clientid}))["data"]] == [clientid]
+        path = "/clients/" + quote(clientid, safe="")
+        status, shown = await api.call("GET", yarl.URL(api.base + path, encoded=True))
+        assert (status, shown.get("clientid")) == (200, clientid), (clientid, shown)
+        status, session = await api.call("GET", yarl.URL(api.base + "/sessions/" + quote(clientid, safe=""), encoded=True))
+        assert (status, session.get("clientid")) == (200, clientid), (clientid, session)
+        status, kicked = await api.call("DELETE", yarl.URL(api.base + path, encoded=True))
+        assert (status, kicked) == (200, {"kicked": clientid}), clientid
+        await made[clientid].wait_disconnected()
+        assert clientid not in core(bridge).active
+    # U+0000 is the one character MQTT never allows in a string
+    assert (await api.call("GET", yarl.URL(api.base + "/clients/a%00b", encoded=True)))[0] == 400
 
 
 async def test_an_offline_session_with_its_queue(bridge: Bridge, api: Api, clients: list[Client]) -> None:
@@ -198,6 +242,85 @@ async def test_a_durable_session_is_listed_after_a_restart(make_api_bridge: Any,
         assert [s["clientid"] for s in listed["data"]] == ["keeper"]
 
 
+async def test_a_restored_sessions_acl_holds_for_the_api_as_before_the_restart(
+    make_api_bridge: Any, tmp_path: Path
+) -> None:
+    """The finding: after a restart, publishing through the API as an offline durable client to a
+    topic its ACL denies answered 200 (403 before the restart): the restored session's permissions
+    were the anonymous broker's."""
+    acl = tmp_path / "acl"
+    acl.write_text(ACL)
+    extra = (
+        f"api.enabled = on\n{KEY_LINE}broker.acl.file = {acl}\n"
+        f"broker.durable_sessions = on\nbroker.durable_dir = {tmp_path / 'store'}\n"
+    )
+
+    async def answers(bridge: Bridge) -> list[int]:
+        async with aiohttp.ClientSession() as session:
+            api = Api(bridge, session)
+            denied = await api.call("POST", "/publish", json={"topic": "other/x", "clientid": "ltd", "payload": "p"})
+            allowed = await api.call("POST", "/publish", json={"topic": "dev/x", "clientid": "ltd", "payload": "p"})
+            denied_sub = await api.call("POST", "/clients/ltd/subscriptions", json={"filter": "other/#"})
+            return [denied[0], allowed[0], denied_sub[0]]
+
+    first = await make_api_bridge(extra)
+    made: list[Client] = []
+    try:
+        away = await connected(first, made, "ltd", version=V311, clean=False, user="limited")
+        assert await away.subscribe("dev/#", 1) == [1]
+        await away.disconnect()
+    finally:
+        for client in made:
+            await client.close()
+    assert await answers(first) == [403, 200, 403]
+    await first.stop(drain_timeout=5)
+    second = await make_api_bridge(extra)
+    assert core(second).states["ltd"].connected is False
+    assert await answers(second) == [403, 200, 403]
+    assert core(second).states["ltd"].connected is False  # answered from the restored session, not a login
+
+
+async def test_a_restored_superuser_is_one_from_the_user_database(
+    make_api_bridge: Any, tmp_path: Path, pg_users: Any
+) -> None:
+    """A restored session's permissions are read as at CONNECT: whether its user is a superuser
+    too (PostgreSQL's mqtt_user.is_superuser), not only the ACL's entries."""
+    for user, superuser in (("root", True), ("boss", False)):
+        await pg_users.execute(
+            "INSERT INTO mqtt_user (username, password, salt, is_superuser) VALUES ($1, 'pw', NULL, $2)", user, superuser
+        )
+    acl = tmp_path / "acl"
+    acl.write_text(ACL)
+    extra = (
+        f"api.enabled = on\n{KEY_LINE}broker.acl.file = {acl}\n{PG_POOL}broker.auth.backend = pgsql.users\n"
+        f"broker.auth.password_hash = plain\nbroker.durable_sessions = on\nbroker.durable_dir = {tmp_path / 'store'}\n"
+    )
+
+    async def answers(bridge: Bridge) -> list[int]:
+        async with aiohttp.ClientSession() as session:
+            api = Api(bridge, session)
+            return [
+                (await api.call("POST", "/publish", json={"topic": "other/x", "clientid": name}))[0]
+                for name in ("root-1", "boss-1")
+            ]
+
+    first = await make_api_bridge(extra)
+    made: list[Client] = []
+    try:
+        for user in ("root", "boss"):
+            client = Client(mqtt_port(first), f"{user}-1", version=V311, clean=False)
+            client.paho.username_pw_set(user, "pw")
+            made.append(client)
+            assert (await client.connect()).reason == 0
+            await client.disconnect()
+    finally:
+        for client in made:
+            await client.close()
+    assert await answers(first) == [200, 403]
+    await first.stop(drain_timeout=5)
+    assert await answers(await make_api_bridge(extra)) == [200, 403]
+
+
 async def test_subscriptions_added_and_removed_on_a_clients_behalf(
     bridge: Bridge, api: Api, clients: list[Client]
 ) -> None:
@@ -232,6 +355,30 @@ async def test_subscriptions_added_and_removed_on_a_clients_behalf(
         assert (await api.call("POST", "/clients/lim/subscriptions", json=bad))[0] == 400, bad
 
 
+async def test_subscriptions_of_one_filter_page_by_client_id(bridge: Bridge, api: Api, clients: list[Client]) -> None:
+    """`subscriptions?filter=`: the sessions of that filter (plain or shared), by client id, a page
+    at a time; the other filters of those sessions are not listed."""
+    for name in ("s3", "s1", "s2"):
+        client = await connected(bridge, clients, name, version=V5)
+        assert await client.subscribe("grp/#", 1) == [1]
+        assert await client.subscribe("$share/g/grp/+", 0) == [0]
+        assert await client.subscribe(f"own/{name}", 0) == [0]
+    for wanted, qos in (("grp/#", 1), ("$share/g/grp/+", 0)):
+        first = await api.get("/subscriptions", params={"filter": wanted, "limit": "2"})
+        assert first["data"] == [{"clientid": c, "filter": wanted, "qos": qos} for c in ("s1", "s2")]
+        rest = await api.get("/subscriptions", params={"filter": wanted, "limit": "2", "cursor": first["next"]})
+        assert rest == {"data": [{"clientid": "s3", "filter": wanted, "qos": qos}], "next": None}
+    assert (await api.get("/subscriptions", params={"filter": "own/s2"}))["data"] == [
+        {"clientid": "s2", "filter": "own/s2", "qos": 0}
+    ]
+    assert (await api.get("/subscriptions", params={"filter": "nobody/#"})) == {"data": [], "next": None}
+    every = await api.get("/subscriptions", params={"limit": "4"})
+    assert [(s["clientid"], s["filter"]) for s in every["data"]] == [
+        ("s1", "$share/g/grp/+"), ("s1", "grp/#"), ("s1", "own/s1"), ("s2", "$share/g/grp/+")
+    ]
+    assert (await api.call("GET", "/subscriptions", params={"cursor": "not json"}))[0] == 400
+
+
 async def test_retained_messages_listed_read_and_deleted(bridge: Bridge, api: Api, clients: list[Client]) -> None:
     sender = await connected(bridge, clients, "ret-sender", version=V5)
     for topic, payload in (("r/a", b"one"), ("r/b/c", b"two"), ("s/x", b"\xff\x00")):
@@ -251,6 +398,37 @@ async def test_retained_messages_listed_read_and_deleted(bridge: Bridge, api: Ap
     assert await late.until("r/marker", b"m") == []  # r/b/c is not sent any more
     assert (await api.call("GET", "/retained", params={"filter": "r/#/x"}))[0] == 400
     assert (await api.call("GET", "/retained/r/+"))[0] == 400  # a wildcard is not a topic name
+
+
+async def test_retained_delete_reaches_the_database_and_spares_sys(
+    bridge: Bridge, api: Api, clients: list[Client], redis_db: redis_sync.Redis
+) -> None:
+    """A retained delete is an empty retained publish through the broker's publish path: the
+    rules see it (on_retain_delete removes mqtt:retain:<topic>, so on_retain_lookup does not
+    bring it back to the next subscriber) and live subscribers get it as from any publisher.
+    Before, only the broker's copy went and the next subscriber got the message back from Redis."""
+    sender = await connected(bridge, clients, "rd-sender", version=V5)
+    assert await sender.publish("rd/a", b"kept", 1, retain=True) == 0
+    assert redis_db.exists(keys.retain("rd/a"))
+    watcher = await connected(bridge, clients, "rd-watch", version=V5)
+    assert await watcher.subscribe("rd/#", 1) == [1]
+    assert (await watcher.message()).payload == b"kept"
+    status, body = await api.call("DELETE", "/retained/rd/a")
+    assert (status, body) == (200, {"deleted": "rd/a"})
+    assert not redis_db.exists(keys.retain("rd/a"))  # the answer waited for the rules
+    got = await watcher.message()
+    assert (got.topic, got.payload) == ("rd/a", b"")
+    late = await connected(bridge, clients, "rd-late", version=V5)
+    assert await late.subscribe("rd/#", 1) == [1]
+    assert await sender.publish("rd/marker", b"m", 1) == 0
+    assert await late.until("rd/marker", b"m") == []  # neither the broker nor Redis has it
+
+    # $SYS values are the broker's own: refused, kept
+    sys_topics = [r["topic"] for r in (await api.get("/retained", params={"filter": "$SYS/#"}))["data"]]
+    assert sys_topics, "no $SYS retained value to try"
+    status, body = await api.call("DELETE", "/retained/" + quote(sys_topics[0]))
+    assert status == 403 and "$SYS" in body["error"], body
+    assert core(bridge).router.retained.get(sys_topics[0]) is not None
 
 
 async def test_publish_plain_and_as_a_client(bridge: Bridge, api: Api, clients: list[Client]) -> None:
@@ -368,9 +546,10 @@ async def test_hostile_input(bridge: Bridge, api: Api, clients: list[Client], mo
         status, body = await api.call("POST", "/publish", data=io.BytesIO(raw))
         assert status in (400, 413) and "error" in body, (raw[:10], status)
     # control characters and wildcards where they do not belong
+    # (a client id may hold control characters: a prefix of ESC is a search like any other)
+    assert (await api.call("GET", "/clients", params={"prefix": "\x1b[31m"}))[0] == 200
     for params in (
         {"prefix": "a\x00b"},
-        {"prefix": "\x1b[31m"},
         {"limit": "0"},
         {"limit": "10001"},
         {"limit": "-1"},
@@ -490,6 +669,57 @@ async def test_anonymous_loopback_when_asked(make_api_bridge: Any) -> None:
     async with aiohttp.ClientSession() as session:
         assert (await Api(bridge, session, None).call("GET", "/clients"))[0] == 200
         assert (await Api(bridge, session, WRONG).call("GET", "/clients"))[0] == 401  # a wrong key is not anonymous
+
+
+async def test_no_other_web_page_can_drive_the_anonymous_api(make_api_bridge: Any, clients: list[Client]) -> None:
+    """The finding: with api.allow_anonymous_loopback a page of any local origin POSTed text/plain
+    (published a retained message, subscribed a client to #, reloaded) and a foreign Host was served."""
+    bridge = await make_api_bridge("api.enabled = on\napi.allow_anonymous_loopback = on\n")
+    await connected(bridge, clients, "victim", version=V311, clean=False)
+    broker = core(bridge)
+    assert bridge.status is not None
+    port = bridge.status.port
+    page = {"Origin": "http://localhost:8080", "Content-Type": "text/plain"}  # what a form or fetch() sends unasked
+    async with aiohttp.ClientSession() as session:
+        api = Api(bridge, session, None)
+        publish = '{"topic": "planted", "payload": "x", "retain": true}'
+        assert (await api.call("POST", "/publish", data=publish, headers=page))[0] == 403
+        no_origin = {"Content-Type": "text/plain"}  # a form post whose browser sends no Origin: still no mark
+        assert (await api.call("POST", "/publish", data=publish, headers=no_origin))[0] == 403
+        subscribe = '{"filter": "#", "qos": 0}'
+        assert (await api.call("POST", "/clients/victim/subscriptions", data=subscribe, headers=page))[0] == 403
+        assert (await api.call("POST", "/reload", headers=page))[0] == 403
+        assert (await api.call("DELETE", "/clients/victim", headers={"Sec-Fetch-Site": "same-site"}))[0] == 403
+        # JSON from another origin (the browser would have asked first; the answer has no CORS header)
+        status, _ = await api.call("POST", "/publish", data=publish, headers={**page, "Content-Type": "application/json"})
+        assert status == 403
+        # DNS rebinding: a page's own name in Host, from loopback
+        for host in (f"evil.example:{port}", "evil.example", f"127.0.0.1.evil.example:{port}", "[::1"):
+            assert (await api.call("GET", "/clients", headers={"Host": host}))[0] == 403, host
+        # a preflight is never granted
+        async with session.options(
+            api.base + "/publish",
+            headers={"Origin": "http://localhost:8080", "Access-Control-Request-Method": "POST"},
+        ) as preflight:
+            assert "Access-Control-Allow-Origin" not in preflight.headers
+        assert "planted" not in {r.topic for r in broker.router.retained_for("#", 0.0)}
+        assert broker.states["victim"].subscriptions == {}
+        # what is allowed: loopback Host names, JSON or the X-Hookbridge mark, the same origin
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", "127.0.0.2"):
+            assert (await api.call("GET", "/clients", headers={"Host": host}))[0] == 200, host
+        same_origin = {"Origin": f"http://127.0.0.1:{port}", "Content-Type": "application/json"}
+        status, body = await api.call("POST", "/publish", data=publish, headers=same_origin)
+        assert status == 200, body
+        assert (await api.call("POST", "/clients/victim/subscriptions", json={"filter": "a/b"}))[0] == 201
+        assert (await api.call("DELETE", "/retained/planted", headers={"X-Hookbridge": "x"}))[0] == 200
+        assert (await api.call("DELETE", "/clients/victim"))[0] == 403  # a change without either
+        # keys mode is unchanged: a key's request is served whatever its Host or content type
+    keyed = await make_api_bridge(f"api.enabled = on\n{KEY_LINE}")
+    async with aiohttp.ClientSession() as session:
+        status, body = await Api(keyed, session).call(
+            "POST", "/publish", data='{"topic": "t"}', headers={"Content-Type": "text/plain", "Host": "evil.example"}
+        )
+        assert status == 200, body
 
 
 async def test_off_by_default(make_api_bridge: Any) -> None:

@@ -24,7 +24,7 @@ from pymongo import AsyncMongoClient
 
 from actions.redis import keys
 from bridge.app import Bridge
-from bridge.brokers.embedded.codec import MQTT_3_1_1, MQTT_5, Connack, Connect, Will
+from bridge.brokers.embedded.codec import MQTT_3_1_1, MQTT_5, Connack, Connect, Pubcomp, Publish, Pubrec, Pubrel, Will
 from support.bridges import BridgeFactory, mqtt_port
 from support.services import ROOT, postgres_dsn, start_ferretdb, start_postgres
 from tests.integration.conftest import RawClient
@@ -171,6 +171,39 @@ async def test_publish_denied_is_dropped_never_stored_nor_routed(
     assert not redis_db.exists(keys.retain("nosub/retained"))
     assert redis_db.exists(keys.topic_list("dev/ok")) and redis_db.exists(keys.topic_list("devices/lim2/state"))
     assert bridge.broker.refused["acl_publish_denied"] == 3
+
+
+async def test_qos2_denied_ends_the_exchange_and_frees_its_packet_id(connect: Clients, bridge: Bridge) -> None:
+    """5.0 section 4.3.3: a PUBREC with a reason code >= 0x80 ends a QoS 2 exchange (no PUBREL
+    follows), so its packet id is free again: a new PUBLISH reusing it is a new message, passed
+    on; and denials hold no place in the receive maximum, however many (1,024 of them once
+    disconnected the client with 0x93)."""
+    reader = await connect("r-q2", "reader")
+    assert await reader.subscribe("dev/#", 2) == [2]
+    raw = await RawClient.open(mqtt_port(bridge), MQTT_5)
+    try:
+        await raw.send(Connect("lim-q2", MQTT_5, True, username="limited"))
+        assert (await raw.recv()).reason_code == 0
+        await raw.send(Publish("cmd/denied", b"denied", 2, packet_id=7))
+        assert (await raw.recv()) == Pubrec(7, 0x87)
+        await raw.send(Publish("dev/q2", b"first", 2, packet_id=7))  # the same id, a new message
+        assert (await raw.recv()) == Pubrec(7, 0)
+        await raw.send(Pubrel(7))
+        assert (await raw.recv()) == Pubcomp(7, 0)
+        denials = 1_100  # past the broker's receive maximum (1,024)
+        for packet_id in range(1, denials + 1):
+            await raw.send(Publish("cmd/denied", b"denied", 2, packet_id=packet_id))
+        answers = [await raw.recv() for _ in range(denials)]
+        assert answers == [Pubrec(packet_id, 0x87) for packet_id in range(1, denials + 1)]
+        await raw.send(Publish("dev/q2", b"last", 2, packet_id=9))
+        assert (await raw.recv()) == Pubrec(9, 0)  # still connected, still accepting
+        await raw.send(Pubrel(9))
+        assert (await raw.recv()) == Pubcomp(9, 0)
+    finally:
+        raw.abort()
+    got = await reader.until("dev/q2", b"last")
+    assert [(m.topic, m.payload) for m in got] == [("dev/q2", b"first")]
+    assert bridge.broker.refused["acl_publish_denied"] == 1 + denials
 
 
 async def test_sys_only_where_an_entry_opens_it(connect: Clients) -> None:

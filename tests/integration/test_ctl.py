@@ -194,6 +194,8 @@ async def test_publish_retained_status_and_json(bridge: Bridge, clients: list[Cl
         "deleted the retained message on dev/2/cfg"
     )
     assert [r["topic"] for r in json.loads(await ok("--url", base, "--json", "retained", "list"))] == ["dev/1/cfg"]
+    code, _, err = await ctl("--url", base, "retained", "del", "$SYS/broker/version")
+    assert code == 1 and "403" in err and "$SYS" in err, err
 
     status = json.loads(await ok("--url", base, "--json", "status"))
     assert status["version"] and status["uptime"] >= 0
@@ -252,3 +254,38 @@ async def test_https_listener_found_in_the_config_file(
         assert "CERTIFICATE_VERIFY_FAILED" in err
     finally:
         await started.stop(drain_timeout=5)
+
+
+async def test_ctl_changes_things_without_a_key_in_anonymous_loopback_mode(
+    tmp_path: Path, redis_port: int, redis_db: redis_sync.Redis, clients: list[Client]
+) -> None:
+    """ctl marks its requests (X-Hookbridge), so a change without a key passes the anonymous
+    mode's rule that no other web page could meet (bridge/api/anonymous.py)."""
+    started = await start_bridge(tmp_path / "bridge", redis_port, "api.allow_anonymous_loopback = on\n")
+    try:
+        base = url(started)
+        b = await connected(started, clients, "dev-b", version=V311)
+        assert (await ok("--url", base, "clients", "kick", "dev-b", key=None)).strip() == "kicked dev-b"
+        await b.wait_disconnected()
+        await ok("--url", base, "publish", "t/1", "x", "--retain", key=None)
+        await ok("--url", base, "retained", "del", "t/1", key=None)
+        await ok("--url", base, "reload", key=None)
+    finally:
+        await started.stop(drain_timeout=5)
+
+
+async def test_client_ids_with_control_characters_and_slashes(bridge: Bridge, clients: list[Client]) -> None:
+    """ctl percent-encodes an id in the path and shows what is not printable as an escape, never raw."""
+    base = url(bridge)
+    odd = "red\x1b[31m/%x y"
+    client = await connected(bridge, clients, odd, version=V5)
+    assert await client.subscribe("dev/#", 0) == [0]
+    listed = await ok("--url", base, "clients", "list")
+    assert "red\\x1b[31m/%x" in listed and "\x1b" not in listed
+    shown = await ok("--url", base, "clients", "show", odd)
+    assert "dev/#" in shown and "\x1b" not in shown
+    out = await ok("--url", base, "clients", "kick", odd)
+    assert out == "kicked red\\x1b[31m/%x y\n"
+    await client.wait_disconnected()
+    code, out, err = await ctl("--url", base, "clients", "show", odd)  # a clean session: gone
+    assert (code, out) == (1, "") and "404 no such client" in err and "\x1b" not in err

@@ -383,6 +383,64 @@ async def test_every_acknowledged_message_reaches_the_durable_session_after_kill
     assert_every_acked_once_in_order(await delivered_after_restart(bridge, raw_connect), acked)
 
 
+async def publish_qos2_until_killed(bridge: BridgeProcess, raw_connect: RawConnect, count: int, kill_at: int) -> int:
+    """A durable session on k/# offline; a publisher with a persistent session sends `count` QoS 2
+    messages (packet ids 1..count) at once and the bridge gets SIGKILL the moment the `kill_at`-th
+    PUBREC is read (no PUBREL goes out: a slow client). Returns how many PUBRECs it got."""
+    port = bridge.mqtt_port
+    keeper, _ = await persistent(raw_connect, port, "q2-keeper")
+    assert (await keeper.subscribe(1, ("k/#", 2))).reason_codes == [2]
+    await keeper.send(Disconnect())
+    publisher, _ = await persistent(raw_connect, port, "q2-pub")
+    await publisher.send(Disconnect())
+    await sessions_stored(bridge, 2)
+    publisher, _ = await persistent(raw_connect, port, "q2-pub")
+    await publisher.send_bytes(b"".join(encode(p, MQTT_3_1_1) for p in qos2_publishes(count, dup=False)))
+    pubrecs = 0
+    while (packet := await publisher.recv(timeout=30)) is not None:
+        assert isinstance(packet, Pubrec), brief(packet)
+        pubrecs += 1
+        if pubrecs == kill_at:
+            bridge.kill()
+    return pubrecs
+
+
+def qos2_publishes(count: int, *, dup: bool) -> list[Publish]:
+    return [Publish("k/t", b"%05d" % n, qos=2, dup=dup, packet_id=n + 1) for n in range(count)]
+
+
+@pytest.mark.parametrize("round_", range(3))
+async def test_a_qos2_publish_resent_with_dup_after_kill_9_is_delivered_once(
+    tmp_path: Path, bridges: list[BridgeProcess], raw_connect: RawConnect, round_: int
+) -> None:
+    """MQTT-4.4.0-1: after a kill -9 the publisher resends every PUBLISH it has no PUBCOMP for,
+    with DUP, then PUBRELs them. Those whose PUBREC went out were passed on before the kill: their
+    packet ids were committed with the message, so the resend is acknowledged, not passed on again.
+    The durable subscriber gets each message exactly once, in order."""
+    count = 1000
+    bridge = durable_bridge(tmp_path)
+    bridges.append(await start(bridge))
+    pubrecs = await publish_qos2_until_killed(bridge, raw_connect, count, kill_at=200 + 100 * round_)
+    await start(bridge)
+    publisher, connack = await persistent(raw_connect, bridge.mqtt_port, "q2-pub")
+    assert connack.session_present
+    await publisher.send_bytes(b"".join(encode(p, MQTT_3_1_1) for p in qos2_publishes(count, dup=True)))
+    for _ in range(count):
+        packet = await publisher.recv(timeout=30)
+        assert isinstance(packet, Pubrec), packet and brief(packet)
+    await publisher.send_bytes(b"".join(encode(Pubrel(n + 1), MQTT_3_1_1) for n in range(count)))
+    for _ in range(count):
+        packet = await publisher.recv(timeout=30)
+        assert isinstance(packet, Pubcomp) and packet.reason_code == 0, packet and brief(packet)
+    await publish_all(publisher, [("k/t", b"marker")])
+    keeper, connack = await persistent(raw_connect, bridge.mqtt_port, "q2-keeper")
+    assert connack.session_present
+    payloads = [p.payload for p in await drain(keeper, b"marker")][:-1]
+    twice = sorted(p for p in set(payloads) if payloads.count(p) > 1)
+    assert not twice, f"{len(twice)} delivered twice (first {twice[:5]}); {pubrecs} PUBRECs before the kill"
+    assert payloads == [b"%05d" % n for n in range(count)]  # every one, once, in order
+
+
 def committed_wal_pages(wal: bytes) -> set[int]:
     """Page numbers of the WAL's frames up to its last commit (SQLite's WAL format: a 32-byte
     header, then frames of a 24-byte header and a page; frames of this WAL carry its salts)."""

@@ -1,12 +1,12 @@
 """`hookbridge migrate-emqx44 --pool cassa.pool1` on a real Cassandra node: the tables of EMQX 4.4
-Enterprise's Cassandra backend page (`msg` keyed (topic, msgid) newest first with base62 ids,
-`client` with connected / disconnected, `retain` with only the msgid), filled as EMQX would have,
-migrated twice and after interruptions at each step, then served by a real bridge (embedded
-broker) in one order with what hookbridge stores after the switch."""
+Enterprise's Cassandra backend page (`msg` keyed (topic, msgid) newest first with ids in every form
+EMQX wrote, `client` with connected / disconnected, `retain` with only the msgid), filled as EMQX
+would have, migrated twice and after interruptions at each step, then served by a bridge started
+from `import-emqx`'s output (embedded broker) in one order with what hookbridge stores after the
+switch."""
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -17,28 +17,17 @@ import pytest
 
 from actions.cassa.emqx44 import BACKUP, CONVERTED, migrate_cassa
 from actions.cassa.functions import bucket_of
-from bridge.cli import main
-from bridge.msgid import BASE62, hookbridge_id
-from conformance.cassa_store import KEYSPACE, CassaStore
+from bridge.emqx44.survey import MigrationRefused
+from bridge.emqx_msgid import convert
+from conformance.cassa_store import CassaStore
 from support.bridges import eventually, mqtt_port
-from support.conf import config_text
+from support.emqx44_import import import_emqx, imported_bridge, migrate
+from support.emqx_ids import emqttd_base62, emqx_base62, guid, to_hexstr
 from support.mqtt import Client
 from support.services import start_cassandra
 
 PORT = 9042  # shared: this module keeps to its own keyspace
 KS = "emqx44_migrate"
-POOL = CassaStore(PORT).pool_config().replace(f"keyspace = {KEYSPACE}", f"keyspace = {KS}")
-RULES = """\
-backend.cassa.hook.client.connected.1    = {"action": {"function": "on_client_connected"}, "pool": "pool1"}
-backend.cassa.hook.client.connected.2    = {"action": {"function": "on_subscribe_lookup"}, "pool": "pool1"}
-backend.cassa.hook.client.disconnected.1 = {"action": {"function": "on_client_disconnected"}, "pool": "pool1"}
-backend.cassa.hook.message.publish.1     = {"topic": "#", "action": {"function": "on_message_publish"}, "pool": "pool1"}
-backend.cassa.hook.message.publish.2     = {"topic": "#", "action": {"function": "on_message_retain"}, "pool": "pool1"}
-backend.cassa.hook.message.publish.3     = {"topic": "#", "action": {"function": "on_retain_delete"}, "pool": "pool1"}
-backend.cassa.hook.session.subscribed.1  = {"topic": "pubsub/#", "action": {"function": "on_message_fetch"}, "pool": "pool1"}
-backend.cassa.hook.session.subscribed.2  = {"topic": "#", "action": {"function": "on_retain_lookup"}, "pool": "pool1"}
-backend.cassa.hook.message.acked.1       = {"topic": "pubsub/#", "action": {"function": "on_message_acked"}, "pool": "pool1"}
-"""
 
 # The tables as EMQX 4.4's Cassandra backend page gives them.
 EMQX44_TABLES = (
@@ -53,23 +42,23 @@ EMQX44_TABLES = (
 NOW = int(time.time())
 
 
-def emqx_id(seconds_ago: int, seq: int) -> str:
-    """EMQX's msgid in Cassandra: emqx_guid in base62 (the page's `2PguFrHsrzEvIIBdctmb`)."""
-    value = (NOW - seconds_ago) * 1_000_000 << 64 | 0x0A0B0C0D0E0F << 16 | seq
-    out = ""
-    while value:
-        value, digit = divmod(value, 62)
-        out = BASE62[digit] + out
-    return out
+def emqx_id(seconds_ago: int, seq: int, encode: Callable[[int], str] = emqttd_base62) -> str:
+    """EMQX's msgid in Cassandra, in the text `encode` gives it: 2.x base62 (the page's
+    `2PguFrHsrzEvIIBdctmb`), 4.x `${msgid}` (emqx_base62 of the decimal text), 32 hex."""
+    return encode(guid((NOW - seconds_ago) * 1_000_000, 0x0A0B0C0D0E0F, seq))
 
 
-EMQX_IDS = {"e1": emqx_id(3600, 1), "e2": emqx_id(3599, 2), "e3": emqx_id(3598, 3), "ret": emqx_id(3000, 7)}
+# One queue holding every form
+EMQX_IDS = {
+    "e1": emqx_id(3600, 1, emqx_base62),
+    "e2": emqx_id(3599, 2),
+    "e3": emqx_id(3598, 3, to_hexstr),
+    "ret": emqx_id(3000, 7, emqx_base62),
+}
 
 
 def new(name: str) -> str:
-    converted = hookbridge_id(EMQX_IDS[name].encode())
-    assert converted is not None
-    return converted
+    return convert(EMQX_IDS[name])[1]
 
 
 def at(seconds_ago: int) -> dt.datetime:
@@ -152,7 +141,12 @@ async def test_migration_converts_is_idempotent_and_resumes_after_interruptions(
     await write_as_emqx44(cql)
     before = await snapshot(cql)
     dry = await migrate_cassa(cql, KS, dry_run=True)
-    assert [line.split(":")[0] for line in dry] == ["client", "msg", "retain", "acked"]
+    assert dry[:3] == [
+        "acked: 1 emqx_base62 of the decimal text (EMQX 3.x/4.x)",
+        "msg: 2 emqx_base62 of the decimal text (EMQX 3.x/4.x), 1 positional base62 (EMQ X 2.x), 1 32 hex",
+        "retain: 1 emqx_base62 of the decimal text (EMQX 3.x/4.x), 1 positional base62 (EMQ X 2.x)",
+    ]
+    assert [line.split(":")[0] for line in dry[3:]] == ["client", "msg", "retain", "acked"]
     assert await snapshot(cql) == before  # a dry run changes nothing
 
     run = Recording(cql)
@@ -177,7 +171,7 @@ async def test_migration_converts_is_idempotent_and_resumes_after_interruptions(
     reference = await snapshot(cql)
     assert reference[f"msg{BACKUP}"][0] == CONVERTED and len(reference[f"msg{BACKUP}"][1]) == 4  # EMQX's kept
 
-    assert await migrate_cassa(cql, KS) == []  # a second run: nothing to do
+    assert await migrate_cassa(cql, KS) == ["acked: 1 32 hex"]  # a second run: nothing to do
     assert await snapshot(cql) == reference
 
     # Stopped at each step of msg's move (each changes the schema or the copy), inside its copy and
@@ -198,18 +192,28 @@ async def test_migration_converts_is_idempotent_and_resumes_after_interruptions(
         assert await snapshot(cql) == reference, f"interrupted at {run.statements[stop]}"
 
 
-async def test_a_bridge_serves_what_emqx44_stored_in_order_with_its_own(
-    tmp_path: Path, cql: Any, make_bridge: Callable[..., Any]
-) -> None:
-    await write_as_emqx44(cql)
-    conf = tmp_path / "migrate.conf"
-    conf.write_text(config_text(pools=POOL))
-    args = ["migrate-emqx44", "-c", str(conf), "--pool", "cassa.pool1"]
-    assert await asyncio.to_thread(main, [*args, "--dry-run"]) == 0
-    for _ in range(2):
-        assert await asyncio.to_thread(main, args) == 0
+IMPORT = {
+    "username = cassandra": "username = hookbridge",
+    "password = cassandra": "password = hookbridge",
+    "keyspace = mqtt": f"keyspace = {KS}",
+}
 
-    bridge = await make_bridge(rules=RULES, pools=POOL)
+
+async def test_a_bridge_serves_what_emqx44_stored_in_order_with_its_own(
+    tmp_path: Path, cql: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a user switches: import-emqx of EMQX's emqx_backend_cassa.conf, migrate-emqx44 with the
+    config it wrote (dry run, then twice), a bridge of that config and rules."""
+    await write_as_emqx44(cql)
+    paths = import_emqx(tmp_path, "emqx_backend_cassa.conf", IMPORT)
+    assert await migrate(paths, "cassa.pool1", "--dry-run") == 0
+    for _ in range(2):
+        assert await migrate(paths, "cassa.pool1") == 0
+    async with imported_bridge(paths, tmp_path, monkeypatch) as bridge:
+        await serve(bridge, cql)
+
+
+async def serve(bridge: Any, cql: Any) -> None:
     port = mqtt_port(bridge)
     publisher = await Client("hb-pub", port).connect()
     await publisher.publish("pubsub/t", b"h4", qos=1)  # stored by hookbridge after the switch
@@ -240,3 +244,30 @@ async def test_a_bridge_serves_what_emqx44_stored_in_order_with_its_own(
     assert got[0].payload == b"retained-by-emqx" and got[0].retain
     for each in (dev1, fresh, publisher):
         await each.disconnect()
+
+
+@pytest.mark.parametrize(
+    ("statement", "named"),
+    [
+        (
+            f"INSERT INTO {KS}.msg (topic, msgid, payload) VALUES ('pubsub/t', 'not-an-id', 0x00)",
+            "msg topic 'pubsub/t' msgid: 'not-an-id'",
+        ),
+        (
+            f"INSERT INTO {KS}.retain (topic, msgid) VALUES ('status/bad', 'Z#')",
+            "retain topic 'status/bad' msgid: 'Z#'",
+        ),
+        (
+            f"INSERT INTO {KS}.acked (clientid, topic, msgid) VALUES ('dev9', 'pubsub/t', '{'M' * 30}')",
+            "acked clientid 'dev9' topic 'pubsub/t' msgid",
+        ),
+    ],
+)
+async def test_a_msgid_that_is_no_id_stops_it_before_anything_changes(cql: Any, statement: str, named: str) -> None:
+    await write_as_emqx44(cql)
+    await cql.execute(statement)
+    before = await snapshot(cql)
+    with pytest.raises(MigrationRefused) as refused:
+        await migrate_cassa(cql, KS)
+    assert named in str(refused.value)
+    assert await snapshot(cql) == before

@@ -1,12 +1,11 @@
 """`hookbridge migrate-emqx44 --pool mongo.pool1` on FerretDB: the collections of EMQX 4.4 Enterprise's
 MongoDB backend page (counter `_id`s, base64 msgids, `mongo_id` offsets, text payloads, times as
-numbers), filled as EMQX would have, migrated twice and after interruptions, then served by a real
-bridge (embedded broker) in one order with what hookbridge stores after the switch."""
+numbers; ids in every form EMQX wrote), filled as EMQX would have, migrated twice and after
+interruptions, then served by a bridge started from `import-emqx`'s output (embedded broker) in one
+order with what hookbridge stores after the switch."""
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -19,42 +18,34 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
 
 from actions.mongo.emqx44 import migrate_mongo, mongo_hookbridge_id
-from bridge.cli import main
+from bridge.emqx44.survey import MigrationRefused
+from bridge.emqx_msgid import convert
 from support.bridges import eventually, mqtt_port
-from support.conf import config_text
+from support.emqx44_import import import_emqx, imported_bridge, migrate
+from support.emqx_ids import emqttd_base62, emqx_base62, guid, mongo_base64, to_hexstr
 from support.mqtt import Client
 from support.services import start_ferretdb
 
 PORT = 27018  # shared: this module keeps to its own database
 DATABASE = "emqx44_migrate"
-POOL = (
-    f"backend.mongo.pool1.server = 127.0.0.1:{PORT}\nbackend.mongo.pool1.database = {DATABASE}\n"
-    "backend.mongo.pool1.batch_time = 1ms\n"
-)
-RULES = """\
-backend.mongo.hook.client.connected.1    = {"action": {"function": "on_client_connected"}, "pool": "pool1"}
-backend.mongo.hook.client.connected.2    = {"action": {"function": "on_subscribe_lookup"}, "pool": "pool1"}
-backend.mongo.hook.client.disconnected.1 = {"action": {"function": "on_client_disconnected"}, "pool": "pool1"}
-backend.mongo.hook.message.publish.1     = {"topic": "#", "action": {"function": "on_message_publish"}, "pool": "pool1"}
-backend.mongo.hook.message.publish.2     = {"topic": "#", "action": {"function": "on_message_retain"}, "pool": "pool1"}
-backend.mongo.hook.message.publish.3     = {"topic": "#", "action": {"function": "on_retain_delete"}, "pool": "pool1"}
-backend.mongo.hook.session.subscribed.1  = {"topic": "pubsub/#", "action": {"function": "on_message_fetch"}, "pool": "pool1"}
-backend.mongo.hook.session.subscribed.2  = {"topic": "#", "action": {"function": "on_retain_lookup"}, "pool": "pool1"}
-backend.mongo.hook.message.acked.1       = {"topic": "pubsub/#", "action": {"function": "on_message_acked"}, "pool": "pool1"}
-"""
 
 Db = AsyncDatabase[dict[str, Any]]
 NOW = int(time.time())
 
 
-def emqx_guid(seconds_ago: int, seq: int) -> str:
-    """EMQX's msgid as its MongoDB backend writes it: the 16-byte guid (64-bit µs time, 48 bits
-    node, 16-bit sequence) in base64, as in the page's `AAVEwm0la4RufgAABeIAAQ==`."""
-    value = (NOW - seconds_ago) * 1_000_000 << 64 | 0x0A0B0C0D0E0F << 16 | seq
-    return base64.b64encode(value.to_bytes(16, "big")).decode()
+def emqx_guid(seconds_ago: int, seq: int, encode: Callable[[int], str] = mongo_base64) -> str:
+    """EMQX's msgid (64-bit µs time, 48 bits node, 16-bit sequence) in the text `encode` gives it:
+    the page's base64 (`AAVEwm0la4RufgAABeIAAQ==`) by default; the 4.x `${msgid}` (emqx_base62 of
+    the decimal text), 2.x base62 and 32 hex in one queue too."""
+    return encode(guid((NOW - seconds_ago) * 1_000_000, 0x0A0B0C0D0E0F, seq))
 
 
-EMQX_IDS = {"e1": emqx_guid(3600, 1), "e2": emqx_guid(3599, 2), "e3": emqx_guid(3598, 3), "ret": emqx_guid(3000, 7)}
+EMQX_IDS = {
+    "e1": emqx_guid(3600, 1, emqx_base62),
+    "e2": emqx_guid(3599, 2),
+    "e3": emqx_guid(3598, 3, to_hexstr),
+    "ret": emqx_guid(3000, 7, emqttd_base62),
+}
 
 
 async def write_as_emqx44(db: Db) -> None:
@@ -156,9 +147,7 @@ async def mongo() -> AsyncIterator[Db]:
 
 
 def new(name: str) -> str:
-    converted = mongo_hookbridge_id(EMQX_IDS[name])
-    assert converted is not None
-    return converted
+    return convert(EMQX_IDS[name])[1]
 
 
 async def test_migration_converts_is_idempotent_and_resumes_after_any_interruption(mongo: Db) -> None:
@@ -166,6 +155,10 @@ async def test_migration_converts_is_idempotent_and_resumes_after_any_interrupti
     before = await snapshot(mongo)
     dry = await migrate_mongo(mongo, dry_run=True)
     assert (dry.messages, dry.retained, dry.offsets, dry.clients, dry.second_keys) == (4, 1, 2, 1, 1)
+    assert dry.survey.lines() == [
+        "mqtt_msg: 1 emqx_base62 of the decimal text (EMQX 3.x/4.x), 2 base64 of the 16 bytes (MongoDB), 1 32 hex",
+        "mqtt_retain: 1 positional base62 (EMQ X 2.x)",
+    ]
     assert await snapshot(mongo) == before  # a dry run changes nothing
 
     counts = await migrate_mongo(mongo)
@@ -211,18 +204,24 @@ async def test_migration_converts_is_idempotent_and_resumes_after_any_interrupti
     assert budget > 10
 
 
-async def test_a_bridge_serves_what_emqx44_stored_in_order_with_its_own(
-    tmp_path: Path, mongo: Db, make_bridge: Callable[..., Any]
-) -> None:
-    await write_as_emqx44(mongo)
-    conf = tmp_path / "migrate.conf"
-    conf.write_text(config_text(pools=POOL))
-    args = ["migrate-emqx44", "-c", str(conf), "--pool", "mongo.pool1"]
-    assert await asyncio.to_thread(main, [*args, "--dry-run"]) == 0
-    for _ in range(2):
-        assert await asyncio.to_thread(main, args) == 0
+IMPORT = {"server = 127.0.0.1:27017": f"server = 127.0.0.1:{PORT}", "database = mqtt": f"database = {DATABASE}"}
 
-    bridge = await make_bridge(rules=RULES, pools=POOL)
+
+async def test_a_bridge_serves_what_emqx44_stored_in_order_with_its_own(
+    tmp_path: Path, mongo: Db, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a user switches: import-emqx of EMQX's emqx_backend_mongo.conf, migrate-emqx44 with the
+    config it wrote (dry run, then twice), a bridge of that config and rules."""
+    await write_as_emqx44(mongo)
+    paths = import_emqx(tmp_path, "emqx_backend_mongo.conf", IMPORT)
+    assert await migrate(paths, "mongo.pool1", "--dry-run") == 0
+    for _ in range(2):
+        assert await migrate(paths, "mongo.pool1") == 0
+    async with imported_bridge(paths, tmp_path, monkeypatch) as bridge:
+        await serve(bridge, mongo)
+
+
+async def serve(bridge: Any, mongo: Db) -> None:
     port = mqtt_port(bridge)
     publisher = await Client("hb-pub", port).connect()
     await publisher.publish("pubsub/t", b"h4", qos=1)  # stored by hookbridge after the switch
@@ -258,3 +257,26 @@ def test_the_page_example_msgid_is_its_guid_in_hex() -> None:
     converted = mongo_hookbridge_id("AAVEwm0la4RufgAABeIAAQ==")
     assert converted == "000544C26D256B846E7E000005E20001"
     assert int(converted[:16], 16) // 1_000_000 == 1482976729
+
+
+@pytest.mark.parametrize(
+    ("collection", "document", "named"),
+    [
+        (
+            "mqtt_msg",
+            {"_id": 9, "topic": "pubsub/t", "msgid": "no id", "payload": "x"},
+            "mqtt_msg _id 9 msgid: 'no id'",
+        ),
+        ("mqtt_msg", {"_id": 9, "topic": "pubsub/t", "payload": "x"}, "mqtt_msg _id 9 msgid: None"),
+        ("mqtt_retain", {"topic": "status/bad", "msgid": "Z" * 60}, "mqtt_retain topic 'status/bad' msgid"),
+    ],
+)
+async def test_a_msgid_that_is_no_id_stops_it_before_anything_changes(
+    mongo: Db, collection: str, document: dict[str, Any], named: str
+) -> None:
+    await write_as_emqx44(mongo)
+    await mongo[collection].insert_one(document)
+    before = await snapshot(mongo)
+    with pytest.raises(MigrationRefused, match=named.replace("(", r"\(")):
+        await migrate_mongo(mongo)
+    assert await snapshot(mongo) == before

@@ -82,6 +82,11 @@ async def test_values_after_known_traffic_are_exact(
         assert await writer.publish(f"r/{i}", b"kept", 1, retain=True) == 0
     assert [msg.topic for msg in await reader.messages_n(m)] == [f"t/{i}" for i in range(m)]
 
+    # the round at start left the broker's own $SYS messages retained: Mosquitto counts them as
+    # retained and stored messages too
+    own = core.router.retained.matching("$SYS/#")
+    own_bytes = sum(len(r.payload) for r in own)
+    assert len(own) == len(systopics.values())  # every topic was published at start
     assert await systopics.publish() > 0
     sysreader = await connect(clients, bridge, "sys1", "sysreader", version=V311)
     values = await retained_sys(sysreader, len(systopics.values()))
@@ -100,13 +105,25 @@ async def test_values_after_known_traffic_are_exact(
         "publish/messages/sent": m,
         "publish/messages/dropped": 0,
         "subscriptions/count": 2,
-        "retained messages/count": k,
-        "store/messages/count": m,  # queued for the offline persistent session (QoS 1)
-        "store/messages/bytes": core.states["off1"].outbox_bytes,
+        "shared_subscriptions/count": 0,
+        "retained messages/count": k + len(own),
+        # each message once: the m queued for the offline persistent session (QoS 1), the retained
+        "store/messages/count": m + k + len(own),
+        "messages/stored": m + k + len(own),
+        "store/messages/bytes": sum(range(m)) + k * len(b"kept") + own_bytes,  # payload bytes
+        "publish/bytes/received": sum(range(m)) + k * len(b"kept"),
+        "publish/bytes/sent": sum(range(m)),
     }
     assert {name: int(values[SYS + name]) for name in expected} == expected
     assert int(values[SYS + "bytes/received"]) > 0 and int(values[SYS + "bytes/sent"]) > 0
     assert values[SYS + "version"].startswith("hookbridge version ")
+    assert 0 < int(values[SYS + "heap/current"]) <= int(values[SYS + "heap/maximum"])
+    # what only hookbridge has: the bridge's spool and rules (this bridge has no rule, no pool)
+    own_topics = {
+        t.removeprefix(SYS + "hookbridge/"): v for t, v in values.items() if t.startswith(SYS + "hookbridge/")
+    }
+    assert own_topics["rules/count"] == "0" and own_topics["spool/bytes"] == "0"
+    assert int(own_topics["spool/max_bytes"]) == bridge.spool_budget.max_bytes > 0
     assert values[SYS + "uptime"].endswith(" seconds")
     # per-minute rates folded into moving averages (from 0, the round at start, a few seconds
     # before): a burst of n messages adds about n * 60 / window seconds to each
@@ -178,3 +195,31 @@ async def test_not_written_to_the_durable_store(
     with sqlite3.connect(store / FILENAME) as db:
         topics = [row[0] for row in db.execute("SELECT topic FROM retained")]
     assert topics == ["keep/me"]
+
+
+async def test_the_bridges_own_status_under_the_hookbridge_prefix(
+    make_bridge: BridgeFactory, tmp_path: Path, clients: list[Client]
+) -> None:
+    """Pools, spool and rules of a bridge with the shipped Redis rules (real Redis), read over
+    MQTT after a message was written: the numbers /metrics and /healthz show."""
+    acl = tmp_path / "acl"
+    acl.write_text(ACL)
+    bridge = await make_bridge(extra_config=f"broker.acl.file = {acl}\nbroker.sys_interval = 1h\n")
+    source = bridge.broker
+    assert isinstance(source, EmbeddedBroker) and source.sys_topics is not None
+    writer = await connect(clients, bridge, "w1", "writer")
+    assert await writer.publish("t/1", b"stored", 1) == 0
+    await bridge.idle()
+    rules, events = bridge.metrics.rules, sum(bridge.metrics.events.values())  # as the round sees them
+    succeeded = sum(counts["succeeded"] for counts in rules.values())
+    assert await source.sys_topics.publish() > 0
+    sysreader = await connect(clients, bridge, "sys1", "sysreader")  # (its events come after the round)
+    assert await sysreader.subscribe(SYS + "hookbridge/#", 0) == [0]
+    own_count = sum(1 for topic in source.sys_topics.values() if topic.startswith(SYS + "hookbridge/"))
+    got = {m.topic.removeprefix(SYS + "hookbridge/"): m.payload.decode() for m in await sysreader.messages_n(own_count)}
+    assert got["pools/redis.pool1/up"] == "1"
+    assert got["pools/redis.pool1/queue"] == "0" and got["pools/redis.pool1/spooled"] == "0"
+    assert got["rules/count"] == str(len(bridge.engine.rules)) != "0"
+    assert got["rules/succeeded"] == str(succeeded) and succeeded > 0  # the message stored, among others
+    assert got["rules/failed"] == "0"
+    assert got["events/received"] == str(events) and events > 0

@@ -101,7 +101,7 @@ def test_the_schema_check_catches_what_compose_would_refuse(compose: dict[str, A
     broken["services"]["redis"]["healthcheck"]["intervall"] = "5s"
     broken["services"]["bridge"]["depends_on"]["emqx"]["condition"] = "service_up"
     del broken["services"]["spark"]["image"]
-    broken["services"]["spark"]["imag"] = "bitnami/spark:3.5"
+    broken["services"]["spark"]["imag"] = "apache/spark:3.5.8"
     errors = schema_errors(broken)
     assert [e.split(":")[0] for e in errors] == [
         "(top)",
@@ -264,6 +264,66 @@ def test_the_image_entrypoint_is_the_cli(compose: dict[str, Any]) -> None:
         assert args.config in targets and args.rules in targets
     for line in re.findall(r"^COPY (\S+)", dockerfile, re.M):
         assert (ROOT / line).exists(), f"Dockerfile copies {line}, which does not exist"
+
+
+# --- where the images come from ---
+
+# Every image the compose file names (and the Dockerfile's base) comes from one of these maintained
+# repositories, each with the reason it is one. A repository that stops being maintained leaves
+# this list; docs/brokers.md ("docker compose") says how each tag was chosen.
+MAINTAINED_REPOSITORIES = {
+    "emqx/emqx": "EMQX's own image, published by EMQ with every EMQX release",
+    "redis": "a Docker Official Image, maintained with the Redis project",
+    "postgres": "a Docker Official Image, maintained by the PostgreSQL Docker community",
+    "mongo": "a Docker Official Image, rebuilt for every MongoDB release",
+    "cassandra": "a Docker Official Image, rebuilt for every Cassandra release",
+    "apache/spark": (
+        "the Apache Spark project's own image (built from github apache/spark-docker for every release); "
+        "it replaces bitnami/spark, whose versioned tags Bitnami removed from Docker Hub in 2025"
+    ),
+    "python": "a Docker Official Image: the Dockerfile's base",
+    "hookbridge": "this project's own image, built from the Dockerfile (`build: .`), never pulled",
+}
+
+
+def _repository_and_tag(image: str) -> tuple[str, str]:
+    repository, _, tag = image.rpartition(":") if ":" in image.rsplit("/", 1)[-1] else (image, "", "latest")
+    return repository.removeprefix("docker.io/").removeprefix("library/"), tag
+
+
+def test_every_image_comes_from_a_maintained_repository_at_a_pinned_tag(compose: dict[str, Any]) -> None:
+    assert "bitnami" not in COMPOSE.read_text().lower()
+    base = re.findall(r"^FROM (\S+)", (ROOT / "Dockerfile").read_text(), re.M)
+    images = {name: service["image"] for name, service in compose["services"].items() if "image" in service}
+    for name, image in [*images.items(), *(("Dockerfile", image) for image in base)]:
+        repository, tag = _repository_and_tag(image)
+        assert repository in MAINTAINED_REPOSITORIES, f"{name}: {image} is not from a repository on the list"
+        if repository == "hookbridge":
+            assert "build" in compose["services"][name], f"{name}: hookbridge:latest must be built here, not pulled"
+            continue
+        assert re.match(r"\d+(\.\d+)*", tag), f"{name}: {image} is not pinned to a version"
+
+
+def test_the_spark_image_is_the_line_pyspark_is_pinned_to(compose: dict[str, Any]) -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    pin = re.search(r"pyspark>=(\d+\.\d+)", " ".join(pyproject["project"]["optional-dependencies"]["spark"]))
+    assert pin is not None
+    for name in ("spark", "spark-worker"):
+        repository, tag = _repository_and_tag(compose["services"][name]["image"])
+        assert repository == "apache/spark" and tag.startswith(f"{pin[1]}."), f"{name}: Spark {tag}, PySpark {pin[1]}"
+
+
+def test_spark_master_and_worker_start_as_the_apache_image_documents(compose: dict[str, Any]) -> None:
+    """apache/spark's entrypoint runs the command it is given; a standalone master and worker are
+    Spark's own classes through /opt/spark/bin/spark-class, the worker pointed at the master."""
+    services = compose["services"]
+    master, worker = services["spark"]["command"], services["spark-worker"]["command"]
+    assert master[:2] == ["/opt/spark/bin/spark-class", "org.apache.spark.deploy.master.Master"]
+    assert worker[:2] == ["/opt/spark/bin/spark-class", "org.apache.spark.deploy.worker.Worker"]
+    port = master[master.index("--port") + 1]
+    assert worker[2] == f"spark://spark:{port}" and f"127.0.0.1:{port}:{port}" in services["spark"]["ports"]
+    assert "spark" in services["spark-worker"]["depends_on"]
+    assert "environment" not in services["spark"], "SPARK_MODE and the like were bitnami's; apache/spark reads none"
 
 
 # --- authentication and TLS: what deploy/setup.sh makes, and who uses it ---

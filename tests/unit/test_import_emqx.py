@@ -123,7 +123,7 @@ def test_every_problem_at_its_place_and_nothing_written(tmp_path: Path, capsys: 
         f"{redis}:1:28: backend.redis.pool1.type: expected one of single, sentinel, cluster, got 'galaxy'",
         f"{redis}:3:33: backend.redis.pool1.pool_size: expected an integer",
         f"{redis}:4:1: unknown EMQX 4.4 redis pool key 'max_overflow'",
-        f"{redis}:5:1: backend.redis.server names no pool: write backend.redis.pool1.server",
+        f"{redis}:5:1: backend.redis.server names no pool, and backend.redis.pool1.server (line 2) already sets",
         f"{redis}:6:35: expected seconds, got 'soon'",
         f"{redis}:7:65: unknown function 'on_client_connectd'",
         f"{redis}:8:109: unknown redis pool 'pool9'",

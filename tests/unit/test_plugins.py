@@ -87,9 +87,9 @@ def listdb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: listdb-plugin\nVersion: 1.0\n")
     (info / "entry_points.txt").write_text("[hookbridge.backends]\nlistdb = listdb_plugin:PLUGIN\n")
     monkeypatch.syspath_prepend(str(site))
-    registry.backends.cache_clear()
+    registry.rediscover()
     yield tmp_path
-    registry.backends.cache_clear()  # the other tests see the project's backends only
+    registry.rediscover()  # the other tests see the project's backends only
     for name in [name for name in sys.modules if name.startswith("listdb_plugin")]:
         del sys.modules[name]
 

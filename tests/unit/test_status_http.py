@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from bridge.ops import http
-from bridge.ops.http import MAX_CONNECTIONS, MAX_HEAD, StatusServer
+from bridge.ops.http import MAX_CONNECTIONS, MAX_HEAD, PER_ADDRESS, StatusServer
 from bridge.ops.redact import Redactor
 from support.bridges import eventually
 
@@ -106,19 +106,79 @@ async def test_a_client_sending_without_end_is_cut_off_after_a_bounded_read(serv
     writer.close()
 
 
+async def hold(port: int, count: int, source: str = "127.0.0.1") -> list[tuple[Any, Any]]:
+    """`count` connections from `source` (any 127.x address is this machine's) that send nothing yet."""
+    return [await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0)) for _ in range(count)]
+
+
 async def test_connections_over_the_limit_get_503_and_the_endpoint_answers_after(server: StatusServer) -> None:
-    held = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(MAX_CONNECTIONS)]
+    # MAX_CONNECTIONS from several addresses, each within its PER_ADDRESS share
+    sources = [f"127.0.0.{2 + n}" for n in range(MAX_CONNECTIONS // PER_ADDRESS)]
+    held = [pair for source in sources for pair in await hold(server.port, PER_ADDRESS, source)]
 
     async def open_now() -> int:
         return server.connections
 
     await eventually(open_now, lambda n: n == MAX_CONNECTIONS)  # each held connection waits for its request
-    assert status_of(await exchange(server.port, OK_METRICS)) == 503
+    # past the bound only a probe is served
+    assert status_of(await exchange(server.port, b"GET /nothing HTTP/1.1\r\nHost: x\r\n\r\n")) == 503
+    assert status_of(await exchange(server.port, OK_METRICS)) == 200
+    assert status_of(await exchange(server.port, OK_HEALTHZ)) == 200
     for reader, writer in held:
         writer.write(OK_METRICS)
         assert status_of(await asyncio.wait_for(reader.read(), 10)) == 200
         writer.close()
-    assert status_of(await exchange(server.port, OK_METRICS)) == 200
+    assert status_of(await exchange(server.port, b"GET /nothing HTTP/1.1\r\nHost: x\r\n\r\n")) == 404
+
+
+async def test_one_client_holding_many_half_sent_requests_cannot_make_healthz_503(server: StatusServer) -> None:
+    """The finding: ~70 half-sent requests from one client made /healthz answer 503 18 times in 20."""
+    half_sent = b"GET /api/v1/clients HTTP/1.1\r\nHost: x\r\n"
+    held = await hold(server.port, 70)
+    for _reader, writer in held:
+        writer.write(half_sent)
+        await writer.drain()
+    answers = [status_of(await exchange(server.port, OK_HEALTHZ)) for _ in range(20)]
+    assert answers == [200] * 20
+    # from another address the API's share is untouched: a non-probe request is served (404 here)
+    other = await asyncio.open_connection("127.0.0.1", server.port, local_addr=("127.0.0.9", 0))
+    other[1].write(b"GET /nothing HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert status_of(await asyncio.wait_for(other[0].read(), 10)) == 404
+    other[1].close()
+    for _reader, writer in held:
+        writer.close()
+
+    async def open_now() -> int:
+        return server.connections
+
+    await eventually(open_now, lambda n: n == 0)
+    # every place is given back: the flooder's address has its whole share again
+    assert status_of(await exchange(server.port, b"GET /nothing HTTP/1.1\r\nHost: x\r\n\r\n")) == 404
+    assert (server._general, server._reserve, server._per_address) == (0, {}, {})
+
+
+async def test_one_address_gets_only_its_share_of_the_connections(server: StatusServer) -> None:
+    held = await hold(server.port, PER_ADDRESS, "127.0.0.2")
+
+    async def open_now() -> int:
+        return server.connections
+
+    await eventually(open_now, lambda n: n == PER_ADDRESS)
+    extra = await exchange_from(server.port, "127.0.0.2", b"GET /nothing HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert status_of(extra) == 503  # past its share: only a probe
+    assert status_of(await exchange_from(server.port, "127.0.0.2", OK_HEALTHZ)) == 200
+    assert status_of(await exchange_from(server.port, "127.0.0.3", b"GET /nothing HTTP/1.1\r\nHost: x\r\n\r\n")) == 404
+    for _reader, writer in held:
+        writer.close()
+
+
+async def exchange_from(port: int, source: str, data: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+    writer.write(data)
+    writer.write_eof()
+    answer = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    return answer
 
 
 async def test_routes_and_the_healthz_error_never_shows_a_password(server: StatusServer) -> None:

@@ -102,6 +102,22 @@ def test_a_walk_costs_what_matches_not_the_fleet():
     assert len(retained.matching("r/+/a")) == 15_000
 
 
+
+def test_retained_tree_keeps_the_sum_of_sizes_as_values_come_and_go() -> None:
+    """`payload_bytes` ($SYS store/messages/bytes) is kept as topics are set, replaced and
+    removed, never walked for: it equals the sum over what the tree holds after each step."""
+    tree: RetainedTree[bytes] = RetainedTree(len)
+    tree["a"] = b"12345"
+    tree["a/b"] = b"12"
+    assert tree.payload_bytes == 7
+    tree["a"] = b"1"  # replaced: the old size goes
+    assert tree.payload_bytes == 3
+    assert tree.pop("a/b") == b"12" and tree.pop("absent") is None
+    assert tree.payload_bytes == 1 == sum(map(len, tree.values()))
+    unsized: RetainedTree[bytes] = RetainedTree()
+    unsized["x"] = b"abc"
+    assert unsized.payload_bytes == 0
+
 # -- the router on the trees: what route() and retained_for() answer, against a model -------------
 
 _sessions = st.sampled_from(["s1", "s2", "s3"])

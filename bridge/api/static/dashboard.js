@@ -5,6 +5,8 @@
 
 const API = "/api/v1";
 const REFRESH_MS = 5000;
+// The tables show one page each: the dashboard asks for what it shows, never a whole fleet.
+const SHOWN_ROWS = "100";
 const SVG = "http://www.w3.org/2000/svg";
 const $ = (id) => document.getElementById(id);
 let chosen = null; // the client whose session is shown
@@ -15,7 +17,9 @@ class Unauthorized extends Error {}
 
 async function api(method, path, query, body) {
   const url = API + path + (query ? "?" + new URLSearchParams(query) : "");
-  const headers = {};
+  // X-Hookbridge: without a key, the API makes a change only for a request that carries it
+  // (a header no other web page can send here without the bridge agreeing, which it never does)
+  const headers = { "X-Hookbridge": "dashboard" };
   const key = sessionStorage.getItem("hookbridge-key");
   if (key) headers.Authorization = "Bearer " + key;
   const init = { method, headers, cache: "no-store" };
@@ -158,7 +162,7 @@ async function showPools() {
 async function showClients() {
   let page;
   try {
-    page = await api("GET", "/clients", { prefix: $("client-search").value, limit: "500" });
+    page = await api("GET", "/clients", { prefix: $("client-search").value, limit: SHOWN_ROWS });
   } catch (error) {
     if (error.status === 409) { $("broker-only").hidden = true; return; } // not the embedded broker
     throw error;
@@ -295,7 +299,7 @@ async function showKeys() {
 }
 
 async function showRetained() {
-  const page = await api("GET", "/retained", { filter: retainedFilter, limit: "500" });
+  const page = await api("GET", "/retained", { filter: retainedFilter, limit: SHOWN_ROWS });
   fill($("retained").tBodies[0], page.data, (r) => [r.topic, r.qos, r.bytes,
     el("td", r.payload ?? "(binary)", "payload")]);
 }
@@ -322,7 +326,8 @@ async function refresh() {
     report(error);
     if (error instanceof Unauthorized) return; // no refresh until a key is given
   }
-  timer = setTimeout(refresh, REFRESH_MS);
+  // A tab in the background asks nothing: it refreshes when it is shown again (visibilitychange).
+  if (!document.hidden) timer = setTimeout(refresh, REFRESH_MS);
 }
 
 function askKey(problem) {
@@ -348,5 +353,6 @@ document.addEventListener("DOMContentLoaded", () => {
     retainedFilter = $("retained-filter").value || "#";
     showRetained().catch(report);
   });
+  document.addEventListener("visibilitychange", () => { if (!document.hidden && $("login").hidden) refresh(); });
   refresh();
 });

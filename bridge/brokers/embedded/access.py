@@ -86,6 +86,12 @@ class Verdict:
 class Gate(Protocol):
     async def login(self, login: Login) -> Verdict: ...
 
+    async def permissions_of(self, username: str | None, clientid: str) -> Permissions:
+        """What a session restored from the durable store may do while its client is away: read
+        from the same source as at its CONNECT, for the user and client id it logged in with (the
+        store keeps who the client is, not what it may do)."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -94,6 +100,9 @@ class OpenGate:
 
     async def login(self, login: Login) -> Verdict:
         return Verdict(True, username=login.username)
+
+    async def permissions_of(self, username: str | None, clientid: str) -> Permissions:
+        return ALLOW_ALL
 
     async def close(self) -> None:
         return None

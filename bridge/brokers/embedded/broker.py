@@ -17,10 +17,11 @@ import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from bridge.brokers.base import EventSink
-from bridge.brokers.embedded.access import Gate, Login, OpenGate, Verdict
+from bridge.brokers.embedded.access import Gate, Login, OpenGate, Permissions, Verdict
 from bridge.brokers.embedded.bans import Ban, Bans
 from bridge.brokers.embedded.codec import (
     EMPTY,
@@ -38,13 +39,16 @@ from bridge.brokers.embedded.codec import (
     encode,
     split_shared,
 )
+from bridge.brokers.embedded.compact import shrink_if_sparse
 from bridge.brokers.embedded.connection import RECEIVE_MAXIMUM, TOPIC_ALIAS_MAXIMUM, Connection, Inbound
 from bridge.brokers.embedded.deadlines import Deadlines
-from bridge.brokers.embedded.durable import DurableStore, Journal
-from bridge.brokers.embedded.flows import FlowsMixin, Publishing
+from bridge.brokers.embedded.durable import DurableStore, Journal, UnreadableSession, hold_incoming
+from bridge.brokers.embedded.flows import FlowsMixin, OwnPublisher, Publishing
 from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.router import Message, Router
 from bridge.brokers.embedded.sessions import NEVER, PendingWill, QueuedBytes, SessionState, Subscription
+from bridge.brokers.embedded.sessiontable import SessionTable
+from bridge.brokers.embedded.sortedkeys import SortedKeys
 from bridge.brokers.embedded.stream import EventStream, Kept
 from bridge.brokers.embedded.traffic import Traffic
 from bridge.errors import HookbridgeError
@@ -95,16 +99,22 @@ class Broker(FlowsMixin):
         self.sink = sink
         self.limits = limits
         self.refused: Counter[str] = Counter()
+        # What a 3.1.1 session with clean session 0 gets as its expiry (broker.persistent_session_expiry).
+        self.persistent_expiry = int(limits.persistent_session_expiry) or NEVER
         self.output_pauses = 0  # connections' reading paused for unsent output (max_output_bytes)
         self.traffic = Traffic()  # what $SYS/broker/... reports (systopics.py)
         self.router = Router()
-        self.states: dict[str, SessionState] = {}
+        # A dict to every reader; the table also keeps the ids in order for the API's pages
+        # (session_ids): it changes only through [] =, del and pop.
+        self._table = SessionTable()
+        self.states: dict[str, SessionState] = self._table
         self.queued = QueuedBytes(limits.max_queued_bytes, self.states)  # broker-wide bound (sessions.py)
         # Durable sessions on: what the store keeps is written through the journal.
         journal = Journal(store, self.states, interval=commit_interval) if store is not None else None
         self.journal = self.router.journal = journal
         self.expiring: dict[str, float] = {}
         self.busy_lanes: set[EventStream] = set()  # client event lanes with events not yet at the sink
+        self.own_publisher = OwnPublisher(EventStream(sink, "(bridge)", self.busy_lanes))
         self.active: dict[str, Connection] = {}  # clientid -> connection until its teardown ends
         self.connections: set[Connection] = set()
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
@@ -121,6 +131,7 @@ class Broker(FlowsMixin):
     # -- connections -------------------------------------------------------------
 
     def accept(self, conn: Connection) -> None:
+        self.traffic.sockets += 1  # every socket accepted, refused ones too (Mosquitto's load/sockets)
         if self.limits.max_connections and len(self.connections) >= self.limits.max_connections:
             self.refused["max_connections"] += 1
             log.warning("connection from %s refused: %d connections open", conn.peername, len(self.connections))
@@ -205,7 +216,7 @@ class Broker(FlowsMixin):
         if level == MQTT_5:
             expiry = packet.properties.session_expiry_interval or 0
         else:
-            expiry = 0 if packet.clean_start else NEVER
+            expiry = 0 if packet.clean_start else self.persistent_expiry
         async with self._client_lock(clientid):
             if not self._may_take(clientid, verdict):
                 self.refused["login_not_authorized"] += 1
@@ -219,11 +230,18 @@ class Broker(FlowsMixin):
                 log.info("client %r connected again: closing its previous connection", clientid)
                 previous.close("takeover", R.SESSION_TAKEN_OVER)
                 await previous.done.wait()
-            if conn.reason is not None:
-                return  # the new connection went away meanwhile
-            if previous is not None and self._banned(conn, clientid, verdict.username):
-                return  # banned while the previous connection closed (nothing awaits from here to `active`)
-            state, present = self._session(clientid, packet, expiry, verdict)
+            try:
+                if not packet.clean_start:  # a restored session's queue, a page at a time
+                    await self._loaded_paged(self.states.get(clientid))
+                if conn.reason is not None:
+                    return  # the new connection went away meanwhile
+                if self._banned(conn, clientid, verdict.username):
+                    return  # banned while the previous connection closed or the queue was read
+                state, present = self._session(clientid, packet, expiry, verdict)
+            except UnreadableSession:  # logged once by the journal
+                self.refused["durable_unreadable"] += 1
+                conn.fail_connect(R.SERVER_UNAVAILABLE if level == MQTT_5 else ConnectReturnCode.SERVER_UNAVAILABLE)
+                return
             conn.state, state.conn, conn.will = state, conn, packet.will
             self.active[clientid] = conn
             server_keep_alive = self._keepalive(conn, packet)
@@ -232,7 +250,7 @@ class Broker(FlowsMixin):
             conn.connected_at = time.time()
             traffic = self.traffic
             traffic.connections += 1
-            traffic.clients_maximum = max(traffic.clients_maximum, len(self.active))
+            traffic.clients_maximum = max(traffic.clients_maximum, len(self.states))  # sessions, as Mosquitto
             state.touch(whole=True)
             event = ClientConnected(
                 clientid=clientid,
@@ -313,6 +331,11 @@ class Broker(FlowsMixin):
     def _session(self, clientid: str, packet: Connect, expiry: int, verdict: Verdict) -> tuple[SessionState, bool]:
         """The session this CONNECT gets, and whether it existed (CONNACK session present)."""
         old = self.states.get(clientid)
+        if self.journal is not None:  # a session the damaged store cannot read is refused, or given up
+            if packet.clean_start:
+                self.journal.forget_unreadable(clientid)
+            else:
+                self.journal.check_readable(clientid)
         if old is not None and not packet.clean_start:
             self.loaded(old)
             old.cancel_timers()  # back before its expiry or will delay: neither happens
@@ -320,7 +343,7 @@ class Broker(FlowsMixin):
             if old.permissions is not verdict.permissions and old.outbox:
                 # queued before this login (restored from the durable store): the ACL holds
                 old.keep_readable(verdict.permissions)
-            old.permissions = verdict.permissions
+            old.permissions, old.permissions_known = verdict.permissions, True
             return old, True
         lane = old.lane if old is not None else EventStream(self.sink, clientid, self.busy_lanes)
         if old is not None:
@@ -344,6 +367,8 @@ class Broker(FlowsMixin):
         self, clientid: str, expiry: int, username: str | None, owner: str | None, level: int
     ) -> SessionState:
         """A durable session read back from the store at start (durable/journal.py)."""
+        if level != MQTT_5:  # broker.persistent_session_expiry as set now (its clock starts at the restart)
+            expiry = self.persistent_expiry
         lane = EventStream(self.sink, clientid, self.busy_lanes)
         state = SessionState(
             clientid,
@@ -356,8 +381,24 @@ class Broker(FlowsMixin):
             queued=self.queued,
         )
         state.owner, state.journal = owner, self.journal
+        state.permissions_known = False  # read when first asked (permissions_of), not for every session at start
         self.states[clientid] = state
         return state
+
+    async def permissions_of(self, state: SessionState) -> Permissions:
+        """What a session may do, read as at its CONNECT. A session restored from the durable
+        store, its client not back since, has them read from the gate (the same ACL source) the
+        first time they are asked for, so a check answers the same before and after a restart."""
+        if not state.permissions_known:
+            permissions = await self.gate.permissions_of(state.username, state.clientid)
+            if not state.permissions_known:  # else its client logged in meanwhile: its login's stand
+                state.permissions, state.permissions_known = permissions, True
+        return state.permissions
+
+    @property
+    def session_ids(self) -> SortedKeys:
+        """The client ids of `states`, in order (sortedkeys.py): the API pages sessions by them."""
+        return self._table.ids
 
     def loaded(self, state: SessionState) -> SessionState:
         """A session whose queue is in memory: a durable session restored at start has its queue
@@ -373,6 +414,18 @@ class Broker(FlowsMixin):
                 time.monotonic() - started,
             )
         return state
+
+    async def _loaded_paged(self, state: SessionState | None) -> None:
+        """`loaded` for a client's reconnect: its queue read back a page at a time."""
+        if state is not None and state.unloaded is not None and self.journal is not None:
+            started = time.monotonic()
+            queued = await self.journal.load_paged(self.router, state)
+            log.debug(
+                "client %r: queue read back from the durable store, a page at a time: %d messages in %.3f s",
+                state.clientid,
+                queued,
+                time.monotonic() - started,
+            )
 
     def _keepalive(self, conn: Connection, packet: Connect) -> int | None:
         """Set the connection's keepalive limit; the Server Keep Alive to announce, if any."""
@@ -431,7 +484,10 @@ class Broker(FlowsMixin):
                 item.properties,
                 item.expires,
             )
-            begun.append((item, self._publish_begin(state, conn.peername, message, item.qos > 0)))
+            begins = self._publish_begin(state, conn.peername, message, item.qos > 0)
+            if item.qos == 2 and state.durable:  # its packet id is committed with the message
+                begins.on_routed = partial(hold_incoming, state, item.packet_id)
+            begun.append((item, begins))
         ended = 0
         try:
             for item, publishing in begun:
@@ -548,6 +604,7 @@ class Broker(FlowsMixin):
         finally:
             if conn.state is not None and self.active.get(conn.state.clientid) is conn:
                 del self.active[conn.state.clientid]
+                shrink_if_sparse(self.active)  # a fleet that disconnected leaves no fleet-sized table
             self.connections.discard(conn)
             conn.done.set()
 

@@ -130,6 +130,17 @@ class Inbound:
 
 
 @dataclass(frozen=True, slots=True)
+class Refusal:
+    """A limit the client broke mid-stream (over the receive maximum). It waits its turn in the
+    inbox: what the client sent before it is handled and acknowledged first, so every message
+    passed on got its PUBACK / PUBREC (a client resending the rest makes no duplicate); then the
+    connection closes and nothing sent after it is handled."""
+
+    why: str
+    code: int
+
+
+@dataclass(frozen=True, slots=True)
 class AckAgain:
     """A resent QoS 2 PUBLISH of a message already passed on: PUBREC again once it is kept."""
 
@@ -198,6 +209,7 @@ class Connection(asyncio.Protocol):
         "raw_pending",
         "reading_paused",
         "reason",
+        "refusal",
         "send_window",
         "serving",
         "state",
@@ -219,6 +231,7 @@ class Connection(asyncio.Protocol):
         self.will: Will | None = None
         self.peername = ""
         self.reason: str | None = None  # why the connection ended; None while it is open
+        self.refusal: Refusal | None = None  # queued in the inbox: nothing read after it is handled
         self.inbox: deque[Any] | None = None  # made by _queue, dropped by _serve once empty
         self.raw_pending = 0  # packets queued undecided until the session exists
         self.serving: asyncio.Task[None] | None = None
@@ -361,7 +374,7 @@ class Connection(asyncio.Protocol):
     # -- reading -----------------------------------------------------------------
 
     def _on_packet(self, packet: Any) -> None:
-        if self.reason is not None:
+        if self.reason is not None or self.refusal is not None:
             return
         if self.state is None or self.raw_pending:
             if type(packet) is not Connect:
@@ -401,6 +414,8 @@ class Connection(asyncio.Protocol):
             held = state.incoming_qos2.pop(packet.packet_id, None)
             if held is not None:
                 self.incoming_unacked -= 1
+                if held.acked:
+                    state.touch()  # a durable session's stored id goes: the client may reuse it
             code = 0 if held is not None else R.PACKET_IDENTIFIER_NOT_FOUND
             self.write(encode(Pubcomp(packet.packet_id, code), self.level))
         elif kind is Pubcomp:
@@ -416,7 +431,9 @@ class Connection(asyncio.Protocol):
         return None
 
     def _on_publish(self, packet: Publish, state: SessionState) -> Any:
-        self.broker.traffic.publish_received += 1
+        traffic = self.broker.traffic
+        traffic.publish_received += 1
+        traffic.publish_bytes_received += len(packet.payload)
         self.publish_in += 1
         topic, props = packet.topic, packet.properties
         if self.level == MQTT_5 and props is not EMPTY:
@@ -456,13 +473,27 @@ class Connection(asyncio.Protocol):
             held = state.incoming_qos2.get(packet_id)
             if held is not None:  # a resent PUBLISH of a held packet id is the same message
                 return AckAgain(held, ack)
-        if self.incoming_unacked >= RECEIVE_MAXIMUM and self.level == MQTT_5:
+        if self._over_receive_maximum(state, qos):
             self.broker.refused["receive_maximum"] += 1
-            return self._refuse("over the receive maximum", R.RECEIVE_MAXIMUM_EXCEEDED)
+            self.refusal = Refusal("over the receive maximum", R.RECEIVE_MAXIMUM_EXCEEDED)
+            return self.refusal  # nothing of this PUBLISH is passed on
+        if ack_code and qos == 2:
+            # 5.0 section 4.3.3: a PUBREC with a reason code >= 0x80 ends the exchange (no PUBREL
+            # follows), so the packet id is not held and takes no place in the receive maximum:
+            # the client may reuse it at once for a new message [MQTT-4.3.3-4].
+            return Inbound(topic, packet.payload, qos, packet.retain, props, expires, ack, packet_id, refused)
         self.incoming_unacked += 1
         if qos == 2:
             state.incoming_qos2[packet_id] = IncomingQos2()
         return Inbound(topic, packet.payload, qos, packet.retain, props, expires, ack, packet_id, refused)
+
+    def _over_receive_maximum(self, state: SessionState, qos: int) -> bool:
+        """One QoS 1/2 PUBLISH more than the broker allows in progress: 5.0 counts both against
+        the Receive Maximum it announced (5.0 section 4.9); 3.1.1 announces none, and what is
+        bounded there is the QoS 2 packet ids held until their PUBREL."""
+        if self.level == MQTT_5:
+            return self.incoming_unacked >= RECEIVE_MAXIMUM
+        return qos == 2 and len(state.incoming_qos2) >= RECEIVE_MAXIMUM
 
     def _on_disconnect(self, packet: Disconnect, state: SessionState) -> None:
         if packet.reason_code != R.DISCONNECT_WITH_WILL_MESSAGE:
@@ -514,6 +545,11 @@ class Connection(asyncio.Protocol):
                     await broker.connect(self, item)
                 elif kind is AckAgain:
                     await self.ack_when_kept(item.held.kept, item.ack)
+                elif kind is Refusal:
+                    await self._acks_written()
+                    self._refuse(item.why, item.code)  # END is queued now, or was when the connection ended
+                    while inbox and inbox[0] is not END:
+                        inbox.popleft()  # what came after it is not handled
                 elif kind is Subscribe:
                     await broker.subscribe(self, item)
                 elif kind is Unsubscribe:
@@ -538,8 +574,6 @@ class Connection(asyncio.Protocol):
         state = self.state
         if item.qos == 2 and state is not None and (held := state.incoming_qos2.get(item.packet_id)) is not None:
             held.kept = kept  # a resent PUBLISH of it is acknowledged once this is done
-            if state.journal is not None:
-                _mark_acked(state, held, kept)
         if item.ack is not None:
             await self.ack_when_kept(kept, item.ack, item.qos)
 
@@ -558,6 +592,12 @@ class Connection(asyncio.Protocol):
             kept.add_done_callback(self._kept)
         elif len(acks) == 1:
             self._kept(None)
+
+    async def _acks_written(self) -> None:
+        """Wait until every queued acknowledgement went out (or the connection ended)."""
+        while self.acks and self.reason is None:
+            self._ack_room = asyncio.get_running_loop().create_future()
+            await self._ack_room
 
     def _kept(self, _: Any) -> None:
         if not self._flush_soon:
@@ -611,10 +651,13 @@ class Connection(asyncio.Protocol):
         if state is None or transport is None or self.reason is not None or state.conn is not self:
             return
         out: list[bytes] = []
+        # Not paused means the transport holds at most max_output_bytes (it pauses past it), so
+        # room >= 0 and at least one message goes out each turn: the pump always moves.
         room = self.broker.limits.max_output_bytes - transport.get_write_buffer_size()
         now = 0.0
         wants = self.broker.wants
-        while state.outbox and len(state.inflight) < self.send_window and room > 0 and not self.writing_paused:
+        payload_bytes = 0
+        while state.outbox and len(state.inflight) < self.send_window and room >= 0 and not self.writing_paused:
             message = state.pop()
             if message.expires:
                 now = now or time.monotonic()
@@ -628,6 +671,7 @@ class Connection(asyncio.Protocol):
                 state.inflight.pop(message.packet_id, None)  # 5.0 3.1.2.25: discarded for this client
                 continue
             out.append(data)
+            payload_bytes += len(message.payload)
             room -= len(data)
             if wants(Hookpoint.MESSAGE_DELIVERED, state.clientid, message.topic):
                 state.lane.post(self._receipt(MessageDelivered, message))
@@ -637,9 +681,16 @@ class Connection(asyncio.Protocol):
             traffic = self.broker.traffic
             traffic.packets_sent += len(out)
             traffic.publish_sent += len(out)
+            traffic.publish_bytes_sent += payload_bytes
             traffic.bytes_sent += len(data)
             self.publish_out += len(out)
             self.bytes_out += len(data)
+        if room < 0 and out and state.outbox and not self.writing_paused:
+            # This turn's room is used up but the transport took the bytes without pausing (the
+            # kernel's socket buffer had space), so no resume_writing will come to restart the
+            # pump: it goes on in the next loop step, after the other connections had theirs.
+            # (The other stops have their own restart: an ack for the window, resume_writing.)
+            self.pump()
 
     def resend_inflight(self) -> None:
         """[MQTT-4.4.0-1] resend unacknowledged PUBLISH (DUP) and PUBREL, in order."""
@@ -653,6 +704,7 @@ class Connection(asyncio.Protocol):
                 out.append(self._publish_bytes(message, dup=True, now=time.monotonic()))
                 self.broker.traffic.publish_sent += 1
                 self.publish_out += 1
+                self.broker.traffic.publish_bytes_sent += len(message.payload)
         if out:
             self.write(b"".join(out), len(out))
 
@@ -756,18 +808,3 @@ def _refusal(error: CodecError) -> str:
     if isinstance(error, TooManyUserProperties):
         return "user_properties"
     return "packet_too_large" if isinstance(error, PacketTooLarge) else "malformed"
-
-
-def _mark_acked(state: SessionState, held: IncomingQos2, kept: Kept) -> None:
-    """Once a QoS 2 message is kept (its PUBREC goes out), a durable session keeps its packet id:
-    after a restart the client's PUBREL is answered and a resent PUBLISH is not passed on twice."""
-
-    def done(future: Any = None) -> None:
-        if future is None or not future.cancelled():
-            held.acked = True
-            state.touch()
-
-    if kept is None:
-        done()
-    else:
-        kept.add_done_callback(done)

@@ -9,23 +9,55 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
 
 from bridge.brokers.base import Delivery, DeliveryError
-from bridge.brokers.embedded.codec import split_shared
+from bridge.brokers.embedded.codec import MQTT_3_1_1, split_shared
 from bridge.brokers.embedded.codec.filters import subscription_filter_error
 from bridge.brokers.embedded.router import Message, Router, target_of
 from bridge.brokers.embedded.sessions import Outgoing, SessionState, Subscription
-from bridge.brokers.embedded.stream import Kept
+from bridge.brokers.embedded.stream import EventStream, Kept
 from bridge.events import Hookpoint, MessagePublish, SessionSubscribed, SessionUnsubscribed
 from bridge.msgid import MsgIdGenerator
 
 _QOS = (0, 1, 2)
 
 
+class Publisher(Protocol):
+    """Who a message is published by: a client's session, or the bridge itself (OwnPublisher).
+    Its message.publish events go through its lane, in the order it published."""
+
+    @property
+    def clientid(self) -> str: ...
+
+    @property
+    def username(self) -> str | None: ...
+
+    @property
+    def level(self) -> int: ...
+
+    @property
+    def lane(self) -> EventStream: ...
+
+
+class OwnPublisher:
+    """The bridge publishing in its own name (a retained delete from the API or `ctl`), through
+    the path a client's PUBLISH takes, so the rules see it: its events carry an empty client id
+    and no user name, in a lane of their own."""
+
+    __slots__ = ("lane",)
+    clientid = ""
+    username = None
+    level = MQTT_3_1_1  # the events' ${proto_ver}: no client, no protocol of its own
+
+    def __init__(self, lane: EventStream) -> None:
+        self.lane = lane
+
+
 class Publishing:
     """A publish between _publish_begin and _publish_end."""
 
-    __slots__ = ("message", "stored", "taken", "ticket")
+    __slots__ = ("message", "on_routed", "stored", "taken", "ticket")
 
     def __init__(
         self,
@@ -38,6 +70,9 @@ class Publishing:
         self.ticket = ticket
         self.stored = stored  # durable sessions: done once the journal committed the message
         self.taken = taken  # done once the rules took the event (its result: the kept future)
+        # Called with the rules' kept future in the step the message is routed (so logged): a
+        # durable session's QoS 2 id is committed with it (durable/journal.py hold_incoming).
+        self.on_routed: Callable[[Kept], None] | None = None
 
 
 class FlowsMixin:
@@ -46,6 +81,7 @@ class FlowsMixin:
     router: Router
     states: dict[str, SessionState]
     expiring: dict[str, float]  # msgid -> monotonic deadline of messages published with an expiry
+    own_publisher: OwnPublisher
 
     def wants(self, hookpoint: Hookpoint, clientid: str, topic: str | None = None) -> bool:
         raise NotImplementedError  # Broker.wants: whether the sink takes such an event
@@ -53,9 +89,21 @@ class FlowsMixin:
     def loaded(self, state: SessionState) -> SessionState:
         raise NotImplementedError  # Broker.loaded: a restored durable session's queue read back
 
+    async def publish_own(self, message: Message) -> Kept:
+        """Publish `message` in the bridge's own name, as a client's PUBLISH is published (the
+        retained store, message.publish to the rules, routing in msgid order); returns its kept
+        future, done once every rule's action for it is committed or spooled (None: no rule)."""
+        accepted: list[Kept] = []
+
+        async def accept(kept: Kept) -> None:
+            accepted.append(kept)
+
+        await self._publish(self.own_publisher, "api", message, accept)
+        return accepted[0]
+
     async def _publish(
         self,
-        state: SessionState,
+        state: Publisher,
         peername: str,
         message: Message,
         accepted: Callable[[Kept], Awaitable[None]] | None = None,
@@ -68,7 +116,7 @@ class FlowsMixin:
         """
         await self._publish_end(self._publish_begin(state, peername, message, accepted is not None), accepted)
 
-    def _publish_begin(self, state: SessionState, peername: str, message: Message, acked: bool) -> Publishing:
+    def _publish_begin(self, state: Publisher, peername: str, message: Message, acked: bool) -> Publishing:
         """The part of a publish that does not wait: its place in the retained store, the
         routing order and the client's event stream. A run of a client's PUBLISH packets begins
         them all before the first ends, so their events reach the rules in one turn of the loop
@@ -107,6 +155,8 @@ class FlowsMixin:
                 await sequencer.wait(publishing.ticket)
             self.router.route(publishing.message)
             routed = True
+            if publishing.on_routed is not None:
+                publishing.on_routed(kept)
         finally:
             if routed:
                 sequencer.leave(publishing.ticket)
@@ -123,7 +173,7 @@ class FlowsMixin:
         if publishing.stored is not None:
             publishing.stored.cancel()
 
-    def _publish_event(self, state: SessionState, peername: str, message: Message) -> MessagePublish:
+    def _publish_event(self, state: Publisher, peername: str, message: Message) -> MessagePublish:
         return MessagePublish(
             msgid=message.msgid,
             clientid=state.clientid,

@@ -27,6 +27,7 @@ REFUSALS = (
     "offline_messages",  # a queued message dropped: the session held max_offline_messages
     "offline_bytes",  # a queued message dropped: the session held max_offline_bytes
     "queued_bytes",  # a queued message dropped: all sessions together held max_queued_bytes
+    "durable_unreadable",  # a CONNECT to a durable session the damaged store cannot read (0x88 / 3)
     # who may connect, publish and subscribe (access.py, docs/security.md)
     "login_bad_credentials",
     "login_not_authorized",
@@ -79,6 +80,9 @@ class Limits:
     max_output_bytes: int = 4 << 20
     """Bytes written to a connection and not yet taken by the client before delivery to it
     pauses (its messages wait in the session queue, bounded by the offline limits)."""
+    persistent_session_expiry: float = 0.0
+    """Seconds a 3.1.1 session with clean session 0 outlives its connection; 0: for ever (3.1.1
+    has no expiry of its own; Mosquitto's persistent_client_expiration). 5.0 clients say theirs."""
     server_keep_alive: int = 0
     """Seconds; 0: the client's own keepalive is used. Above 0, 5.0 clients asking for more
     (or for none) get this value in CONNACK (Server Keep Alive) and it is enforced."""

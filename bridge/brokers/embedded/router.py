@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from bridge.brokers.embedded.codec import EMPTY, Properties, split_shared
+from bridge.brokers.embedded.compact import shrink_if_sparse
 from bridge.brokers.embedded.sessions import Outgoing, SessionState, Subscription
 from bridge.brokers.embedded.topictree import FilterTree, RetainedTree
 from bridge.topics import is_wildcard, matches
@@ -167,11 +168,15 @@ class _Group:
         return connected[self.turn % len(connected)]
 
 
+def _payload_size(retained: Retained) -> int:
+    return len(retained.payload)
+
+
 class Router:
     def __init__(self) -> None:
         self._subscribers: FilterTree[_Subscribers] = FilterTree()
         self._shared: FilterTree[dict[str, _Group]] = FilterTree()  # filter -> group name -> members
-        self.retained: RetainedTree[Retained] = RetainedTree()
+        self.retained: RetainedTree[Retained] = RetainedTree(_payload_size)  # payload bytes kept ($SYS)
         self.sequencer = Sequencer()
         self.journal: MessageLog | None = None  # durable sessions on
 
@@ -202,6 +207,8 @@ class Router:
                 subscribers.pop(state.clientid, None)
                 if not subscribers:
                     self._subscribers.pop(topic_filter)
+                else:
+                    shrink_if_sparse(subscribers)  # a filter a fleet shared, most of it gone
         else:
             groups = self._shared.get(topic_filter)
             if groups is not None:
@@ -210,9 +217,21 @@ class Router:
                     members.members.pop(state.clientid, None)
                     if not members.members:
                         del groups[group]
+                    else:
+                        shrink_if_sparse(members.members)
                 if not groups:
                     self._shared.pop(topic_filter)
         return True
+
+    def subscribers_of(self, full_filter: str) -> dict[str, tuple[SessionState, Subscription]]:
+        """The sessions subscribed to exactly `full_filter` (`$share/<group>/...` too), by client id,
+        from the tree: what the API's `subscriptions?filter=` lists. Not to be changed."""
+        group, topic_filter = split_shared(full_filter)
+        if group is None:
+            return self._subscribers.get(topic_filter) or {}
+        groups = self._shared.get(topic_filter)
+        members = groups.get(group) if groups is not None else None
+        return members.members if members is not None else {}
 
     def unsubscribe_all(self, state: SessionState) -> None:
         for topic_filter in list(state.subscriptions):

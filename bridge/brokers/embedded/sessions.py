@@ -95,7 +95,9 @@ class IncomingQos2:
     """A QoS 2 PUBLISH from the client, passed on, whose packet id is held until PUBREL."""
 
     kept: Kept = None  # done once the bridge kept the message: PUBREC may go out
-    acked: bool = False  # PUBREC went out (a durable session keeps only these ids across a restart)
+    # Passed on and kept: a durable session stores only these ids, committed with the message
+    # (durable/journal.py hold_incoming), so a resend after a restart is acknowledged again.
+    acked: bool = False
 
 
 @dataclass(slots=True)
@@ -280,6 +282,7 @@ class SessionState:
         "outbox_bytes",
         "owner",
         "permissions",
+        "permissions_known",
         "persisted",
         "position",
         "subscriptions",
@@ -321,6 +324,9 @@ class SessionState:
         # What the client logged in as may do (bridge/brokers/embedded/access.py), asked on
         # every subscribe, publish and delivery; replaced at each login.
         self.permissions: Permissions = ALLOW_ALL
+        # False for a session restored from the durable store until its permissions are read
+        # again (Broker.permissions_of, or its client's next login).
+        self.permissions_known = True
         self.owner = username  # the user that created the session (broker.takeover = same_user)
         self.will: PendingWill | None = None
         self.expiry_timer: asyncio.TimerHandle | None = None
@@ -388,6 +394,11 @@ class SessionState:
         self._forget(dropped.size)
         if dropped.seq:
             self.touch()
+        self.count_drop(reason)
+
+    def count_drop(self, reason: str) -> None:
+        """A message of this session's queue was dropped (here, or from its queue in the durable
+        store while it is not loaded: durable/owed.py): counted under `reason`, logged."""
         self.dropped += 1
         self._refused[reason] += 1
         if reason == "queued_bytes" and self._queued is not None:
@@ -400,11 +411,20 @@ class SessionState:
                 "message queue of client %r is full (%d messages): dropped the oldest, %d dropped so far"
                 " (%s limit; %d bytes queued)",
                 self.clientid,
-                len(self.outbox),
+                self.queued_count,
                 self.dropped,
                 "count" if reason == "offline_messages" else "size",
-                self.outbox_bytes,
+                self.queued_bytes,
             )
+
+    @property
+    def queued_count(self) -> int:
+        """Messages queued: in memory, or owed in the durable store while it is not loaded."""
+        return len(self.outbox) + (self.unloaded["owed"].count if self.unloaded is not None else 0)
+
+    @property
+    def queued_bytes(self) -> int:
+        return self.outbox_bytes + (self.unloaded["owed"].bytes if self.unloaded is not None else 0)
 
     def _forget(self, size: int) -> None:
         self.outbox_bytes -= size

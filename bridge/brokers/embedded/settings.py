@@ -106,6 +106,14 @@ SETTINGS: dict[str, Setting] = {
         "its connection (MQTT 5 clients are told this limit when they connect)",
         example="1MB",
     ),
+    "broker.persistent_session_expiry": Setting(
+        p.duration_in(0, 0xFFFFFFFE),
+        0.0,
+        "embedded mode: how long a 3.1.1 session with clean session 0 is kept after its client goes, its "
+        "queue with it (Mosquitto's persistent_client_expiration; EMQX 4.4: zone session_expiry_interval, 2h); "
+        "0 (default): for ever, as 3.1.1 says. 5.0 clients set their own session expiry interval",
+        example="7d",
+    ),
     "broker.max_connections": Setting(
         p.int_in(0, 1_000_000),
         0,
@@ -285,6 +293,14 @@ SETTINGS: dict[str, Setting] = {
         "that happened since the last; a publisher's PUBACK waits for it). Shorter: lower latency; longer: fewer, "
         "larger commits",
         example="2ms",
+    ),
+    "broker.durable_min_free": Setting(
+        p.size_in(0, 1 << 50),
+        64 << 20,
+        "embedded mode, durable sessions on: /healthz answers 503 (not ready) while the disk holding "
+        "`broker.durable_dir` has less free space than this, before the store's commits start failing "
+        "(a failed commit turns it 503 too); 0: only failed commits count",
+        example="64MB",
     ),
     "broker.durable_dir": Setting(
         p.writable_dir,

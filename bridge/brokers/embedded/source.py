@@ -5,17 +5,20 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from bridge.brokers.base import BrokerSource, Delivery, EventSink
+from bridge.brokers.base import BrokerNumbers, BrokerSource, Delivery, EventSink
 from bridge.brokers.embedded.access import ACL_REFUSALS, LOGIN_REFUSALS, Gate
 from bridge.brokers.embedded.auth.gate import AuthGate
 from bridge.brokers.embedded.bans import Bans
 from bridge.brokers.embedded.broker import Broker
 from bridge.brokers.embedded.durable import DurableStore
+from bridge.brokers.embedded.durable.health import store_health
 from bridge.brokers.embedded.limits import REFUSALS, Limits
 from bridge.brokers.embedded.listeners import Listener, serve
 from bridge.brokers.embedded.systopics import SysTopics
+from bridge.brokers.embedded.traffic import count
 from bridge.msgid import MsgIdGenerator
 
 log = logging.getLogger("bridge.brokers.embedded")
@@ -56,6 +59,7 @@ class EmbeddedBroker(BrokerSource):
         listeners: Sequence[Listener] = (),
         durable_dir: str | None = None,
         durable_commit_interval: float = 0.002,
+        durable_min_free: int = 0,
         sys_interval: float = 0.0,
         bans_file: str | None = None,
     ) -> None:
@@ -69,9 +73,11 @@ class EmbeddedBroker(BrokerSource):
         self._listeners = tuple(listeners)  # besides `listen` (tcp): ssl, ws, wss
         self._durable_dir = durable_dir  # durable sessions on: where the store is
         self._commit_interval = durable_commit_interval
+        self._min_free = durable_min_free  # bytes the store's disk must have free for /healthz
         self._sys_interval = sys_interval  # $SYS/broker/... every this many seconds; 0: never
         self._bans_file = bans_file  # the banned list's file (bans.py); None: kept in memory only
         self._sys: SysTopics | None = None
+        self._bridge_status: Callable[[], Mapping[str, str]] | None = None  # $SYS/broker/hookbridge/...
         self._broker: Broker | None = None
         self._servers: list[asyncio.Server] = []
         self._ports: dict[str, int] = {}
@@ -96,6 +102,15 @@ class EmbeddedBroker(BrokerSource):
             return 0
         return broker.dropped_by_ended_sessions + sum(state.dropped for state in broker.states.values())
 
+    def numbers(self) -> BrokerNumbers | None:
+        """Connections, sessions, subscriptions, stored messages and traffic (traffic.count)."""
+        return count(self._broker) if self._broker is not None else None
+
+    def report_bridge_status(self, read: Callable[[], Mapping[str, str]]) -> None:
+        self._bridge_status = read
+        if self._sys is not None:
+            self._sys.bridge_status = read
+
     @property
     def output_pauses(self) -> int:
         return self._broker.output_pauses if self._broker is not None else 0
@@ -108,6 +123,12 @@ class EmbeddedBroker(BrokerSource):
         messages, sessions = broker.journal.store.counts()
         unloaded = sum(1 for state in broker.states.values() if state.unloaded is not None)
         return {"sessions": sessions, "messages": messages, "unloaded": unloaded}
+
+    def durable_health(self) -> Mapping[str, Any] | None:
+        broker = self._broker
+        if broker is None or broker.journal is None:
+            return None
+        return store_health(broker.journal, self._min_free)
 
     @property
     def refused(self) -> Mapping[str, int]:
@@ -167,6 +188,7 @@ class EmbeddedBroker(BrokerSource):
             raise
         self._broker = broker
         self._sys = SysTopics(broker, self._sys_interval)
+        self._sys.bridge_status = self._bridge_status
         self._sys.start()
 
     async def _close_servers(self) -> None:

@@ -7,20 +7,12 @@ from the ACL. Clients may not publish to `$SYS` (bridge/brokers/embedded/access.
 task does. As Mosquitto does, a value is published again only when it changed (uptime and the
 loads change at every interval); a late subscriber gets all of them as retained messages.
 
-Names and meanings follow mosquitto(8), BROKER STATUS:
-
-- `messages/received`, `messages/sent`: MQTT packets of any type since the start;
-  `publish/messages/received`, `publish/messages/sent`: PUBLISH packets (a QoS 1/2 message
-  resent after a reconnect counts again); `bytes/received`, `bytes/sent`;
-- `clients/connected`; `clients/disconnected` (sessions kept without a connection);
-  `clients/total` (both); `clients/maximum` (most connected at once); `clients/expired`;
-- `subscriptions/count` (subscriptions of every session); `retained messages/count` (retained
-  messages, the broker's own `$SYS` ones not counted); `store/messages/count` and
-  `store/messages/bytes` (messages queued or in flight for sessions);
-- `load/{messages,publish,bytes}/{received,sent}/{1min,5min,15min}` and
-  `load/connections/{1min,5min,15min}`: per-minute rates, as exponentially weighted moving
-  averages over 1, 5 and 15 minutes (Mosquitto's formula);
-- `uptime` ("N seconds"), `version` ("hookbridge version X").
+The topics are the 53 Mosquitto 2.0.11 publishes (src/sys_tree.c), with its meanings: the
+numbers come from traffic.count(), which says what each counts; docs/operations.md has the
+table and the few differences (version, uptime, heap). What only hookbridge has (pools, spool,
+rules) is under `$SYS/broker/hookbridge/`, from the bridge (BrokerSource.report_bridge_status).
+The loads are Mosquitto's: per-minute rates over the last interval folded into exponentially
+weighted moving averages over 1, 5 and 15 minutes.
 """
 
 from __future__ import annotations
@@ -30,7 +22,11 @@ import contextlib
 import logging
 import math
 import time
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
+
+from bridge.brokers.base import BrokerNumbers
+from bridge.brokers.embedded.traffic import QUEUE_DROP_REASONS, count
 
 if TYPE_CHECKING:
     from bridge.brokers.embedded.broker import Broker
@@ -38,15 +34,18 @@ if TYPE_CHECKING:
 log = logging.getLogger("bridge.brokers.embedded")
 
 PREFIX = "$SYS/broker/"
+OWN_PREFIX = PREFIX + "hookbridge/"  # what Mosquitto does not have
 _WINDOWS = (("1min", 60.0), ("5min", 300.0), ("15min", 900.0))
-# load/<name> and the Traffic counter (or broker counter) each is the rate of
+# load/<name>: the rate of which number of BrokerNumbers (publish/dropped: a sum, see _counters)
 _LOADS = (
     ("messages/received", "packets_received"),
     ("messages/sent", "packets_sent"),
+    ("publish/dropped", "publish_dropped"),
     ("publish/received", "publish_received"),
     ("publish/sent", "publish_sent"),
     ("bytes/received", "bytes_received"),
     ("bytes/sent", "bytes_sent"),
+    ("sockets", "sockets"),
     ("connections", "connections"),
 )
 
@@ -73,6 +72,8 @@ class SysTopics:
         self._loads: dict[str, float] = {}  # load topic -> its current average
         self._last_counts: dict[str, int] = {}
         self._last_time = self.started
+        # The bridge's own status (pools, spool, rules) published under OWN_PREFIX; None: none
+        self.bridge_status: Callable[[], Mapping[str, str]] | None = None
 
     def start(self) -> None:
         if self.interval > 0 and self._task is None:
@@ -95,57 +96,54 @@ class SysTopics:
 
     def values(self, now: float | None = None) -> dict[str, str]:
         """Every `$SYS/broker/...` topic and its value now (loads updated since the last call)."""
-        broker, traffic = self.broker, self.broker.traffic
+        numbers = count(self.broker)
         now = time.monotonic() if now is None else now
-        connected = disconnected = subscriptions = stored = stored_bytes = dropped = 0
-        for state in broker.states.values():
-            if state.connected:
-                connected += 1
-            else:
-                disconnected += 1
-            subscriptions += len(state.subscriptions)
-            dropped += state.dropped
-            stored += len(state.outbox) + len(state.inflight)
-            stored_bytes += state.outbox_bytes + sum(len(m.payload) for m in state.inflight.values())
-        traffic.clients_maximum = max(traffic.clients_maximum, connected)
-        retained = broker.router.retained
-        own = len(retained.matching(PREFIX.rstrip("/") + "/#")) if retained else 0
+        counters = _counters(numbers)
+        heap_current, heap_maximum = _memory()
         values = {
             "version": f"hookbridge version {version()}",
             "uptime": f"{int(now - self.started)} seconds",
-            "clients/connected": str(connected),
-            "clients/active": str(connected),  # Mosquitto's older name
-            "clients/disconnected": str(disconnected),
-            "clients/inactive": str(disconnected),  # Mosquitto's older name
-            "clients/total": str(connected + disconnected),
-            "clients/maximum": str(traffic.clients_maximum),
-            "clients/expired": str(traffic.clients_expired),
-            "messages/received": str(traffic.packets_received),
-            "messages/sent": str(traffic.packets_sent),
-            "publish/messages/received": str(traffic.publish_received),
-            "publish/messages/sent": str(traffic.publish_sent),
-            "publish/messages/dropped": str(broker.dropped_by_ended_sessions + dropped),
-            "bytes/received": str(traffic.bytes_received),
-            "bytes/sent": str(traffic.bytes_sent),
-            "subscriptions/count": str(subscriptions),
-            "retained messages/count": str(len(retained) - own),
-            "store/messages/count": str(stored),
-            "store/messages/bytes": str(stored_bytes),
+            "clients/connected": numbers.clients_connected,
+            "clients/active": numbers.clients_connected,  # Mosquitto's older name
+            "clients/disconnected": numbers.clients_disconnected,
+            "clients/inactive": numbers.clients_disconnected,  # Mosquitto's older name
+            "clients/total": numbers.clients_connected + numbers.clients_disconnected,
+            "clients/maximum": numbers.clients_maximum,
+            "clients/expired": numbers.clients_expired,
+            "heap/current": heap_current,
+            "heap/maximum": heap_maximum,
+            "messages/received": numbers.packets_received,
+            "messages/sent": numbers.packets_sent,
+            "publish/messages/received": numbers.publish_received,
+            "publish/messages/sent": numbers.publish_sent,
+            "publish/messages/dropped": counters["publish_dropped"],
+            "publish/bytes/received": numbers.publish_bytes_received,
+            "publish/bytes/sent": numbers.publish_bytes_sent,
+            "bytes/received": numbers.bytes_received,
+            "bytes/sent": numbers.bytes_sent,
+            "subscriptions/count": numbers.subscriptions,
+            "shared_subscriptions/count": numbers.shared_subscriptions,
+            "retained messages/count": numbers.retained,
+            "messages/stored": numbers.stored_messages,  # Mosquitto's older name
+            "store/messages/count": numbers.stored_messages,
+            "store/messages/bytes": numbers.stored_bytes,
         }
-        values.update(self._load(now))
-        return {PREFIX + name: value for name, value in values.items()}
+        values.update(self._load(now, counters))
+        out = {PREFIX + name: str(value) for name, value in values.items()}
+        if self.bridge_status is not None:
+            out.update({OWN_PREFIX + name: value for name, value in self.bridge_status().items()})
+        return out
 
-    def _load(self, now: float) -> dict[str, str]:
+    def _load(self, now: float, counters: dict[str, int]) -> dict[str, str]:
         """Mosquitto's loads: the per-minute rate over the last interval, folded into a moving
         average per window (new = rate + e^(-dt/window) * (old - rate)); all start at 0."""
-        traffic = self.broker.traffic
         elapsed = now - self._last_time
         out: dict[str, str] = {}
         for name, counter in _LOADS:
-            count = getattr(traffic, counter)
+            count_now = counters[counter]
             previous = self._last_counts.get(counter, 0)
-            self._last_counts[counter] = count
-            rate = (count - previous) * 60.0 / elapsed if elapsed > 0 else 0.0
+            self._last_counts[counter] = count_now
+            rate = (count_now - previous) * 60.0 / elapsed if elapsed > 0 else 0.0
             for window, seconds in _WINDOWS:
                 topic = f"load/{name}/{window}"
                 old = self._loads.get(topic, 0.0)
@@ -176,3 +174,26 @@ class SysTopics:
                 router.sequencer.leave(ticket)
             self._published[topic] = value
         return len(changed)
+
+
+def _counters(numbers: BrokerNumbers) -> dict[str, int]:
+    """The growing counters the loads are rates of, by the names _LOADS gives."""
+    counters = {name: getattr(numbers, name) for _, name in _LOADS if name != "publish_dropped"}
+    # Mosquitto's publish/messages/dropped: messages a full queue dropped (not ACL refusals)
+    counters["publish_dropped"] = sum(numbers.dropped[reason] for reason in QUEUE_DROP_REASONS)
+    return counters
+
+
+def _memory() -> tuple[int, int]:
+    """(current, maximum) bytes of memory, for heap/current and heap/maximum: Mosquitto counts
+    what its allocator holds; a Python process is measured by its resident memory (the
+    interpreter's and the bridge's, rules and pools included)."""
+    import resource
+
+    maximum = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: kilobytes
+    try:
+        with open("/proc/self/statm") as statm:
+            current = int(statm.read().split()[1]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):  # not Linux: the maximum is what there is
+        current = maximum
+    return current, max(current, maximum)

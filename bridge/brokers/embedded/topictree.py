@@ -17,8 +17,11 @@ the trees hold only what is subscribed or retained.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
+
+from bridge.brokers.embedded.compact import shrink_if_sparse
+from bridge.brokers.embedded.sortedkeys import SortedKeys
 
 V = TypeVar("V")
 
@@ -63,6 +66,8 @@ def _prune(path: list[_Node[V]], levels: list[str]) -> None:
         del parent.children[levels[depth - 1]]
         if not parent.children:
             parent.children = None
+        else:
+            shrink_if_sparse(parent.children)  # `dev/<id>` of a fleet that left: no fleet-sized table kept
 
 
 class _Tree(Generic[V]):
@@ -154,15 +159,39 @@ class FilterTree(_Tree[V]):
 
 
 class RetainedTree(_Tree[V]):
-    """Values (retained messages) by topic name, found by filter."""
+    """Values (retained messages) by topic name, found by filter; `topics` holds the same topic
+    names in order (sortedkeys.py), for the API's pages; with `size`, the sum of their sizes is kept
+    as they come and go (`payload_bytes`: read every `$SYS` interval, never walked)."""
 
-    __slots__ = ()
+    __slots__ = ("_size", "payload_bytes", "topics")
+
+    def __init__(self, size: Callable[[V], int] | None = None) -> None:
+        super().__init__()
+        self._size = size
+        self.payload_bytes = 0
+        self.topics = SortedKeys()
 
     def __bool__(self) -> bool:
         return self._count > 0
 
     def __setitem__(self, topic: str, value: V) -> None:
-        self._node(topic).value = value
+        node = self._node(topic)
+        if self._size is not None:
+            if node.value is not None:
+                self.payload_bytes -= self._size(node.value)
+            self.payload_bytes += self._size(value)
+        if node.value is None:
+            self.topics.add(topic)
+        node.value = value
+
+    def pop(self, key: str, default: V | None = None) -> V | None:
+        value = super().pop(key)
+        if value is None:
+            return default
+        if self._size is not None:
+            self.payload_bytes -= self._size(value)
+        self.topics.discard(key)
+        return value
 
     def values(self) -> Iterator[V]:
         yield from _subtree(self._root)

@@ -101,6 +101,17 @@ class AuthGate:
         log.warning("login of user %r refused: the user database did not answer (%s)%s", username, exc, more)
         self._down_reported_at, self._down_unreported = now, 0
 
+    async def permissions_of(self, username: str | None, clientid: str) -> Permissions:
+        """access.Gate.permissions_of: as _login gives them, without the password (the login that
+        made the session proved it); a superuser is one as long as the user database says so.
+        Raises AclBackendDown or BackendDown when a database that holds them does not answer."""
+        superuser = False
+        if username is not None and self.users is not None:
+            in_file = self.password_file is not None and username in self.password_file
+            record = None if in_file else await self.users.find(username)
+            superuser = record is not None and record.superuser
+        return await self._permissions_for(username, clientid, superuser)
+
     async def _let_in(self, login: Login, proved: _Proved) -> Verdict:
         permissions = await self._permissions_for(proved.username, login.clientid, proved.superuser)
         return Verdict(True, username=proved.username, permissions=permissions, authenticated=True)

@@ -21,31 +21,67 @@ alone, oldest first: a logged entry (routed by subscription) goes to it as the r
 (its subscriptions' live_from, no-local, QoS), a `targets` entry as it was given. So its queue
 is what it was, in the same order; its in-flight messages get their packet ids back and go out
 again with DUP set when the client returns. Until its load, a message the router routes to the
-session is logged (as routed by subscription) but not queued: the load reads it from the log,
-once, in order. Expiry of a session that was never loaded drops it unread.
+session is logged (as routed by subscription, with a `routes` row for it) but not queued: the
+load reads it from the log, once, in order. Expiry of a session that was never loaded drops it
+unread.
+
+What such a session is owed is counted without loading it (owed.py): its backlog is matched
+once in the store in the first commits after the start (store.Owe), each later message adds an
+entry; past the queue limits its oldest entries are dropped as a loaded queue's are, and the
+trim passes what it is not owed (`trim_bound`, `_trim`). Once counted, a load reads only its
+`routes` rows, a page at a time (`load_paged` yields to the loop between pages on a reconnect).
+
+A QoS 2 PUBLISH's packet id is committed with its message (`hold_incoming`): a resend after a
+crash is recognised. A session whose rows cannot be read is refused at its CONNECT
+(`check_readable`), logged once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from bridge.brokers.embedded.codec import EMPTY, Properties, Will
 from bridge.brokers.embedded.codec import properties as mqtt_properties
 from bridge.brokers.embedded.codec.kinds import WILL, PacketType
-from bridge.brokers.embedded.durable.store import FORMAT, Batch, DurableStore, MessageRow
+from bridge.brokers.embedded.durable.owed import Owed
+from bridge.brokers.embedded.durable.store import (
+    FORMAT,
+    RECOVERY,
+    Batch,
+    DurableStore,
+    MessageRow,
+    Owe,
+    Owing,
+    UnreadableSession,
+)
 from bridge.brokers.embedded.router import Message, Retained, Router, Target
-from bridge.brokers.embedded.sessions import NEVER, IncomingQos2, Outgoing, PendingWill, SessionState, Subscription
+from bridge.brokers.embedded.sessions import (
+    MESSAGE_OVERHEAD,
+    NEVER,
+    IncomingQos2,
+    Outgoing,
+    PendingWill,
+    SessionState,
+    Subscription,
+)
+from bridge.brokers.embedded.stream import Kept
 
 log = logging.getLogger("bridge.brokers.embedded")
 
 # How often the log is trimmed below the smallest session position (one range delete).
 _TRIM_INTERVAL = 1.0
+# Log entries read back per query when a session is loaded.
+_PAGE = 256
+# Restored sessions whose backlog one commit matches (store.Owe) after a start.
+_OWE_PER_COMMIT = 100
 
 
 class Restorer(Protocol):
@@ -87,6 +123,9 @@ class Journal:
         self.store = store
         self.states = states
         self.commit_failures = 0
+        self.last_error = ""  # why the last commit failed, for /healthz (durable/health.py); "" once one worked
+        # Durable sessions whose rows cannot be read (a damaged store): client id -> why.
+        self.unreadable: dict[str, str] = {}
         # At most one commit per `interval` (broker.durable_commit_interval): under load a commit
         # holds many messages and acknowledgements; when idle the first change commits at once.
         self.interval = interval
@@ -101,6 +140,11 @@ class Journal:
         self._last_flush = 0.0
         self._last_trim = 0.0
         self._trimmed_to = 0
+        # Sessions that had `routes` rows kept by a trim (owed while not loaded): their rows go
+        # once they are loaded and past them, or gone (Batch.release).
+        self._kept: set[str] = set()
+        self._owe: list[Owe] = []  # Owe jobs for the next commit (restore)
+        self._trim_timer: asyncio.TimerHandle | None = None
 
     # -- writing ---------------------------------------------------------------------
 
@@ -136,7 +180,25 @@ class Journal:
         batch.messages.append(row)
         if targets:
             batch.routes.extend((seq, clientid) for clientid in targets)
+        size = len(message.topic) + len(message.payload) + MESSAGE_OVERHEAD
+        for by_name, clientids in ((False, routed), (True, targets or ())):
+            for clientid in clientids:
+                state = self.states.get(clientid)
+                if state is not None and state.unloaded is not None:  # owed while not loaded: owed.py
+                    if not by_name:
+                        batch.routes.append((seq, clientid))
+                    state.unloaded["owed"].add(seq, size)
+                    self._limit(state)
         self._soon()
+
+    def _limit(self, state: SessionState) -> None:
+        """The queue limits for a session not loaded: its oldest owed entries past them go."""
+        assert state.unloaded is not None
+        for seq, reason in state.unloaded["owed"].over(state.limits):
+            self._batch.unroutes.append((seq, state.clientid))
+            state.count_drop(reason)
+            # its owed_to goes with the drop: a restart does not match the entry to it again
+            self.touch(state)
 
     def retain(self, retained: Retained) -> None:
         expires = _to_wall(retained.expires, time.time(), time.monotonic())
@@ -158,6 +220,9 @@ class Journal:
     def touch(self, state: SessionState, *, whole: bool = False) -> None:
         """The session changed: its position or in-flight window, or (`whole`) more."""
         if state.durable or state.persisted:
+            if self.states.get(state.clientid) is not state:  # it ended: what it was owed goes
+                self._batch.release.append((state.clientid, self.store.head))
+                self._kept.discard(state.clientid)
             self._dirty.add(state.clientid)
             if whole:
                 self._dirty_whole.add(state.clientid)
@@ -205,12 +270,15 @@ class Journal:
                 batch.sessions[clientid] = batch.positions[clientid] = None
                 if state is not None:
                     state.persisted = False
+        # Restored sessions' backlogs, a share per commit: each commit stays short (publishers'
+        # acks wait for commits), the rest follows in the next ones.
+        batch.owe, self._owe = self._owe[:_OWE_PER_COMMIT], self._owe[_OWE_PER_COMMIT:]
         now = time.monotonic()
         if now - self._last_trim >= _TRIM_INTERVAL:
             self._last_trim = now
-            bound = self.trim_bound()
-            if bound > self._trimmed_to:
-                batch.trim_to = self._trimmed_to = bound
+            self._trim(batch, head)
+        elif self._trim_timer is None:  # the next trim comes even if nothing else happens
+            self._trim_timer = loop.call_later(_TRIM_INTERVAL - (now - self._last_trim), self._trim_due)
         future, self._committed = self._committed, None
         if not batch:
             if future is not None and not future.done():
@@ -219,36 +287,82 @@ class Journal:
         self._writing = True
         self._in_write = batch
         written = loop.run_in_executor(self._writer, self.store.write, batch)
-        written.add_done_callback(lambda done: self._written(done, future, dirty))
+        written.add_done_callback(lambda done: self._written(done, future, dirty, batch))
 
-    def _written(self, done: asyncio.Future[None], future: asyncio.Future[None] | None, dirty: set[str]) -> None:
+    def _trim_due(self) -> None:
+        """A trim is due and nothing was committed since the last one (a burst then silence)."""
+        self._trim_timer = None
+        if self._writing:  # the commit in flight is followed by this one
+            self._trim_timer = asyncio.get_running_loop().call_later(_TRIM_INTERVAL / 10, self._trim_due)
+        else:
+            self.flush()
+
+    def _trim(self, batch: Batch, head: int) -> None:
+        """Trim the log past what is owed to nobody: up to the bound of the loaded sessions, but
+        for the `routes` rows of the sessions not loaded (`owing`); release the rows of sessions
+        that were owed entries below the trim and are loaded past them, or gone."""
+        bound = self.trim_bound()
+        if bound > self._trimmed_to:
+            batch.owing = [clientid for clientid, state in self.states.items() if state.unloaded is not None]
+            batch.trim_from, batch.trim_to = self._trimmed_to, bound
+            self._kept.update(batch.owing)
+            self._trimmed_to = bound
+        for clientid in list(self._kept):
+            state = self.states.get(clientid)
+            if state is None or not state.durable:
+                batch.release.append((clientid, head))
+                self._kept.discard(clientid)
+            elif state.unloaded is None:  # loaded: up to its oldest message in flight or queued
+                upto = min(_first_above(state, 0, head), self._trimmed_to)
+                batch.release.append((clientid, upto))
+                if upto >= self._trimmed_to:
+                    self._kept.discard(clientid)
+
+    def _written(
+        self, done: asyncio.Future[Owing], future: asyncio.Future[None] | None, dirty: set[str], batch: Batch
+    ) -> None:
         self._writing = False
         self._in_write = None  # committed, or not (then its publishers get no ack)
         error = done.exception()
+        if error is None:
+            for clientid, rows in done.result().items():  # Owe jobs: a backlog now counted
+                state = self.states.get(clientid)
+                if state is not None and state.unloaded is not None:
+                    state.unloaded["owed"].add_backlog(rows)
+                    self._limit(state)
+                    state.touch()  # its owed_to: its backlog is in `routes`
         if error is not None:
+            self._owe = batch.owe + self._owe  # matched again with the next commit
             self.commit_failures += 1
+            self.last_error = str(error)
             log.error("%s: not committed, the messages of this step are not acknowledged", error)
             self._dirty |= dirty  # the sessions are written again with the next commit
             self._dirty_whole |= dirty
             if future is not None and not future.done():
                 future.cancel()
-        elif future is not None and not future.done():
-            future.set_result(None)
-        if self._batch or self._dirty:
+        else:
+            self.last_error = ""
+            if future is not None and not future.done():
+                future.set_result(None)
+        if self._batch or self._dirty or self._owe:
             self._soon()
 
     def trim_bound(self) -> int:
-        """The highest sequence number no durable session still needs."""
-        bound = self.store.head
+        """The highest sequence number no durable session needs by its position: a session not
+        loaded whose backlog is counted (owed.py) holds its entries by its `routes` rows instead,
+        and so does a loaded one for the entries it was owed below the last trim (`_kept`)."""
+        head, held_below = self.store.head, self._trimmed_to
+        bound = head
         for state in self.states.values():
-            if state.durable:
-                bound = min(bound, position(state, self.store.head))
-                if state.unloaded is not None:
-                    for entry in state.unloaded["inflight"]:
-                        bound = min(bound, entry[0] - 1)
-                for message in state.inflight.values():
-                    if message.seq:
-                        bound = min(bound, message.seq - 1)
+            if not state.durable:
+                continue
+            unloaded = state.unloaded
+            if unloaded is not None:
+                if not unloaded["owed"].complete:  # until then its entries are held by its position
+                    bound = min(bound, state.position, *(entry[0] - 1 for entry in unloaded["inflight"]))
+                continue
+            kept = state.clientid in self._kept
+            bound = min(bound, _first_above(state, held_below if kept else 0, head))
         return bound
 
     def close(self) -> None:
@@ -260,6 +374,9 @@ class Journal:
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="durable-store")
         self.flush()
         self._writer.shutdown(wait=True)
+        if self._trim_timer is not None:
+            self._trim_timer.cancel()
+            self._trim_timer = None
         self.store.close()
 
     # -- reading back ----------------------------------------------------------------
@@ -278,8 +395,12 @@ class Journal:
         bodies: dict[str, dict[str, Any]] = {}
         router = broker.router
         for clientid, body, progress_body in self.store.sessions():
-            data = json.loads(body)
-            data.update(json.loads(progress_body) if progress_body else _NOTHING_OWED)
+            try:
+                data = json.loads(body)
+                data.update(json.loads(progress_body) if progress_body else _NOTHING_OWED)
+            except ValueError as exc:  # a damaged row: refused at its CONNECT (check_readable)
+                self._unreadable(clientid, f"its row is not readable: {exc}")
+                continue
             bodies[clientid] = data
             state = broker.restored_session(clientid, data["expiry"], data["username"], data["owner"], data["level"])
             state.persisted = True
@@ -288,9 +409,16 @@ class Journal:
                 router.subscribe(state, Subscription(full, qos, live_from, no_local, rap, identifier))
             for packet_id in data["incoming"]:
                 state.incoming_qos2[packet_id] = IncomingQos2(None, acked=True)
-            state.unloaded = {"inflight": data["inflight"]}
+            owed_to = data.get("owed_to", 0)
+            state.unloaded = {"inflight": data["inflight"], "owed": Owed(), "owed_to": owed_to}
+            filters = [full for full in state.subscriptions if not full.startswith("$share/")]
+            inflight = [entry[0] for entry in data["inflight"]]
+            after, match_after = state.position, max(state.position, owed_to)
+            self._owe.append(Owe(clientid, after, match_after, self.store.head, filters, inflight))
         for clientid, data in bodies.items():
             self._resume_timers(broker, broker.states[clientid], data, now_wall)
+        if self._owe:
+            self._soon()  # their backlogs counted in the first commit (owed.py)
         log.info(
             "durable store %s: %d sessions, %d retained messages restored in %.2f s%s"
             " (each session's queue is read back from the log when it is first needed)",
@@ -301,16 +429,93 @@ class Journal:
             f", the store migrated to format {FORMAT}" if self.store.migrated else "",
         )
 
+    def check_readable(self, clientid: str) -> None:
+        """Raise UnreadableSession when what the store holds of this session cannot be read."""
+        why = self.unreadable.get(clientid)
+        if why is not None:
+            raise UnreadableSession(f"durable store {self.store.path}: session of client {clientid!r}: {why}")
+
+    def _unreadable(self, clientid: str, why: str) -> None:
+        """Mark a session unreadable (its CONNECTs are refused); logged once per session."""
+        if clientid not in self.unreadable:
+            log.error(
+                "durable store %s: the session of client %r cannot be read (%s); its CONNECTs are refused"
+                " with server unavailable until the store is repaired (%s)",
+                self.store.path,
+                clientid,
+                why,
+                RECOVERY,
+            )
+        self.unreadable[clientid] = why
+
+    def forget_unreadable(self, clientid: str) -> None:
+        """A clean start of the client id: its old session is given up, the new one is written."""
+        self.unreadable.pop(clientid, None)
+
     def load(self, router: Router, state: SessionState) -> int:
         """Read back the queue of a session restored at start (see the module's docstring): its
-        in-flight window and the log entries after its position that concern it. Returns how
-        many messages were queued."""
+        in-flight window and the log entries after its position that concern it, at once.
+        Returns how many messages were queued. A client's reconnect uses `load_paged`."""
         stored = state.unloaded
         if stored is None:
             return 0
+        self.check_readable(state.clientid)
+        with self._reading(state):
+            if stored["owed"].complete:  # what it is owed has its `routes` rows: only those
+                rows = {row[0]: row for row in self._owed_rows(state.clientid, state.position)}
+            else:
+                filters = [full for full in state.subscriptions if not full.startswith("$share/")]
+                rows = self.store.logged_for(state.clientid, state.position, filters)
+            in_flight = self.store.messages_at([entry[0] for entry in stored["inflight"]])
+        return self._queue_read(router, state, stored, rows, in_flight)
+
+    async def load_paged(self, router: Router, state: SessionState) -> int:
+        """`load`, reading what the session is owed by its `routes` rows a page at a time and
+        letting the event loop run between pages (a queue of 1 MB of 2 KB messages: two pages),
+        so a returning client with a long queue does not hold every other client up."""
+        stored = state.unloaded
+        if stored is None or not stored["owed"].complete:
+            return self.load(router, state)
+        clientid = state.clientid
+        self.check_readable(clientid)
+        rows: dict[int, MessageRow] = {}
+        after = state.position
+        while True:
+            with self._reading(state):
+                page = self.store.owed_rows(clientid, after, _PAGE)
+            rows.update((row[0], row) for row in page)
+            if len(page) < _PAGE:
+                break  # the last page, in the same step as the rest: nothing logged in between
+            after = page[-1][0]
+            await asyncio.sleep(0)
+            if state.unloaded is not stored:
+                return 0  # loaded meanwhile (the API): nothing more to do
+        with self._reading(state):
+            in_flight = self.store.messages_at([entry[0] for entry in stored["inflight"]])
+        return self._queue_read(router, state, stored, rows, in_flight)
+
+    @contextlib.contextmanager
+    def _reading(self, state: SessionState) -> Iterator[None]:
+        """Reads of a session's rows: a damaged page makes it unreadable (refused, logged once)."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            self._unreadable(state.clientid, f"its queue cannot be read: {exc}")
+            raise UnreadableSession(
+                f"durable store {self.store.path}: session of client {state.clientid!r}: {exc}"
+            ) from exc
+
+    def _queue_read(
+        self,
+        router: Router,
+        state: SessionState,
+        stored: dict[str, Any],
+        rows: dict[int, MessageRow],
+        in_flight: list[MessageRow],
+    ) -> int:
+        """Queue what a load read, with what is logged for the session but not committed yet,
+        oldest first (every read is done: from here the session changes)."""
         clientid, after = state.clientid, state.position
-        filters = [full for full in state.subscriptions if not full.startswith("$share/")]
-        rows = self.store.logged_for(clientid, after, filters)
         pending: list[MessageRow] = []
         for batch in (self._in_write, self._batch):  # logged, not committed yet (or committing)
             if batch is None or not batch.messages:
@@ -319,9 +524,13 @@ class Journal:
             pending.extend(row for row in batch.messages if row[0] > after and (row[9] or row[0] in mine))
         for row in pending:
             rows.setdefault(row[0], row)
+        owed = stored["owed"]
+        if owed.complete:  # what it is owed, to the entry: not those its limits dropped since
+            still = {seq for seq, _ in owed.entries}
+            rows = {seq: row for seq, row in rows.items() if seq in still}
         now_wall, now_mono = time.time(), time.monotonic()
         state.unloaded = None
-        self._restore_inflight(state, stored["inflight"], pending, now_wall, now_mono)
+        self._restore_inflight(state, stored["inflight"], in_flight + pending, now_wall, now_mono)
         queued = 0
         for seq in sorted(rows):
             row = rows[seq]
@@ -340,23 +549,33 @@ class Journal:
                     queued += 1
         return queued
 
+    def _owed_rows(self, clientid: str, after: int) -> list[MessageRow]:
+        """Every log entry a session is owed by its `routes` rows, read a page at a time."""
+        found: list[MessageRow] = []
+        while True:
+            page = self.store.owed_rows(clientid, after, _PAGE)
+            found += page
+            if len(page) < _PAGE:
+                return found
+            after = page[-1][0]
+
     def _restore_inflight(
         self,
         state: SessionState,
         inflight: list[list[Any]],
-        pending: list[MessageRow],
+        logged: list[MessageRow],
         now_wall: float,
         now_mono: float,
     ) -> None:
         if not inflight:
             return
-        rows = {row[0]: row for row in self.store.messages_at([entry[0] for entry in inflight])}
-        for row in pending:
-            rows.setdefault(row[0], row)
+        rows: dict[int, MessageRow] = {}
+        for entry in logged:
+            rows.setdefault(entry[0], entry)
         for seq, packet_id, qos, retain, pubrec, filters, ids in inflight:
-            logged = rows.get(seq)
-            if logged is not None:
-                message = _outgoing(logged, qos, bool(retain), tuple(filters), tuple(ids), now_wall, now_mono)
+            row = rows.get(seq)
+            if row is not None:
+                message = _outgoing(row, qos, bool(retain), tuple(filters), tuple(ids), now_wall, now_mono)
                 message.packet_id, message.pubrec = packet_id, bool(pubrec)
                 state.inflight[packet_id] = message
 
@@ -378,6 +597,29 @@ class Journal:
             )
 
 
+def hold_incoming(state: SessionState, packet_id: int, kept: Kept) -> None:
+    """A durable session's QoS 2 PUBLISH was routed (so logged, in the batch being filled): its
+    packet id goes into the same commit as the message, so a PUBLISH resent with DUP after a
+    kill -9 is recognised and not passed on again (docs/brokers.md#exactly-once).
+
+    Only once the rules kept it (`kept`): an id committed before that would make a resend after
+    a crash look done while a rule's write was lost with the process (acknowledged means kept);
+    when the rules take longer than the commit, the id goes into the commit after theirs."""
+    held = state.incoming_qos2.get(packet_id)
+    if held is None:
+        return
+
+    def keep(future: Kept = None) -> None:
+        if future is None or (not future.cancelled() and future.exception() is None):
+            held.acked = True
+            state.touch()
+
+    if kept is None or kept.done():
+        keep(kept)
+    else:
+        kept.add_done_callback(keep)
+
+
 def position(state: SessionState, head: int) -> int:
     """Every logged message after this sequence number that is for the session is still queued."""
     if state.unloaded is not None:
@@ -386,6 +628,19 @@ def position(state: SessionState, head: int) -> int:
         if message.seq:
             return message.seq - 1
     return head
+
+
+def _first_above(state: SessionState, floor: int, head: int) -> int:
+    """Like `position` for a loaded session, counting only the messages after `floor` (those at
+    or below it are held by `routes` rows): its in-flight and queued messages."""
+    bound = head
+    for message in state.inflight.values():
+        if message.seq > floor:
+            bound = min(bound, message.seq - 1)
+    for message in state.outbox:
+        if message.seq > floor:
+            return min(bound, message.seq - 1)
+    return bound
 
 
 def _json(value: Any) -> str:
@@ -400,10 +655,13 @@ _NOTHING_OWED: dict[str, Any] = {"position": 0, "inflight": [], "incoming": []}
 def progress(state: SessionState, head: int) -> dict[str, Any]:
     """How far a durable session is (its `positions` row, JSON): rewritten as it acknowledges."""
     if state.unloaded is not None:
+        owed = state.unloaded["owed"]
         return {
             "position": state.position,
             "inflight": state.unloaded["inflight"],
             "incoming": [packet_id for packet_id, held in state.incoming_qos2.items() if held.acked],
+            # every entry up to this it is owed has its `routes` row (owed.py)
+            "owed_to": head if owed.complete else state.unloaded["owed_to"],
         }
     return {
         "position": position(state, head),

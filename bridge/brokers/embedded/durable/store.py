@@ -33,20 +33,30 @@ Tables:
 `PRAGMA user_version` is the format: 0 a store written before the topic index and `routes`
 (migrated when it is opened: the index built and the routes read from the log's `targets`,
 one transaction), 1 this one.
-Expiry removes the log in bulk: every row below the smallest position of all sessions goes in
-one range delete (the key is the time order, so that is seed 002's oldest generations).
+Expiry removes the log in bulk (`_trim`): the rows up to the smallest position of the loaded
+sessions go in one range delete (the key is the time order, so that is seed 002's oldest
+generations), but for those a `routes` row still holds: what a session not loaded since a
+restart is owed has its rows there (durable/owed.py: its backlog matched once by an `Owe` job,
+each later message with the message), so a session that stays away holds only what its queue
+limits let it keep, not the log after its position. Its rows go when it is loaded past them or
+ends (`release`), and the entries they held with them.
+
+At every open SQLite's quick check runs; a damaged store refuses the start (RECOVERY says what
+to do), and `full_check` is `hookbridge check --durable`.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bridge.brokers.embedded.sessions import MESSAGE_OVERHEAD
 from bridge.errors import HookbridgeError
-from bridge.topics import is_wildcard, prefix_range
+from bridge.topics import is_wildcard, matches, prefix_range
 
 log = logging.getLogger("bridge.brokers.embedded")
 
@@ -99,6 +109,23 @@ class StoreError(HookbridgeError):
 
 
 @dataclass(slots=True)
+class Owe:
+    """Give one session not loaded since the restart a `routes` row for each log entry after
+    `after` up to `upto` that its (non-shared) `filters` match (durable/owed.py)."""
+
+    clientid: str
+    after: int  # its position: every `routes` row of it after this is counted
+    match_after: int  # entries before this were matched already (its owed_to): not again
+    upto: int
+    filters: list[str]
+    inflight: list[int]  # the entries of its in-flight window: held by `routes` rows too
+
+
+# What a commit's Owe jobs found: client id -> (seq, size) of each entry it is owed up to `upto`.
+Owing = dict[str, list[tuple[int, int]]]
+
+
+@dataclass(slots=True)
 class Batch:
     """Everything one commit writes."""
 
@@ -107,10 +134,77 @@ class Batch:
     sessions: dict[str, str | None] = field(default_factory=dict)  # clientid -> body; None: delete
     positions: dict[str, str | None] = field(default_factory=dict)  # clientid -> body; None: delete
     retained: dict[str, RetainedRow | None] = field(default_factory=dict)  # topic -> row; None: delete
-    trim_to: int = 0  # delete messages with seq <= this
+    trim_to: int = 0  # delete the messages in (trim_from, trim_to] that no `routes` row holds
+    trim_from: int = 0
+    owing: list[str] = field(default_factory=list)  # sessions not loaded: their `routes` rows stay
+    owe: list[Owe] = field(default_factory=list)
+    unroutes: list[tuple[int, str]] = field(default_factory=list)  # (seq, clientid): dropped owed entries
+    release: list[tuple[str, int]] = field(default_factory=list)  # (clientid, seq): its routes rows up to seq go
 
     def __bool__(self) -> bool:
-        return bool(self.messages or self.sessions or self.positions or self.retained or self.trim_to)
+        return bool(
+            self.messages
+            or self.sessions
+            or self.positions
+            or self.retained
+            or self.trim_to
+            or self.owe
+            or self.unroutes
+            or self.release
+        )
+
+
+# What the operator can do about a damaged store (docs/brokers.md#a-damaged-store).
+RECOVERY = (
+    "stop the bridge, keep a copy, then `sqlite3 durable.db .recover | sqlite3 recovered.db` and put"
+    " recovered.db in its place, or move the file away to start empty; see docs/brokers.md#a-damaged-store"
+)
+
+
+def _refusal(problem: str) -> str:
+    return f"damaged ({problem}), refusing to start on it ({RECOVERY})"
+
+
+class UnreadableSession(StoreError):
+    """The rows of one durable session cannot be read back (its pages are damaged)."""
+
+
+def _matches(topic_filter: str, topic: str) -> bool:
+    return matches(topic_filter, topic)
+
+
+def damaged(error: BaseException) -> bool:
+    """Whether SQLite found the file damaged (not a database, or a page it cannot read)."""
+    return getattr(error, "sqlite_errorname", "") in ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+
+
+def quick_check(db: sqlite3.Connection) -> list[str]:
+    """What `PRAGMA quick_check` finds wrong; [] when the store is sound."""
+    problems = [str(row[0]) for row in db.execute("PRAGMA quick_check")]
+    return [] if problems == ["ok"] else problems
+
+
+def full_check(path: Path) -> list[str]:
+    """`hookbridge check --durable`: SQLite's integrity check (every page, and every index
+    against its table) and every session's rows parsed; [] when the store is sound. Opened
+    read-only: a running bridge may have it open (WAL lets the check read its last commit)."""
+    problems: list[str] = []
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        found = [str(row[0]) for row in db.execute("PRAGMA integrity_check")]
+        if found != ["ok"]:
+            problems += found
+        for table in ("sessions", "positions"):
+            for clientid, body in db.execute(f"SELECT clientid, body FROM {table}"):
+                try:
+                    json.loads(body)
+                except ValueError as exc:
+                    problems.append(f"{table} row of client {clientid!r} is not readable: {exc}")
+    except sqlite3.Error as exc:
+        problems.append(str(exc))
+    finally:
+        db.close()
+    return problems
 
 
 class DurableStore:
@@ -123,8 +217,7 @@ class DurableStore:
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = NORMAL")
-            if unclean:
-                self._check(wal)
+            self._check(wal if unclean else None)
             version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
             existed = self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'messages'").fetchone() is not None
             self._db.executescript(_SCHEMA)
@@ -141,35 +234,42 @@ class DurableStore:
                 self._db.execute(f"PRAGMA user_version = {FORMAT}")
             row = self._db.execute("SELECT max(seq) FROM messages").fetchone()
         except (OSError, sqlite3.Error) as exc:
+            if damaged(exc):
+                raise StoreError(f"durable store {self.path}: {_refusal(str(exc))}") from exc
             raise StoreError(f"durable store {self.path}: {exc}") from exc
         self.head = int(row[0] or 0)  # the last sequence number given out
+        self.trimmed_to = 0  # the log's entries up to this are held only by `routes` rows
+        self._db.create_function("hb_matches", 2, _matches, deterministic=True)
         self._reader: sqlite3.Connection | None = None
         self._loader: sqlite3.Connection | None = None
 
-    def _check(self, wal: Path) -> None:
-        """After an unclean stop: SQLite has replayed the committed transactions of the WAL and
-        dropped a torn tail (frames whose checksum fails); check the result before using it."""
-        problems = [row[0] for row in self._db.execute("PRAGMA quick_check")]
-        if problems != ["ok"]:
-            raise StoreError(
-                "damaged, refusing to start on it (move it away to start empty; nothing was changed): "
-                + "; ".join(problems[:5])
+    def _check(self, wal: Path | None) -> None:
+        """At every open: SQLite's quick check (the structure of every page, without comparing the
+        indexes with their tables: about half a second per 200 MiB, docs/benchmarks.md). After an
+        unclean stop (`wal`), SQLite has first replayed the committed transactions of the WAL and
+        dropped a torn tail (frames whose checksum fails). A damaged store refuses the start: a
+        broker that started on it would lose the sessions whose rows it cannot read."""
+        problems = quick_check(self._db)
+        if problems:
+            raise StoreError(f"durable store {self.path}: {_refusal('; '.join(problems[:5]))}")
+        if wal is not None:
+            log.warning(
+                "durable store %s: the last run did not stop cleanly; its write-ahead log (%d bytes) was recovered:"
+                " committed transactions kept, any torn write at its end dropped; store checked, ok",
+                self.path,
+                wal.stat().st_size if wal.exists() else 0,
             )
-        log.warning(
-            "durable store %s: the last run did not stop cleanly; its write-ahead log (%d bytes) was recovered:"
-            " committed transactions kept, any torn write at its end dropped; store checked, ok",
-            self.path,
-            wal.stat().st_size if wal.exists() else 0,
-        )
 
     def reserve(self) -> int:
         """The next sequence number (numbers a message never used are gaps, harmless)."""
         self.head += 1
         return self.head
 
-    def write(self, batch: Batch) -> None:
-        """Commit a batch atomically; raises StoreError (nothing of it is then written)."""
+    def write(self, batch: Batch) -> Owing:
+        """Commit a batch atomically; raises StoreError (nothing of it is then written).
+        Returns what its Owe jobs found."""
         db = self._db
+        owing: Owing = {}
         try:
             db.execute("BEGIN")
             if batch.messages:
@@ -188,14 +288,78 @@ class DurableStore:
                     db.execute("DELETE FROM retained WHERE topic = ?", (topic,))
                 else:
                     db.execute("INSERT OR REPLACE INTO retained VALUES (?,?,?,?,?,?,?)", row)
-            if batch.trim_to:
-                db.execute("DELETE FROM messages WHERE seq <= ?", (batch.trim_to,))
-                db.execute("DELETE FROM routes WHERE seq <= ?", (batch.trim_to,))
+            for job in batch.owe:
+                owing[job.clientid] = self._owe(job)
+            self._trim(batch)
             db.execute("COMMIT")
         except (OSError, sqlite3.Error) as exc:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise StoreError(f"durable store {self.path}: {exc}") from exc
+        if batch.trim_to:
+            self.trimmed_to = batch.trim_to
+        return owing
+
+    def _owe(self, job: Owe) -> list[tuple[int, int]]:
+        """An Owe job (on the writer's connection, in its transaction): one statement per filter,
+        by the topic index where the filter has a literal start, the log's range else (on the
+        writer thread, not the event loop); then every `routes` row of the session in the range."""
+        db = self._db
+        db.executemany(
+            "INSERT OR IGNORE INTO routes SELECT seq, ? FROM messages WHERE seq = ?",
+            [(job.clientid, seq) for seq in job.inflight],
+        )
+        for topic_filter in job.filters if job.upto > job.match_after else ():
+            where, args = "", [job.clientid, job.match_after, job.upto]
+            if not is_wildcard(topic_filter):
+                where, args = " AND topic = ?", [*args, topic_filter]
+            else:
+                span = prefix_range(topic_filter)
+                if span is not None:
+                    low, high = span
+                    where, args = " AND topic >= ?", [*args, low]
+                    if high is not None:
+                        where, args = where + " AND topic < ?", [*args, high]
+                where, args = where + " AND hb_matches(?, topic)", [*args, topic_filter]
+            db.execute(
+                "INSERT OR IGNORE INTO routes SELECT seq, ? FROM messages WHERE seq > ? AND seq <= ? AND fanout = 1"
+                + where,
+                args,
+            )
+        query = (
+            f"SELECT r.seq, length(m.topic) + length(m.payload) + {MESSAGE_OVERHEAD} FROM routes r"
+            " JOIN messages m ON m.seq = r.seq WHERE r.clientid = ? AND r.seq > ? AND r.seq <= ? ORDER BY r.seq"
+        )
+        return [(int(seq), int(size)) for seq, size in db.execute(query, (job.clientid, job.after, job.upto))]
+
+    def _trim(self, batch: Batch) -> None:
+        """Remove what nobody is owed any more: the `routes` rows of dropped entries and of
+        sessions loaded past them or gone, the log's entries up to `trim_to` that no `routes`
+        row holds (a range, by the log's key), and the older entries whose last row just went."""
+        db = self._db
+        freed: list[int] = [seq for seq, _ in batch.unroutes]
+        if batch.unroutes:
+            db.executemany("DELETE FROM routes WHERE seq = ? AND clientid = ?", batch.unroutes)
+        for clientid, upto in batch.release:
+            query = "DELETE FROM routes WHERE clientid = ? AND seq <= ? RETURNING seq"
+            freed.extend(row[0] for row in db.execute(query, (clientid, upto)))
+        if batch.trim_to:
+            db.execute(
+                "DELETE FROM routes WHERE seq > ? AND seq <= ? AND clientid NOT IN (SELECT value FROM json_each(?))",
+                (batch.trim_from, batch.trim_to, json.dumps(batch.owing)),
+            )
+            db.execute(
+                "DELETE FROM messages WHERE seq > ? AND seq <= ?"
+                " AND NOT EXISTS (SELECT 1 FROM routes r WHERE r.seq = messages.seq)",
+                (batch.trim_from, batch.trim_to),
+            )
+        below = max(batch.trim_to, self.trimmed_to)
+        gone = [(seq,) for seq in freed if seq <= below]
+        if gone:
+            db.executemany(
+                "DELETE FROM messages WHERE seq = ? AND NOT EXISTS (SELECT 1 FROM routes r WHERE r.seq = messages.seq)",
+                gone,
+            )
 
     # -- reading back (at start) ---------------------------------------------------
 
@@ -243,6 +407,15 @@ class DurableStore:
         query = "SELECT m.* FROM routes r JOIN messages m ON m.seq = r.seq WHERE r.clientid = ? AND r.seq > ?"
         found.update((row[0], row) for row in db.execute(query, (clientid, after)))
         return found
+
+    def owed_rows(self, clientid: str, after: int, limit: int) -> list[MessageRow]:
+        """Up to `limit` log entries after `after` that one session is owed by its `routes`
+        rows (by its index on (clientid, seq)), oldest first: a page of its queue."""
+        query = (
+            "SELECT m.* FROM routes r JOIN messages m ON m.seq = r.seq"
+            " WHERE r.clientid = ? AND r.seq > ? ORDER BY r.seq LIMIT ?"
+        )
+        return list(self._loading().execute(query, (clientid, after, limit)))
 
     def messages_at(self, seqs: list[int]) -> list[MessageRow]:
         """The log entries of these sequence numbers that are still in the log."""

@@ -1,0 +1,185 @@
+"""The embedded broker's traffic at /metrics (docs/operations.md#broker-traffic-at-metrics), scraped
+from a real bridge (shipped Redis rules, real Redis) after known paho traffic; and the Grafana
+dashboard in deploy/grafana/ checked against what that bridge exports."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from broker_suite.clients import V311, Client
+from prometheus_client.parser import text_string_to_metric_families
+
+from bridge.app import Bridge
+from bridge.brokers.embedded.source import EmbeddedBroker
+from support.bridges import BridgeFactory, mqtt_port
+
+ROOT = Path(__file__).parents[2]
+DASHBOARD = ROOT / "deploy" / "grafana" / "hookbridge.json"
+M = 5  # messages published to t/, QoS 1
+PAYLOADS = [b"p" * (i + 3) for i in range(M)]
+
+
+@pytest.fixture
+async def clients() -> AsyncIterator[list[Client]]:
+    made: list[Client] = []
+    yield made
+    for client in made:
+        await client.close()
+
+
+async def start(make_bridge: BridgeFactory, extra: str = "") -> Bridge:
+    # the shipped rules on the test Redis; /metrics on a free port; $SYS only at start
+    return await make_bridge(extra_config=f"broker.sys_interval = 1h\n{extra}", http=True)
+
+
+async def scrape(bridge: Bridge) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of /metrics: (name, sorted labels) -> value."""
+    assert bridge.status is not None
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"http://127.0.0.1:{bridge.status.port}/metrics") as answer,
+    ):
+        assert answer.status == 200
+        text = await answer.text()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+async def connect(made: list[Client], bridge: Bridge, clientid: str, clean: bool = True) -> Client:
+    client = Client(mqtt_port(bridge), clientid, version=V311, clean=clean)
+    made.append(client)
+    assert (await client.connect()).reason == 0
+    return client
+
+
+async def test_broker_traffic_after_known_paho_traffic(make_bridge: BridgeFactory, clients: list[Client]) -> None:
+    bridge = await start(make_bridge, "broker.max_offline_messages = 3\n")
+    source = bridge.broker
+    assert isinstance(source, EmbeddedBroker) and source.core is not None and source.sys_topics is not None
+    core = source.core
+    before = await scrape(bridge)
+    assert before[("hookbridge_broker_connections", ())] == 0
+    assert before[("hookbridge_broker_received_messages_total", ())] == 0
+
+    offline = await connect(clients, bridge, "off1", clean=False)
+    assert await offline.subscribe("t/#", 1) == [1]
+    ended = core.active["off1"].done
+    await offline.disconnect()
+    await ended.wait()
+    live = await connect(clients, bridge, "sub1")
+    assert await live.subscribe("t/#", 0) == [0]
+    assert await live.subscribe("$share/g/t/#", 0) == [0]
+    writer = await connect(clients, bridge, "w1")
+    for i, payload in enumerate(PAYLOADS):
+        assert await writer.publish(f"t/{i}", payload, 1) == 0
+    assert await writer.publish("keep", b"kept", 1, retain=True) == 0
+    # sub1 gets each message twice: through t/# and through its shared group
+    assert len(await live.messages_n(2 * M)) == 2 * M
+    await bridge.idle()
+
+    got = await scrape(bridge)
+
+    def one(name: str, **labels: str) -> float:
+        return got[(name, tuple(sorted(labels.items())))]
+
+    payload_bytes = sum(map(len, PAYLOADS))
+    assert one("hookbridge_broker_connections") == 2
+    assert one("hookbridge_broker_sessions", state="connected") == 2
+    assert one("hookbridge_broker_sessions", state="disconnected") == 1
+    assert one("hookbridge_broker_subscriptions", kind="plain") == 2
+    assert one("hookbridge_broker_subscriptions", kind="shared") == 1
+    assert one("hookbridge_broker_connects_total") == 3
+    assert one("hookbridge_broker_sockets_opened_total") == 3
+    assert one("hookbridge_broker_received_messages_total") == M + 1
+    assert one("hookbridge_broker_sent_messages_total") == 2 * M
+    assert one("hookbridge_broker_received_payload_bytes_total") == payload_bytes + len(b"kept")
+    assert one("hookbridge_broker_sent_payload_bytes_total") == 2 * payload_bytes
+    # off1's queue holds 3 of the M (max_offline_messages): the oldest M - 3 were dropped
+    assert one("hookbridge_broker_dropped_messages_total", reason="offline_messages") == M - 3
+    assert one("hookbridge_broker_dropped_messages_total", reason="queued_bytes") == 0
+    # in: 3 CONNECTs, off1's SUBSCRIBE and DISCONNECT, sub1's 2 SUBSCRIBEs, the writer's M + 1
+    # PUBLISHes; out: 3 CONNACKs, 3 SUBACKs, M + 1 PUBACKs, 2 * M PUBLISHes
+    assert one("hookbridge_broker_received_packets_total") == 3 + 2 + 2 + M + 1
+    assert one("hookbridge_broker_sent_packets_total") == 3 + 3 + (M + 1) + 2 * M
+    assert one("hookbridge_broker_received_bytes_total") > one("hookbridge_broker_received_payload_bytes_total")
+    assert one("hookbridge_broker_sent_bytes_total") > one("hookbridge_broker_sent_payload_bytes_total")
+
+    # the same numbers as $SYS publishes (one meaning for a name wherever it is shown)
+    sys = source.sys_topics.values()
+    retained = int(sys["$SYS/broker/retained messages/count"])
+    assert one("hookbridge_broker_retained_messages") == retained == len(core.router.retained)
+    assert one("hookbridge_broker_stored_messages") == int(sys["$SYS/broker/store/messages/count"]) == retained + 3
+    assert one("hookbridge_broker_stored_bytes") == int(sys["$SYS/broker/store/messages/bytes"])
+    for name, topic in (
+        ("hookbridge_broker_received_bytes_total", "bytes/received"),
+        ("hookbridge_broker_sent_bytes_total", "bytes/sent"),
+        ("hookbridge_broker_received_packets_total", "messages/received"),
+    ):
+        assert one(name) == int(sys["$SYS/broker/" + topic]), name
+
+
+_PROMQL_WORDS = {
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "and",
+    "or",
+    "unless",
+    "offset",
+}
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names a PromQL expression reads: its identifiers once label matchers, range
+    selectors, grouping clauses, strings and function names are taken out."""
+    expr = re.sub(r'"(?:[^"\\]|\\.)*"', "", expr)  # strings
+    expr = re.sub(r"\{[^}]*\}", "", expr)  # label matchers
+    expr = re.sub(r"\[[^\]]*\]", "", expr)  # range selectors
+    expr = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", expr)
+    names = set()
+    for match in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", expr):
+        following = expr[match.end() :].lstrip()
+        word = match.group()
+        if following.startswith("(") or word in _PROMQL_WORDS:
+            continue  # a function call or a keyword
+        names.add(word)
+    return names
+
+
+def test_metric_names_are_read_from_promql() -> None:
+    """The extraction the dashboard check relies on."""
+    assert metric_names('sum by (pool) (rate(hookbridge_x_total{pool="a"}[$__rate_interval]))') == {
+        "hookbridge_x_total"
+    }
+    expr = "histogram_quantile(0.99, sum by (le) (rate(a_bucket[5m]))) / ignoring (x) b"
+    assert metric_names(expr) == {"a_bucket", "b"}
+
+
+async def test_every_dashboard_expression_names_an_exported_metric(
+    make_bridge: BridgeFactory, clients: list[Client]
+) -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = [target["expr"] for panel in dashboard["panels"] if panel["type"] != "row" for target in panel["targets"]]
+    assert len(exprs) >= 20
+    bridge = await start(make_bridge)
+    # some traffic, so that the families that show only what happened (events, write latency) have samples
+    client = await connect(clients, bridge, "dash1")
+    assert await client.publish("dash/1", b"x", 1) == 0
+    await bridge.idle()
+    exported = {name for name, _ in await scrape(bridge)}
+    for expr in exprs:
+        names = metric_names(expr)
+        assert names, expr
+        assert names <= exported, (expr, names - exported)
