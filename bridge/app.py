@@ -87,6 +87,7 @@ class Bridge:
         self.spool_budget = Budget(config["spool.max_bytes"], config["spool.overflow"])
         self.dead_letters = DeadLetters(Path(config["deadletter.dir"]), config["deadletter.max_bytes"], self.metrics)
         self.status: StatusServer | None = None
+        self.api: Api | None = None  # the management API, when api.enabled
         self.started_at = time.time()
         self._stopped = False
         for rule in rules:
@@ -125,7 +126,7 @@ class Bridge:
         self.dispatcher.track_commits = self.broker.acks_after_commit
         listener = self.config["metrics.listener"]
         if listener is not None:
-            api = Api(self) if self.config["api.enabled"] else None
+            api = self.api = Api(self) if self.config["api.enabled"] else None
             self.status = StatusServer(
                 listener[0],
                 listener[1],
@@ -201,6 +202,8 @@ class Bridge:
         except ConfErrors as exc:
             return self._refuse_reload([str(error) for error in exc.errors])
         self.redactor.add(config.secrets)
+        if self.api is not None:  # the API keys, as the config now reads (a config error keeps the old ones)
+            self.api.access.replace(config["api.keys"] or {})
         engine = Engine(rules)
         new_pools = sorted(engine.pools - set(self.runners))
         self.config.pools.update({p: config.pools[p] for p in new_pools})

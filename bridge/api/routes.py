@@ -27,11 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from bridge.api import anonymous, paging
+# bans, keys and sessions use this module's helpers: imported as modules (their names read at
+# call time), so either side may be imported first
+from bridge.api import anonymous, bans, keys, paging, sessions
 from bridge.api.history import History
 from bridge.api.openapi import describe
 from bridge.api.paging import Source
-from bridge.conf.apikeys import is_loopback, key_name
+from bridge.api.scopes import needed_scope
 from bridge.errors import HookbridgeError
 from bridge.topics import filter_error, matches, prefix_range, topic_name_error
 
@@ -49,7 +51,6 @@ STATIC = Path(__file__).parent / "static"  # the dashboard (served at /)
 _CSP = "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 BODY_TIMEOUT = 5.0  # seconds to receive a request body
 _ID_MAX = 65535  # an MQTT string's longest
-ANONYMOUS = "anonymous-loopback"  # who a request without a key is (bridge/api/anonymous.py)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -100,8 +101,8 @@ class Api:
     def __init__(self, bridge: Host) -> None:
         self.bridge = bridge
         config = bridge.config
-        self.keys: dict[str, str] = config["api.keys"] or {}
-        self.anonymous_loopback = bool(config["api.allow_anonymous_loopback"])
+        # the keys, their scopes and last use (keys.py); replaced on SIGHUP
+        self.access = keys.Keys(config["api.keys"] or {}, bool(config["api.allow_anonymous_loopback"]))
         listener = config["metrics.listener"]
         self.listener_host = str(listener[0]) if listener else ""  # a Host an anonymous request may name
         self.max_page = int(config["api.max_page"])
@@ -132,6 +133,9 @@ class Api:
             web.get(f"{p}/pools", self.pools, allow_head=False),
             web.post(f"{p}/reload", self.reload),
             web.get(f"{p}/stats", self.stats, allow_head=False),
+            *bans.ban_routes(self, p),
+            *sessions.session_routes(self, p),
+            *keys.key_routes(self, p),
         ]
 
     def install(self, app: web.Application) -> None:
@@ -150,17 +154,23 @@ class Api:
         routed_here = resource is not None and resource.canonical.startswith(PREFIX + "/")
         if not (routed_here or request.path.startswith(PREFIX + "/") or request.path == PREFIX):
             return await handler(request)
-        who = self._who(request)
-        if who is None:
+        key = self.access.caller(request)
+        if key is None:
             log.warning("api: %s %r refused: no valid API key (from %s)", request.method, request.path, request.remote)
             refused = _error(401, "a valid API key is needed: Authorization: Bearer <key>")
             refused.headers["WWW-Authenticate"] = "Bearer"
             return refused
-        if who == ANONYMOUS:
+        if key is keys.ANONYMOUS:
             why = anonymous.refusal(request, self.listener_host)
             if why is not None:
                 log.warning("api: %s %r refused: %s (from %s)", request.method, request.path, why, request.remote)
                 return _error(403, why)
+        route = resource.canonical if routed_here and resource is not None else request.path
+        needed = needed_scope(request.method, route)
+        if needed == "admin" and key.scope != "admin":
+            log.warning("api: key %s (scope %s): %s %r refused", key.name, key.scope, request.method, request.path)
+            return _error(403, f"key {key.name} has scope {key.scope}: {request.method} {route} needs admin")
+        self.access.used(key, request)
         try:
             response = await handler(request)
         except ApiError as refused:
@@ -175,18 +185,25 @@ class Api:
         return response
 
     def _who(self, request: web.Request) -> str | None:
-        header = request.headers.get("Authorization", "")
-        scheme, _, presented = header.partition(" ")
-        if scheme.lower() == "bearer" and presented.strip() and self.keys:
-            return key_name(self.keys, presented.strip())
-        if not header and self.anonymous_loopback and request.remote and is_loopback(request.remote):
-            return ANONYMOUS
-        return None
+        key = self.access.caller(request)
+        return key.name if key is not None else None
 
     def _changed(self, request: web.Request, what: str, *args: Any) -> None:
         log.info("api: key %s: " + what, self._who(request), *args)
 
-    # -- helpers --------------------------------------------------------------
+    # -- helpers (also for the route modules beside this one: bans.py, ...) --------
+
+    def embedded(self) -> Broker:
+        return self._embedded()
+
+    async def body(self, request: web.Request) -> dict[str, Any]:
+        return await self._body(request)
+
+    def who(self, request: web.Request) -> str | None:
+        return self._who(request)
+
+    def changed(self, request: web.Request, what: str, *args: Any) -> None:
+        self._changed(request, what, *args)
 
     def _embedded(self) -> Broker:
         source = self.bridge.broker
@@ -267,6 +284,7 @@ class Api:
             "expiry": state.expiry,
             "durable": state.durable,
             "subscriptions": len(state.subscriptions),
+            **sessions.connection_details(broker, state),
         }
 
     @classmethod
@@ -348,7 +366,9 @@ class Api:
         broker, state = self._state(request)
         conn = broker.active.get(state.clientid)
         if conn is None or not state.connected:
-            raise ApiError(409, "the client is not connected")
+            raise ApiError(
+                409, "the client is not connected; its session stays (DELETE /api/v1/sessions/{clientid} removes it)"
+            )
         self._changed(request, "kicked client %r", state.clientid)
         conn.close("kicked", R.ADMINISTRATIVE_ACTION)
         with contextlib.suppress(TimeoutError):  # its teardown (will, client.disconnected) is under way
@@ -553,6 +573,16 @@ class Api:
         if reloaded:
             return _json({"reloaded": True, "rules": len(self.bridge.engine.rules)})
         return _error(422, "the reload was refused: the rules and pools loaded before stay (see the log)")
+
+
+# For the route modules beside this one (bans.py, ...): the same helpers, by public names.
+clean = _clean
+mqtt_string = _mqtt_string
+reply = _json
+
+
+def page(api: Api, request: web.Request, items: Iterable[tuple[str, Any]]) -> web.Response:
+    return api._page(request, items)
 
 
 # A place in the list of subscriptions: (client id, filter), or (client id, None) once every filter

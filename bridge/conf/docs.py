@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from bridge.conf import parsers as p
 from bridge.conf import registry
 from bridge.conf.schema import POOL_COMMON, global_settings
 from bridge.conf.setting import Setting
@@ -39,6 +40,11 @@ password in its user info shows as `***`. A secret is masked where it stands as 
 (`password=...`, after `=` or `:`, in quotes), not wherever its text occurs: with the password
 `hookbridge`, the node name `hookbridge@127.0.0.1` stays readable in the log.
 
+The "default" column is what the bridge uses when a key is not in the file, as you would write it
+there; "example" shows a typical value where a key is empty or off by default (an example is
+never a default: `broker.acl.file` is empty until you set it). "(see meaning)": the default
+depends on other settings, as the meaning says.
+
 Hook lines (`backend.<db>.hook....`) do not go here: they live in `rules/*.conf` (docs/rules.md).
 """
 
@@ -55,25 +61,53 @@ def default_text(setting: Setting) -> str:
     return "" if value is None else str(value)
 
 
-def _default(setting: Setting) -> str:
-    value: Any = setting.example if setting.example is not None else setting.default
+def _shown(value: Any, setting: Setting | None = None) -> str:
+    takes = (setting.parse.__doc__ or "") if setting is not None else ""
+    if value is None and setting is not None and _parses_to(setting, "off", None):
+        return "off"  # an optional listener: `off` is how a file writes its default
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if takes.startswith("size"):
+            return p.show_size(int(value))
+        if takes.startswith("duration"):
+            return p.show_duration(float(value))
     if isinstance(value, bool):
         return "on" if value else "off"
     if isinstance(value, tuple):
         return f"{value[0]}:{value[1]}"
     if value is None:
-        return "(see below)"
-    if value == "":
+        return "(see meaning)"
+    if value == "" or value == {}:
         return "(empty)"
     return f"{value}"
 
 
+def _parses_to(setting: Setting, text: str, value: Any) -> bool:
+    try:
+        return bool(setting.parse(text) == value)
+    except Exception:  # a text the setting refuses (or a file that is not here): another value
+        return False
+
+
+def _spells_default(setting: Setting) -> bool:
+    """The example is the default as a file writes it (`10s` for 10.0 seconds), not another value."""
+    return setting.example is not None and _parses_to(setting, setting.example, setting.default)
+
+
+def _default_and_example(setting: Setting) -> tuple[str, str]:
+    """What the default column shows (always the real default) and the example column (apart)."""
+    if _spells_default(setting):
+        return _shown(setting.example if setting.example != "" else setting.default, setting), ""
+    example = "" if setting.example is None or setting.example == "" else f"`{setting.example}`"
+    return _shown(setting.default, setting), example
+
+
 def _table(settings: dict[str, Setting], prefix: str = "") -> list[str]:
-    rows = ["| key | default | takes | meaning |", "|---|---|---|---|"]
+    rows = ["| key | default | example | takes | meaning |", "|---|---|---|---|---|"]
     for key, setting in settings.items():
         secret = " (secret)" if setting.secret else ""
         takes = setting.parse.__doc__ or ""
-        rows.append(f"| `{prefix}{key}` | `{_default(setting)}` | {takes} | {setting.doc}{secret} |")
+        default, example = _default_and_example(setting)
+        rows.append(f"| `{prefix}{key}` | `{default}` | {example} | {takes} | {setting.doc}{secret} |")
     return rows
 
 

@@ -9,6 +9,7 @@ Global keys are the core's, listed in CORE, and those each broker mode declares 
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 from bridge.conf import addresses as a
 from bridge.conf import parsers as p
@@ -16,13 +17,13 @@ from bridge.conf import registry
 from bridge.conf.setting import Setting
 
 
-def api_keys(text: str) -> dict[str, str]:
+def api_keys(text: str) -> dict[str, Any]:
     from bridge.conf.apikeys import parse_api_keys
 
     return parse_api_keys(p.parse_str(text))
 
 
-api_keys.__doc__ = "`<name>:sha256:<hex>`, comma-separated"
+api_keys.__doc__ = "`<name>:sha256:<hex>[:read|:admin]`, comma-separated"
 
 
 CORE: dict[str, Setting] = {
@@ -54,8 +55,10 @@ CORE: dict[str, Setting] = {
     "api.keys": Setting(
         api_keys,
         {},
-        "API keys allowed, `<name>:sha256:<hex of the key's SHA-256>`, comma-separated; a request sends "
-        "`Authorization: Bearer <key>`, e.g. `ops:sha256:<sha256sum of the key>`. Needed unless "
+        "API keys allowed, `<name>:sha256:<hex of the key's SHA-256>`, comma-separated, each with an optional "
+        "scope `:read` (GET only) or `:admin` (everything; the default); a request sends "
+        "`Authorization: Bearer <key>`, e.g. `ops:sha256:<sha256sum of the key>`, "
+        "`grafana:sha256:<...>:read`. Read again on SIGHUP. Needed unless "
         "`api.allow_anonymous_loopback` is on and the listener is on loopback",
         secret=True,
         example="",  # none: shown as (empty)

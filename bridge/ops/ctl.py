@@ -310,7 +310,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cafile", help="CA certificates to check an https listener's certificate with")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per request (default 10)")
     parser.add_argument("--json", action="store_true", help="print the API's JSON instead of a table")
-    groups = parser.add_subparsers(dest="what", required=True, metavar="{clients,subs,retained,publish,status,...}")
+    groups = parser.add_subparsers(
+        dest="what", required=True, metavar="{clients,sessions,subs,retained,bans,publish,status,...}"
+    )
 
     def leaf(sub: Any, name: str, func: Command, help: str) -> argparse.ArgumentParser:
         made: argparse.ArgumentParser = sub.add_parser(name, help=help)
@@ -363,6 +365,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     leaf(groups, "rules", rules, "each rule's counters").add_argument("--prefix", default="")
     leaf(groups, "pools", pools, "each pool's state and spool")
     leaf(groups, "reload", reload, "reload rules and the broker's files, as SIGHUP")
+
+    from bridge.ops import ctl_bans, ctl_keys, ctl_sessions  # they import this module: only once it is whole
+
+    ctl_bans.add_parsers(groups, leaf, _limit)
+    ctl_sessions.add_parsers(groups, leaf, _limit)
+    ctl_keys.add_parsers(groups, leaf)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -613,11 +613,19 @@ async def test_mqtt_mode_answers_what_applies_and_says_why_not(make_api_bridge: 
             ("GET", "/subscriptions"),
             ("GET", "/retained"),
             ("DELETE", "/retained/a/b"),
+            ("GET", "/bans"),
+            ("DELETE", "/bans/clientid/x"),
+            ("DELETE", "/sessions/x"),
+            ("GET", "/sessions/x/queue"),
+            ("DELETE", "/sessions/x/inflight"),
         ):
             status, body = await api.call(method, path)
             assert status == 409 and "broker.mode = mqtt" in body["error"], (method, path, status, body)
         status, body = await api.call("POST", "/publish", json={"topic": "t"})
         assert status == 409 and "broker.mode = mqtt" in body["error"]
+        status, body = await api.call("POST", "/bans", json={"as": "clientid", "who": "x"})
+        assert status == 409 and "broker.mode = mqtt" in body["error"]
+        assert [k["name"] for k in (await api.get("/keys"))["data"]] == ["ops"]  # keys are the bridge's own
 
 
 @pytest.mark.parametrize(

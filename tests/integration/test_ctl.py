@@ -142,7 +142,11 @@ async def test_clients_list_show_and_kick(bridge: Bridge, clients: list[Client])
     code, out, err = await ctl("--url", base, "clients", "kick", "dev-b")  # a clean session: gone with it
     assert (code, out, err) == (1, "", "hookbridge ctl: DELETE /clients/dev-b: 404 no such client\n")
     code, out, err = await ctl("--url", base, "clients", "kick", "off-1")
-    assert (code, out, err) == (1, "", "hookbridge ctl: DELETE /clients/off-1: 409 the client is not connected\n")
+    assert (code, out, err) == (
+        1,
+        "",
+        "hookbridge ctl: DELETE /clients/off-1: 409 the client is not connected; its session stays (DELETE /api/v1/sessions/{clientid} removes it)\n",
+    )
 
 
 async def test_subscriptions_add_and_del(bridge: Bridge, clients: list[Client]) -> None:

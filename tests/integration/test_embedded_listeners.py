@@ -188,6 +188,24 @@ async def test_client_certificate_common_name_is_offered_as_the_username(start: 
     assert gate.logins[-1].cert_cn is None and gate.logins[-1].listener == "tcp"
 
 
+async def test_a_user_name_ban_holds_for_the_name_a_client_certificate_gives(
+    start: Any, clients: Any, pki: Pki, tmp_path: Path
+) -> None:
+    """broker.bans_file read at start: the user name "device-42" is banned; the device whose
+    certificate gives that name is refused (3.1.1: 5, paho's 0x87; 5.0: 0x8A banned)."""
+    bans = tmp_path / "bans.json"
+    bans.write_text('[{"as": "username", "who": "device-42", "reason": "stolen", "by": "ops", "at": 1, "until": null}]')
+    broker, _sink = await start(
+        listener("ssl", pki, cafile=str(pki.server.ca), verify_peer=True, peer_cert_as_username=True),
+        gate=CertGate(cert_only=True),
+        bans_file=str(bans),
+    )
+    port = broker.port_of("ssl")
+    assert (await clients(port, "dev-a", tls=client_context(pki, pki.device)).connect())[0] == 0x87
+    assert (await clients(port, "dev-b", tls=client_context(pki, pki.device), v5=True).connect())[0] == 0x8A
+    assert broker.refused["banned"] == 2
+
+
 async def test_certificate_is_not_a_username_unless_asked(start: Any, clients: Any, pki: Pki) -> None:
     gate = CertGate()
     broker, sink = await start(listener("ssl", pki, cafile=str(pki.server.ca), verify_peer=True), gate=gate)

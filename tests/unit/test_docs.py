@@ -17,6 +17,32 @@ def test_configuration_reference_is_generated_from_the_schema() -> None:
     assert (ROOT / "docs" / "configuration.md").read_text() == docs.render()
 
 
+def test_the_default_column_shows_what_the_bridge_uses_and_examples_stand_apart() -> None:
+    """Each default in docs/configuration.md, written into a config file, is the default the code
+    uses (so an example never poses as one: `broker.acl.file` is empty unless set)."""
+    from bridge.conf.schema import POOL_COMMON, global_settings
+
+    row = re.compile(r"^\| `([^`]+)` \| `([^`]*)` \| ([^|]*) \|", re.M)
+    shown = {key: (default, example.strip()) for key, default, example in row.findall(docs.render())}
+    settings = {**global_settings(), **{f"backend.<db>.<pool>.{k}": v for k, v in POOL_COMMON.items()}}
+    checked = 0
+    for key, setting in settings.items():
+        default, example = shown[key]
+        if default == "(see meaning)":
+            assert setting.default is None, key
+            continue
+        written = "" if default == "(empty)" else default
+        assert setting.parse(written) == setting.default, (key, default)
+        checked += 1
+        if example:
+            assert setting.parse.__doc__ is not None and example.strip("`") != default, key
+    assert checked > 60
+    assert shown["broker.acl.file"] == ("(empty)", "`etc/acl`")
+    assert shown["metrics.listener.certfile"] == ("(empty)", "`etc/server.crt`")
+    assert shown["broker.listener.ssl"] == ("off", "`0.0.0.0:8883`")
+    assert shown["api.max_body"] == ("64KB", "")
+
+
 def test_rules_reference_names_every_function_and_placeholder() -> None:
     text = (ROOT / "docs" / "rules.md").read_text()
     missing = [name for name in FUNCTIONS if f"`{name}`" not in text]

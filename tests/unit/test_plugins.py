@@ -107,7 +107,7 @@ def test_a_backend_of_another_package_is_configured_and_documented_from_its_decl
     ]
     page = docs.render()
     assert "`<db>` is `cassa`, `listdb`, `mongo`, `mysql`, `pgsql` or `redis`." in page
-    assert "| `backend.listdb.<pool>.bucket` | `events` | text, not empty | where the events go |" in page
+    assert "| `backend.listdb.<pool>.bucket` | `events` |  | text, not empty | where the events go |" in page
 
 
 def _write(tmp_path: Path, config: str, rules: str) -> Paths:

@@ -15,22 +15,24 @@ let timer = null;
 
 class Unauthorized extends Error {}
 
-async function api(method, path, query) {
+async function api(method, path, query, body) {
   const url = API + path + (query ? "?" + new URLSearchParams(query) : "");
   // X-Hookbridge: without a key, the API makes a change only for a request that carries it
   // (a header no other web page can send here without the bridge agreeing, which it never does)
   const headers = { "X-Hookbridge": "dashboard" };
   const key = sessionStorage.getItem("hookbridge-key");
   if (key) headers.Authorization = "Bearer " + key;
-  const answer = await fetch(url, { method, headers, cache: "no-store" });
+  const init = { method, headers, cache: "no-store" };
+  if (body !== undefined) { headers["Content-Type"] = "application/json"; init.body = JSON.stringify(body); }
+  const answer = await fetch(url, init);
   if (answer.status === 401) throw new Unauthorized("a valid API key is needed");
-  const body = await answer.json().catch(() => ({}));
+  const answered = await answer.json().catch(() => ({}));
   if (!answer.ok) {
-    const error = new Error(body.error || answer.statusText);
+    const error = new Error(answered.error || answer.statusText);
     error.status = answer.status;
     throw error;
   }
-  return body;
+  return answered;
 }
 
 function el(tag, text, cls) {
@@ -194,7 +196,7 @@ async function kickClient(button, clientid) {
   button.disabled = true;
   try {
     await api("DELETE", "/clients/" + encodeURIComponent(clientid));
-  } catch (error) { report(error); }
+  } catch (error) { report(error); return; } // the refusal stays shown until the next refresh
   await refresh();
 }
 
@@ -214,8 +216,86 @@ async function showSession() {
     ["expiry", session.expiry], ["durable", session.durable ? "yes" : "no"],
     ["queue", `${session.queue.messages} messages, ${session.queue.bytes} bytes`],
     ["in flight", session.inflight], ["dropped", session.dropped]];
+  if (session.connected) {
+    fields.push(["since", when(session.connected_at)], ["keepalive", session.keepalive],
+      ["messages in / out", `${session.messages_in} / ${session.messages_out}`],
+      ["bytes in / out", `${session.bytes_in} / ${session.bytes_out}`]);
+  }
+  fields.push(["will topic", session.will_topic ?? "-"]);
   $("session-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", k), el("dd", v)]));
   fill($("session-subs").tBodies[0], session.subscriptions, (s) => [s.filter, s.qos]);
+  const queued = await api("GET", "/sessions/" + encodeURIComponent(chosen) + "/queue", { limit: "50" });
+  $("session-queue-count").textContent = `(${session.queue.messages}${queued.next ? ", the first 50 shown" : ""})`;
+  fill($("session-queue").tBodies[0], queued.data, (m) => [m.msgid, m.topic, m.qos, m.bytes, m.from_clientid,
+    el("td", m.payload ?? "(binary)", "payload")]);
+  $("session-remove").disabled = session.connected;
+}
+
+// -- bans: the list with a lift button each, and the form that adds one ------------------
+
+function when(seconds) {
+  return seconds === null || seconds === undefined ? "ever" : new Date(seconds * 1000).toISOString().replace(".000", "");
+}
+
+async function showBans() {
+  const bans = await every("/bans", {});
+  $("ban-count").textContent = `(${bans.length})`;
+  const tbody = $("bans").tBodies[0];
+  fill(tbody, bans, (b) => {
+    const lift = el("button", "lift", "lift");
+    lift.addEventListener("click", () => liftBan(lift, b));
+    const action = el("td"); action.append(lift);
+    return [b.as, b.who, when(b.until), b.by, b.reason, action];
+  });
+  [...tbody.rows].forEach((tr, i) => { tr.dataset.ban = bans[i].as + "/" + bans[i].who; });
+}
+
+async function addBan() {
+  const body = { as: $("ban-as").value, who: $("ban-who").value.trim(), reason: $("ban-reason").value };
+  const minutes = Number($("ban-minutes").value);
+  if (minutes > 0) body.duration = minutes * 60;
+  try {
+    await api("POST", "/bans", null, body);
+    $("ban-who").value = ""; $("ban-reason").value = ""; $("ban-minutes").value = "";
+  } catch (error) { report(error); return; } // the refusal stays shown until the next refresh
+  await refresh();
+}
+
+async function liftBan(button, ban) {
+  button.disabled = true;
+  try {
+    await api("DELETE", "/bans/" + encodeURIComponent(ban.as) + "/" + ban.who.split("/").map(encodeURIComponent).join("/"));
+  } catch (error) { report(error); return; } // the refusal stays shown until the next refresh
+  await refresh();
+}
+
+// the session shown: purge its queue, or remove it (offline only); the first click arms, the second acts
+async function sessionAction(button, label, method, part) {
+  if (!button.classList.contains("armed")) {
+    button.classList.add("armed");
+    button.textContent = "confirm " + label;
+    setTimeout(() => { button.classList.remove("armed"); button.textContent = label; }, 4000);
+    return;
+  }
+  button.classList.remove("armed");
+  button.textContent = label;
+  try {
+    await api(method, "/sessions/" + encodeURIComponent(chosen) + part);
+  } catch (error) { report(error); return; } // the refusal stays shown until the next refresh
+  await refresh();
+}
+
+// API keys and their last use: an admin key sees them; for a read key the section stays hidden
+async function showKeys() {
+  let keys;
+  try {
+    keys = await every("/keys", {});
+  } catch (error) {
+    if (error.status === 403) { $("keys-section").hidden = true; return; }
+    throw error;
+  }
+  $("keys-section").hidden = false;
+  fill($("keys").tBodies[0], keys, (k) => [k.name, k.scope, k.last_used ? when(k.last_used) : "never", k.last_from]);
 }
 
 async function showRetained() {
@@ -234,8 +314,8 @@ async function refresh() {
   clearTimeout(timer);
   try {
     await showStatus();
-    await Promise.all([showStats(), showRules(), showPools(), showClients().then(async () => {
-      if (!$("broker-only").hidden) await Promise.all([showSession(), showRetained()]);
+    await Promise.all([showStats(), showRules(), showPools(), showKeys(), showClients().then(async () => {
+      if (!$("broker-only").hidden) await Promise.all([showSession(), showBans(), showRetained()]);
     })]);
     $("error").hidden = true;
     $("main").hidden = false;
@@ -265,6 +345,9 @@ document.addEventListener("DOMContentLoaded", () => {
     refresh();
   });
   $("client-search").addEventListener("input", () => showClients().catch(report));
+  $("ban-form").addEventListener("submit", (event) => { event.preventDefault(); addBan(); });
+  $("session-purge").addEventListener("click", () => sessionAction($("session-purge"), "purge queue", "DELETE", "/queue"));
+  $("session-remove").addEventListener("click", () => sessionAction($("session-remove"), "remove session", "DELETE", ""));
   $("retained-form").addEventListener("submit", (event) => {
     event.preventDefault();
     retainedFilter = $("retained-filter").value || "#";

@@ -18,6 +18,7 @@ LOGIN_REFUSALS = (
     "login_not_authorized",  # anonymous when not allowed, or the takeover rule (5 / 0x87)
     "login_backend_down",  # the database holding the users did not answer (3 / 0x88)
     "login_busy",  # its address had its share of password checks waiting (3 / 0x89), auth/checks.py
+    "banned",  # a client id, user name or address on the banned list (bans.py; 5 / 0x8A)
 )
 ACL_REFUSALS = (
     "acl_publish_denied",  # a PUBLISH the ACL refused (dropped; 5.0 PUBACK 0x87)

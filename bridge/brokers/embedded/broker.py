@@ -22,6 +22,7 @@ from typing import Any
 
 from bridge.brokers.base import EventSink
 from bridge.brokers.embedded.access import Gate, Login, OpenGate, Permissions, Verdict
+from bridge.brokers.embedded.bans import Ban, Bans
 from bridge.brokers.embedded.codec import (
     EMPTY,
     MQTT_5,
@@ -50,6 +51,7 @@ from bridge.brokers.embedded.sessiontable import SessionTable
 from bridge.brokers.embedded.sortedkeys import SortedKeys
 from bridge.brokers.embedded.stream import EventStream, Kept
 from bridge.brokers.embedded.traffic import Traffic
+from bridge.errors import HookbridgeError
 from bridge.events import ClientConnected, ClientDisconnected, Hookpoint
 from bridge.msgid import MsgIdGenerator
 
@@ -71,6 +73,10 @@ _LOGIN_CODES = {
 }
 
 
+class SessionConnected(HookbridgeError):
+    """A session cannot be removed while its client is connected."""
+
+
 class Broker(FlowsMixin):
     def __init__(
         self,
@@ -83,8 +89,10 @@ class Broker(FlowsMixin):
         takeover: str = "any",
         store: DurableStore | None = None,
         commit_interval: float = 0.002,
+        bans: Bans | None = None,
     ) -> None:
         self.node = node
+        self.bans = bans if bans is not None else Bans()  # who may not connect (bans.py)
         self.gate: Gate = gate or OpenGate()
         # "same_user": a CONNECT for a client id whose session belongs to another user is refused.
         self.takeover = takeover
@@ -199,6 +207,8 @@ class Broker(FlowsMixin):
                 code = {2: R.CLIENT_IDENTIFIER_NOT_VALID}.get(code, R.UNSPECIFIED_ERROR)
             conn.fail_connect(code)
             return
+        if self._banned(conn, clientid, packet.username):  # before the login: a banned client costs no hash
+            return
         verdict = await self._login(conn, packet, clientid)
         if verdict is None:
             return
@@ -222,6 +232,8 @@ class Broker(FlowsMixin):
                 log.warning("client id %r belongs to another user: CONNECT refused", clientid)
                 conn.fail_connect(R.NOT_AUTHORIZED if level == MQTT_5 else ConnectReturnCode.NOT_AUTHORIZED)
                 return
+            if self._banned(conn, clientid, verdict.username):
+                return  # by the user name its client certificate gives, or banned during its login
             previous = self.active.get(clientid)
             if previous is not None:
                 log.info("client %r connected again: closing its previous connection", clientid)
@@ -232,6 +244,8 @@ class Broker(FlowsMixin):
                     await self._loaded_paged(self.states.get(clientid))
                 if conn.reason is not None:
                     return  # the new connection went away meanwhile
+                if self._banned(conn, clientid, verdict.username):
+                    return  # banned while the previous connection closed or the queue was read
                 state, present = self._session(clientid, packet, expiry, verdict)
             except UnreadableSession:  # logged once by the journal
                 self.refused["durable_unreadable"] += 1
@@ -242,6 +256,7 @@ class Broker(FlowsMixin):
             server_keep_alive = self._keepalive(conn, packet)
             conn.write(encode(self._connack(conn, packet, present, assigned, server_keep_alive), level))
             conn.connacked = True
+            conn.connected_at = time.time()
             traffic = self.traffic
             traffic.connections += 1
             traffic.clients_maximum = max(traffic.clients_maximum, len(self.states))  # sessions, as Mosquitto
@@ -288,6 +303,32 @@ class Broker(FlowsMixin):
         codes = _LOGIN_CODES.get(verdict.reason, _LOGIN_CODES["login_not_authorized"])
         conn.fail_connect(codes[1] if packet.protocol_level == MQTT_5 else codes[0])
         return None
+
+    def _banned(self, conn: Connection, clientid: str, username: str | None) -> bool:
+        """A ban in force keeps this client out: CONNACK 0x8A (3.1.1: 5, not authorized), True."""
+        ban = self.bans.match(clientid, username, conn.peername)
+        if ban is None:
+            return False
+        self.refused["banned"] += 1
+        log.info("client %r from %s: banned (%s %r): CONNECT refused", clientid, conn.peername, ban.kind, ban.who)
+        conn.fail_connect(R.BANNED if conn.level == MQTT_5 else ConnectReturnCode.NOT_AUTHORIZED)
+        return True
+
+    def ban(self, ban: Ban) -> list[str]:
+        """Add a ban (saved) and close the connections it covers now (5.0: DISCONNECT 0x98
+        administrative action, as a kick; no will). Returns the client ids closed."""
+        self.bans.add(ban)
+        only = Bans()  # this ban alone, in memory: the connected clients it covers
+        only.add(ban)
+        kicked = []
+        for clientid, conn in list(self.active.items()):
+            state = conn.state
+            username = state.username if state is not None else None
+            if conn.reason is None and only.match(clientid, username, conn.peername) is not None:
+                log.info("client %r from %s: banned (%s %r): closed", clientid, conn.peername, ban.kind, ban.who)
+                conn.close("banned", R.ADMINISTRATIVE_ACTION)
+                kicked.append(clientid)
+        return kicked
 
     def _may_take(self, clientid: str, verdict: Verdict) -> bool:
         """broker.takeover = same_user: only the user that owns a client id's session may use it."""
@@ -615,6 +656,28 @@ class Broker(FlowsMixin):
         log.info("session of client %r expired", state.clientid)
         self.traffic.clients_expired += 1
         self._discard(state)
+
+    async def remove_session(self, clientid: str) -> SessionState | None:
+        """The operator removes an offline session (the API's DELETE /sessions/{id}): its queue,
+        in-flight messages and subscriptions, its durable rows. Its pending will is dropped, not
+        sent (as EMQX discards a session). None: no such session. Refused (SessionConnected)
+        while its client is connected: kick it first."""
+        async with self._client_lock(clientid):  # not while a CONNECT takes the session
+            state = self.states.get(clientid)
+            if state is None:
+                return None
+            if state.connected:
+                raise SessionConnected(clientid)
+            log.info("session of client %r removed", clientid)
+            self._discard(state)
+        await self.committed()  # removed means removed on disk too (durable sessions)
+        return state
+
+    async def committed(self) -> None:
+        """Wait until what the durable store is owed now is committed (at once without one)."""
+        pending = self.journal.committed() if self.journal is not None else None
+        if pending is not None:
+            await pending
 
     def _discard(self, state: SessionState) -> None:
         self.dropped_by_ended_sessions += state.dropped

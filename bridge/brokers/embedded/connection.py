@@ -201,9 +201,12 @@ class Connection(asyncio.Protocol):
         "acks",
         "aliases",
         "broker",
+        "bytes_in",
+        "bytes_out",
         "cert_cn",
         "client_max_packet",
         "connacked",
+        "connected_at",
         "decoder",
         "done",
         "inbox",
@@ -216,6 +219,8 @@ class Connection(asyncio.Protocol):
         "opened",
         "output_logged",
         "peername",
+        "publish_in",
+        "publish_out",
         "raw_pending",
         "reading_paused",
         "reason",
@@ -259,6 +264,9 @@ class Connection(asyncio.Protocol):
         self.send_window = limits.max_inflight
         self.client_max_packet = 0
         self.incoming_unacked = 0  # QoS 1/2 messages from the client not yet fully acknowledged
+        # This client's own traffic (the API's client details): PUBLISH packets and MQTT bytes.
+        self.publish_in = self.publish_out = self.bytes_in = self.bytes_out = 0
+        self.connected_at = 0.0  # wall-clock time of its CONNACK 0
         self.reading_paused = self.writing_paused = False  # the inbox is full / the output buffer is
         self.turn_spent = False  # this turn's budget is spent: reading waits for the next turn
         # Packets handled and bytes written since its last pause for a turn: a connection yields
@@ -286,6 +294,7 @@ class Connection(asyncio.Protocol):
                 self._late_acks(data)
             return  # closing: what still comes is not read
         self.broker.traffic.bytes_received += len(data)
+        self.bytes_in += len(data)
         if self.not_reading:  # handed more while paused (the frames of one WebSocket read): later
             self.decoder.keep(data)
             return
@@ -475,6 +484,7 @@ class Connection(asyncio.Protocol):
         traffic = self.broker.traffic
         traffic.publish_received += 1
         traffic.publish_bytes_received += len(packet.payload)
+        self.publish_in += 1
         topic, props = packet.topic, packet.properties
         if self.level == MQTT_5 and props is not EMPTY:
             alias = props.topic_alias
@@ -677,6 +687,7 @@ class Connection(asyncio.Protocol):
             traffic = self.broker.traffic
             traffic.packets_sent += packets
             traffic.bytes_sent += len(data)
+            self.bytes_out += len(data)
             self.turn_bytes += len(data)
             if self.turn_bytes > TURN_BYTES:  # answers count against the budget too
                 self._spend_turn()
@@ -725,6 +736,8 @@ class Connection(asyncio.Protocol):
             traffic.publish_sent += len(out)
             traffic.publish_bytes_sent += payload_bytes
             traffic.bytes_sent += len(data)
+            self.publish_out += len(out)
+            self.bytes_out += len(data)
         if room < 0 and out and state.outbox and not self.writing_paused:
             # This turn's room is used up but the transport took the bytes without pausing (the
             # kernel's socket buffer had space), so no resume_writing will come to restart the
@@ -743,6 +756,7 @@ class Connection(asyncio.Protocol):
             else:
                 out.append(self._publish_bytes(message, dup=True, now=time.monotonic()))
                 self.broker.traffic.publish_sent += 1
+                self.publish_out += 1
                 self.broker.traffic.publish_bytes_sent += len(message.payload)
         if out:
             self.write(b"".join(out), len(out))
@@ -797,6 +811,7 @@ class Connection(asyncio.Protocol):
                     transport.write(disconnect)
                     self.broker.traffic.packets_sent += 1
                     self.broker.traffic.bytes_sent += len(disconnect)
+                    self.bytes_out += len(disconnect)
                     self._linger(transport)
                 elif reason == "normal":
                     self._linger(transport)  # late acks (see _late_acks), then close

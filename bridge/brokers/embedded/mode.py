@@ -70,4 +70,5 @@ def make_source(config: Config, rules: list[Rule], msgids: MsgIdGenerator) -> Br
         durable_commit_interval=config["broker.durable_commit_interval"],
         durable_min_free=config["broker.durable_min_free"],
         sys_interval=config["broker.sys_interval"],
+        bans_file=config["broker.bans_file"] or None,
     )

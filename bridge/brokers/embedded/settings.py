@@ -4,6 +4,8 @@ documented from this one table, like a backend's pool settings (bridge/conf/sche
 
 from __future__ import annotations
 
+import os
+
 from bridge.brokers.embedded.codec.decoder import (
     DEFAULT_MAX_PACKET_SIZE as MQTT_MAX_PACKET,  # the largest MQTT can frame
 )
@@ -58,6 +60,16 @@ def user_backend(text: str) -> str:
 user_backend_setting = p.LateDescribed(
     user_backend, lambda: ", ".join(f"`{name}.<pool>`" for name in _user_backends()) + "; empty: none"
 )
+
+
+def bans_file(text: str) -> str:
+    """The banned list's file: its directory must be writable (or creatable), as `run` writes it."""
+    value = p.parse_str(text).strip()
+    if value:
+        p.writable_dir(os.path.dirname(value) or ".")
+        if os.path.isdir(value):
+            raise ValueError(f"{value} is a directory; give a file name")
+    return value
 
 
 def _tls_listener(name: str, what: str, example: str) -> dict[str, Setting]:
@@ -268,6 +280,12 @@ SETTINGS: dict[str, Setting] = {
         "clients/connected, messages/received, load/messages/received/1min, ...) every this interval; "
         "0: never. Clients read it as the ACL allows (a subscription to `$SYS/#`)",
         example="10s",
+    ),
+    "broker.bans_file": Setting(
+        p.described("a file in a writable or creatable directory; empty: bans are not kept", bans_file),
+        "data/bans.json",
+        "embedded mode: where the banned list (client ids, user names, addresses; the API's `/bans`) is kept "
+        "across restarts, relative to the working directory; empty: in memory only, gone at a restart",
     ),
     "broker.durable_sessions": Setting(
         p.parse_bool,

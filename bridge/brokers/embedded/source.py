@@ -11,6 +11,7 @@ from typing import Any
 from bridge.brokers.base import BrokerNumbers, BrokerSource, Delivery, EventSink
 from bridge.brokers.embedded.access import ACL_REFUSALS, LOGIN_REFUSALS, Gate
 from bridge.brokers.embedded.auth.gate import AuthGate
+from bridge.brokers.embedded.bans import Bans
 from bridge.brokers.embedded.broker import Broker
 from bridge.brokers.embedded.durable import DurableStore
 from bridge.brokers.embedded.durable.health import store_health
@@ -60,6 +61,7 @@ class EmbeddedBroker(BrokerSource):
         durable_commit_interval: float = 0.002,
         durable_min_free: int = 0,
         sys_interval: float = 0.0,
+        bans_file: str | None = None,
     ) -> None:
         limits = limits or Limits()
         self._listen = listen
@@ -73,6 +75,7 @@ class EmbeddedBroker(BrokerSource):
         self._commit_interval = durable_commit_interval
         self._min_free = durable_min_free  # bytes the store's disk must have free for /healthz
         self._sys_interval = sys_interval  # $SYS/broker/... every this many seconds; 0: never
+        self._bans_file = bans_file  # the banned list's file (bans.py); None: kept in memory only
         self._sys: SysTopics | None = None
         self._bridge_status: Callable[[], Mapping[str, str]] | None = None  # $SYS/broker/hookbridge/...
         self._broker: Broker | None = None
@@ -150,7 +153,10 @@ class EmbeddedBroker(BrokerSource):
         if self._broker is not None:
             raise RuntimeError("the embedded broker is already started")
         store = DurableStore(self._durable_dir) if self._durable_dir is not None else None
+        bans = Bans(self._bans_file)
+        bans.load()  # before the first client can connect
         broker = Broker(
+            bans=bans,
             node=self._node,
             msgids=self._msgids,
             sink=sink,
