@@ -67,12 +67,10 @@ class AuthGate:
         self.password_hash = password_hash or PasswordHash("sha256")
         self._permissions_for = permissions_for
         self.acl = acl  # reloaded and closed with the users; permissions_for reads it
-        self._down_reported_at = -DOWN_REPORT_INTERVAL
-        self._down_unreported = 0
+        self._down_reports = _Throttle(DOWN_REPORT_INTERVAL)
         self.checks = checks or FairChecks()
         self.busy_delay = busy_delay
-        self._busy_reported_at = -BUSY_REPORT_INTERVAL
-        self._busy_unreported = 0
+        self._busy_reports = _Throttle(BUSY_REPORT_INTERVAL)
 
     @property
     def authenticates(self) -> bool:
@@ -114,13 +112,10 @@ class AuthGate:
 
     def _report_down(self, username: str, exc: BackendDown) -> None:
         """One warning per DOWN_REPORT_INTERVAL: a fleet reconnecting must not flood the log."""
-        now = time.monotonic()
-        if now - self._down_reported_at < DOWN_REPORT_INTERVAL:
-            self._down_unreported += 1
-            return
-        more = f"; {self._down_unreported} more logins refused since the last report" if self._down_unreported else ""
-        log.warning("login of user %r refused: the user database did not answer (%s)%s", username, exc, more)
-        self._down_reported_at, self._down_unreported = now, 0
+        skipped = self._down_reports.due()
+        if skipped is not None:
+            more = f"; {skipped} more logins refused since the last report" if skipped else ""
+            log.warning("login of user %r refused: the user database did not answer (%s)%s", username, exc, more)
 
     async def permissions_of(self, username: str | None, clientid: str) -> Permissions:
         """access.Gate.permissions_of: as _login gives them, without the password (the login that
@@ -135,20 +130,16 @@ class AuthGate:
 
     def _report_busy(self, username: str, busy: TooManyChecks) -> None:
         """What happened, once per BUSY_REPORT_INTERVAL (a flood would flood the log too)."""
-        now = time.monotonic()
-        if now - self._busy_reported_at < BUSY_REPORT_INTERVAL:
-            self._busy_unreported += 1
-            return
-        more = f"; {self._busy_unreported} more refused so since the last report" if self._busy_unreported else ""
-        log.warning(
-            "login of user %r refused without checking its password: %s (at most %d per address; "
-            "the password checks of other addresses go on)%s",
-            username,
-            busy,
-            self.checks.per_address,
-            more,
-        )
-        self._busy_reported_at, self._busy_unreported = now, 0
+        skipped = self._busy_reports.due()
+        if skipped is not None:
+            log.warning(
+                "login of user %r refused without checking its password: %s (at most %d per address; "
+                "the password checks of other addresses go on)%s",
+                username,
+                busy,
+                self.checks.per_address,
+                f"; {skipped} more refused so since the last report" if skipped else "",
+            )
 
     async def _let_in(self, login: Login, proved: _Proved) -> Verdict:
         permissions = await self._permissions_for(proved.username, login.clientid, proved.superuser)
@@ -195,3 +186,22 @@ def _address(peername: str) -> str:
     """The host of a `host:port` or `[v6 host]:port` peer name: whose turn a check takes."""
     host = peername.rpartition(":")[0]
     return host.strip("[]") or peername
+
+
+class _Throttle:
+    """At most one report per `interval` seconds; the ones in between are counted, so the next
+    report can say how many it stands for."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._at = -interval
+        self._skipped = 0
+
+    def due(self) -> int | None:
+        """None: not yet (this one counted); else a report is due and stands for this many more."""
+        now = time.monotonic()
+        if now - self._at < self.interval:
+            self._skipped += 1
+            return None
+        skipped, self._at, self._skipped = self._skipped, now, 0
+        return skipped
