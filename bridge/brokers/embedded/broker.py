@@ -45,8 +45,9 @@ from bridge.brokers.embedded.deadlines import Deadlines
 from bridge.brokers.embedded.durable import DurableStore, Journal, UnreadableSession, hold_incoming
 from bridge.brokers.embedded.flows import FlowsMixin, OwnPublisher, Publishing
 from bridge.brokers.embedded.limits import Limits
+from bridge.brokers.embedded.queuedbytes import QueuedBytes
 from bridge.brokers.embedded.router import Message, Router
-from bridge.brokers.embedded.sessions import NEVER, PendingWill, QueuedBytes, SessionState, Subscription
+from bridge.brokers.embedded.sessions import NEVER, PendingWill, SessionState, Subscription
 from bridge.brokers.embedded.sessiontable import SessionTable
 from bridge.brokers.embedded.sortedkeys import SortedKeys
 from bridge.brokers.embedded.stream import EventStream, Kept
@@ -109,7 +110,7 @@ class Broker(FlowsMixin):
         # (session_ids): it changes only through [] =, del and pop.
         self._table = SessionTable()
         self.states: dict[str, SessionState] = self._table
-        self.queued = QueuedBytes(limits.max_queued_bytes, self.states)  # broker-wide bound (sessions.py)
+        self.queued = QueuedBytes(limits.max_queued_bytes, self.states)  # broker-wide bound (queuedbytes.py)
         # Durable sessions on: what the store keeps is written through the journal.
         journal = Journal(store, self.states, interval=commit_interval) if store is not None else None
         self.journal = self.router.journal = journal
@@ -641,7 +642,7 @@ class Broker(FlowsMixin):
         message = Message(
             self.msgids.next(), will.topic, will.payload, will.qos, will.retain, state.clientid, props, expires
         )
-        await self._publish(state, peername, message)
+        await self.publish(message, state, peername=peername)
 
     def expire(self, state: SessionState) -> None:
         """A session's expiry interval passed with no connection: it ends (its will goes now)."""

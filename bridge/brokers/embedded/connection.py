@@ -710,18 +710,17 @@ class Connection(asyncio.Protocol):
         now = 0.0
         wants = self.broker.wants
         payload_bytes = 0
-        while state.outbox and len(state.inflight) < self.send_window and room >= 0 and not self.writing_paused:
+        while state.outbox and state.inflight.has_room(self.send_window) and room >= 0 and not self.writing_paused:
             message = state.pop()
             if message.expires:
                 now = now or time.monotonic()
                 if message.expires <= now:
                     continue  # 5.0 message expiry: never delivered once expired
             if message.qos:
-                message.packet_id = state.next_packet_id()
-                state.inflight[message.packet_id] = message
+                state.inflight.send(message)
             data = self._publish_bytes(message, dup=False, now=now)
             if self.client_max_packet and len(data) > self.client_max_packet:
-                state.inflight.pop(message.packet_id, None)  # 5.0 3.1.2.25: discarded for this client
+                state.inflight.remove(message.packet_id)  # 5.0 3.1.2.25: discarded for this client
                 continue
             out.append(data)
             payload_bytes += len(message.payload)

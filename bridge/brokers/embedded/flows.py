@@ -98,25 +98,36 @@ class FlowsMixin:
         async def accept(kept: Kept) -> None:
             accepted.append(kept)
 
-        await self._publish(self.own_publisher, "api", message, accept)
+        await self.publish(message, self.own_publisher, peername="api", accepted=accept)
         return accepted[0]
 
-    async def _publish(
+    async def publish(
         self,
-        state: Publisher,
-        peername: str,
         message: Message,
+        publisher: Publisher | None = None,
+        *,
+        peername: str = "",
         accepted: Callable[[Kept], Awaitable[None]] | None = None,
-    ) -> None:
-        """Emit message.publish for a client's message, then route it (in msgid order).
+        durable_retain: bool = True,
+    ) -> int:
+        """The one way a message is published: a client's will, a message the API publishes as a
+        client or as nobody, the broker's own `$SYS` values (a run of a client's PUBLISH packets
+        takes the same two steps, begun together: publish_inbound). Returns how many sessions it
+        was routed to.
 
-        `accepted` runs once the bridge has the event, with its kept future (the client's
-        PUBACK / PUBREC waits for that: docs/architecture.md#acknowledged-means-kept), before routing,
-        which may wait for earlier messages. `message.msgid` must have been made by the caller just before.
+        `publisher` None: the broker itself publishes (no message.publish event, nobody to
+        acknowledge). `accepted` runs once the bridge has the event, with its kept future (the
+        client's PUBACK / PUBREC waits for that: docs/architecture.md#acknowledged-means-kept),
+        before routing, which may wait for earlier messages. `durable_retain` False: a retained
+        value the durable store does not keep (`$SYS`, made again at every start).
+        `message.msgid` must have been made by the caller just before.
         """
-        await self._publish_end(self._publish_begin(state, peername, message, accepted is not None), accepted)
+        begun = self._publish_begin(publisher, peername, message, accepted is not None, durable_retain=durable_retain)
+        return await self._publish_end(begun, accepted)
 
-    def _publish_begin(self, state: Publisher, peername: str, message: Message, acked: bool) -> Publishing:
+    def _publish_begin(
+        self, state: Publisher | None, peername: str, message: Message, acked: bool, *, durable_retain: bool = True
+    ) -> Publishing:
         """The part of a publish that does not wait: its place in the retained store, the
         routing order and the client's event stream. A run of a client's PUBLISH packets begins
         them all before the first ends, so their events reach the rules in one turn of the loop
@@ -126,11 +137,13 @@ class FlowsMixin:
         if message.retain:
             # Stored in the same step as the id is made: a subscription whose
             # live_from is later than this id gets the message as retained.
-            self.router.store_retained(message)
+            self.router.store_retained(message, durable=durable_retain)
         ticket = self.router.sequencer.enter()
         journal = self.router.journal
         # Durable sessions: the ack also waits for the commit that logs the message for them.
         stored = asyncio.get_running_loop().create_future() if journal is not None and acked else None
+        if state is None:  # the broker's own message: no event, no client to acknowledge
+            return Publishing(message, ticket, stored, None)
         lane = state.lane
         # Nothing takes the event (no rule for this topic, no fetch page waiting): with the
         # lane idle, skipping it keeps the client's event order and saves a task and two loop
@@ -140,11 +153,13 @@ class FlowsMixin:
             taken = lane.post(self._publish_event(state, peername, message), wait=True)
         return Publishing(message, ticket, stored, taken)
 
-    async def _publish_end(self, publishing: Publishing, accepted: Callable[[Kept], Awaitable[None]] | None) -> None:
-        """Acknowledge (once kept) and route a begun publish; must follow every _publish_begin."""
+    async def _publish_end(self, publishing: Publishing, accepted: Callable[[Kept], Awaitable[None]] | None) -> int:
+        """Acknowledge (once kept) and route a begun publish; must follow every _publish_begin.
+        Returns how many sessions it was routed to."""
         sequencer = self.router.sequencer
         stored = publishing.stored
         routed = False
+        sessions = 0
         try:
             kept: Kept = None
             if publishing.taken is not None:
@@ -153,7 +168,7 @@ class FlowsMixin:
                 await accepted(kept if stored is None else both(kept, stored))
             if not sequencer.ready(publishing.ticket):
                 await sequencer.wait(publishing.ticket)
-            self.router.route(publishing.message)
+            sessions = self.router.route(publishing.message)
             routed = True
             if publishing.on_routed is not None:
                 publishing.on_routed(kept)
@@ -165,6 +180,7 @@ class FlowsMixin:
         if stored is not None:
             journal = self.router.journal
             _chain(journal.committed() if journal is not None else None, stored)
+        return sessions
 
     def _publish_abandon(self, publishing: Publishing) -> None:
         """A begun publish that will not end (its connection's task was cancelled): it gives up
@@ -265,6 +281,15 @@ class FlowsMixin:
         future = state.lane.post(event, wait=True)
         assert future is not None
         return existed, future
+
+    def proxy_unsubscribe(self, clientid: str, topic_filter: str) -> bool:
+        """Unsubscribe a session on its behalf (the API); False when it had no such subscription
+        (or no session). session.unsubscribed is posted in the client's event order, not awaited."""
+        state = self.states.get(clientid)
+        if state is None:
+            return False
+        existed, _posted = self._remove_subscription(state, topic_filter)
+        return existed
 
     def proxy_subscribe(self, clientid: str, topic_filter: str, qos: int) -> bool:
         """Subscribe a session on its behalf; False when it has no session."""
