@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from bridge.brokers.embedded.acks import AckQueue
 from bridge.brokers.embedded.codec import (
     EMPTY,
     MQTT_5,
@@ -195,8 +196,6 @@ class Connection(asyncio.Protocol):
     # Slots, and the queues below made only while they hold something: a fleet's idle
     # connection costs what it holds, not a dict and four empty deques (docs/benchmarks.md#fleet-scale).
     __slots__ = (
-        "_ack_room",
-        "_flush_soon",
         "_pump_soon",
         "acks",
         "aliases",
@@ -257,9 +256,7 @@ class Connection(asyncio.Protocol):
         self.opened = self.last_packet = time.monotonic()
         self.keepalive_limit = 0.0
         self.watched_keepalive = False  # in the broker's deadlines for its keepalive (broker._sweep)
-        # (kept, ack bytes, qos) in arrival order; made by the first ack, dropped once all went out
-        self.acks: deque[tuple[Kept, bytes, int]] | None = None
-        self._ack_room: asyncio.Future[None] | None = None
+        self.acks: AckQueue | None = None  # made by the first ack waiting to be kept (acks.py)
         self.aliases: dict[int, str] | None = None  # 5.0 topic aliases, made by the first one
         self.send_window = limits.max_inflight
         self.client_max_packet = 0
@@ -273,7 +270,7 @@ class Connection(asyncio.Protocol):
         # at least once every TURN_PACKETS / TURN_BYTES, however its input was split into reads.
         self.turn_packets = self.turn_bytes = 0
         self.output_logged = False
-        self._pump_soon = self._flush_soon = False
+        self._pump_soon = False
         self.connacked = False
         self.lingering = False  # half-closed after a DISCONNECT, aborted after _LINGER
 
@@ -594,7 +591,8 @@ class Connection(asyncio.Protocol):
                 elif kind is AckAgain:
                     await self.ack_when_kept(item.held.kept, item.ack)
                 elif kind is Refusal:
-                    await self._acks_written()
+                    if self.acks is not None:
+                        await self.acks.drained()
                     self._refuse(item.why, item.code)  # END is queued now, or was when the connection ended
                     while inbox and inbox[0] is not END:
                         inbox.popleft()  # what came after it is not handled
@@ -627,54 +625,22 @@ class Connection(asyncio.Protocol):
 
     async def ack_when_kept(self, kept: Kept, ack: bytes, qos: int = 2) -> None:
         """Queue `ack` to go out once `kept` is done, after every ack queued before it."""
-        while self.acks is not None and len(self.acks) >= UNACKED_LIMIT and self.reason is None:
-            self._ack_room = asyncio.get_running_loop().create_future()
-            await self._ack_room
         if self.reason is not None:
             return  # closing: the client sends the message again on its next connection
         acks = self.acks
         if acks is None:
-            acks = self.acks = deque()
-        acks.append((kept, ack, qos))
-        if kept is not None and not kept.done():
-            kept.add_done_callback(self._kept)
-        elif len(acks) == 1:
-            self._kept(None)
+            acks = self.acks = AckQueue(UNACKED_LIMIT, self._acks_out, self._ack_lost)
+        await acks.add(kept, ack, qos)
 
-    async def _acks_written(self) -> None:
-        """Wait until every queued acknowledgement went out (or the connection ended)."""
-        while self.acks and self.reason is None:
-            self._ack_room = asyncio.get_running_loop().create_future()
-            await self._ack_room
+    def _acks_out(self, acks: list[bytes], pubacks: int) -> None:
+        """Acknowledgements whose messages are kept (AckQueue): written, and the QoS 1 ones end
+        their exchange (the client may send one more under the Receive Maximum)."""
+        self.incoming_unacked -= pubacks
+        self.write(b"".join(acks), len(acks))
 
-    def _kept(self, _: Any) -> None:
-        if not self._flush_soon:
-            self._flush_soon = True
-            asyncio.get_running_loop().call_soon(self._flush_acks)
-
-    def _flush_acks(self) -> None:
-        self._flush_soon = False
-        out = []
-        acks = self.acks
-        if acks is None:
-            return
-        while acks and (acks[0][0] is None or acks[0][0].done()):
-            kept, ack, qos = acks.popleft()
-            if kept is not None and kept.cancelled():
-                log.warning("client %s: a message was not kept; closing without acknowledging it", self.who())
-                acks.clear()
-                self.close("closed")
-                break
-            out.append(ack)
-            if qos == 1:
-                self.incoming_unacked -= 1
-        if out:
-            self.write(b"".join(out), len(out))
-        room = self._ack_room
-        if room is not None and not room.done() and (len(acks) < UNACKED_LIMIT or self.reason is not None):
-            room.set_result(None)
-        if not acks:
-            self.acks = None
+    def _ack_lost(self) -> None:
+        log.warning("client %s: a message was not kept; closing without acknowledging it", self.who())
+        self.close("closed")
 
     # -- sending -------------------------------------------------------------------
 
@@ -818,9 +784,8 @@ class Connection(asyncio.Protocol):
                     transport.close()  # flush what is buffered (the PUBACK before a DISCONNECT)
                 else:
                     transport.abort()
-            room = self._ack_room
-            if room is not None and not room.done():
-                room.set_result(None)
+            if self.acks is not None:
+                self.acks.close()
             self._queue(END)
 
     def _linger(self, transport: Any) -> None:
