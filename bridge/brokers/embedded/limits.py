@@ -58,7 +58,7 @@ class Limits:
     max_inflight: int = 32
     """Outgoing QoS 1/2 messages unacknowledged per session (fewer when a 5.0 client announces
     a lower Receive Maximum). The Receive Maximum the broker announces for a client's own
-    publishes is connection.RECEIVE_MAXIMUM."""
+    publishes is channel.RECEIVE_MAXIMUM."""
     max_offline_messages: int = 100_000
     """Messages queued per session; 0: no count limit (max_offline_bytes still bounds it)."""
     max_offline_bytes: int = 64 << 20

@@ -43,7 +43,8 @@ NEVER = 0xFFFFFFFF
 class Link(Protocol):
     """The connection a session is attached to, as the session sees it (connection.Connection)."""
 
-    will: Will | None
+    @property
+    def will(self) -> Will | None: ...
 
     def pump(self) -> None:
         """Send what the session has queued, as far as the window allows."""
