@@ -11,13 +11,19 @@ listing, the durable store's progress row).
 from __future__ import annotations
 
 from collections.abc import ItemsView, Iterator, ValuesView
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from bridge.brokers.embedded.sessions import Outgoing
+from typing import Generic, Protocol, TypeVar
 
 # MQTT packet ids are 1..65535 [MQTT-2.3.1-1].
 _LAST_PACKET_ID = 65535
+
+
+class Sent(Protocol):
+    """A message that goes out under a packet id (sessions.Outgoing)."""
+
+    packet_id: int
+
+
+Message = TypeVar("Message", bound=Sent)
 
 
 class NoFreePacketId(RuntimeError):
@@ -25,13 +31,13 @@ class NoFreePacketId(RuntimeError):
     broker.max_inflight allowed it)."""
 
 
-class InflightWindow:
+class InflightWindow(Generic[Message]):
     """Messages in flight to one client, keyed by packet id; iteration order is send order."""
 
     __slots__ = ("_last_id", "_messages")
 
     def __init__(self) -> None:
-        self._messages: dict[int, Outgoing] = {}
+        self._messages: dict[int, Message] = {}
         self._last_id = 0  # the packet id given last: the next one goes on from it
 
     def __len__(self) -> int:
@@ -43,31 +49,31 @@ class InflightWindow:
     def __iter__(self) -> Iterator[int]:
         return iter(self._messages)
 
-    def get(self, packet_id: int) -> Outgoing | None:
+    def get(self, packet_id: int) -> Message | None:
         return self._messages.get(packet_id)
 
-    def values(self) -> ValuesView[Outgoing]:
+    def values(self) -> ValuesView[Message]:
         return self._messages.values()
 
-    def items(self) -> ItemsView[int, Outgoing]:
+    def items(self) -> ItemsView[int, Message]:
         return self._messages.items()
 
     def has_room(self, window: int) -> bool:
         """Whether one more message may go out under a window of `window` messages."""
         return len(self._messages) < window
 
-    def send(self, message: Outgoing) -> int:
+    def send(self, message: Message) -> int:
         """Give `message` a packet id no message in flight holds and hold it until acknowledged."""
         packet_id = self._free_id()
         message.packet_id = packet_id
         self._messages[packet_id] = message
         return packet_id
 
-    def restore(self, message: Outgoing) -> None:
+    def restore(self, message: Message) -> None:
         """Put back a message that was in flight under its own packet id (a durable session)."""
         self._messages[message.packet_id] = message
 
-    def remove(self, packet_id: int) -> Outgoing | None:
+    def remove(self, packet_id: int) -> Message | None:
         """The message under `packet_id` leaves the window (acknowledged, or never sent)."""
         return self._messages.pop(packet_id, None)
 

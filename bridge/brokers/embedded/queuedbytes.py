@@ -1,6 +1,6 @@
 """The broker-wide bound on the bytes queued in every session's outbox (broker.max_queued_bytes).
 
-The sessions (sessions.SessionState) add and subtract their queued bytes to its `total` as they
+The sessions (sessions.SessionState, seen here as a `Queue`) add and subtract their queued bytes to its `total` as they
 queue, send, drop and end; past the bound it picks the largest queue and has it drop its oldest
 message (SessionState.drop_oldest), counted and logged as any other drop.
 """
@@ -11,15 +11,26 @@ import heapq
 import logging
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from bridge.brokers.embedded.sessions import SessionState
+from typing import Protocol
 
 log = logging.getLogger("bridge.brokers.embedded")
 
 # At most one "over max_queued_bytes" warning for the whole broker per this many seconds.
 _DROP_LOG_INTERVAL = 5.0
+
+
+class Queue(Protocol):
+    """A session's queue as the bound sees it (sessions.SessionState)."""
+
+    heap_mark: int  # its live heap entry here, 0: none (the bound alone sets it)
+
+    @property
+    def clientid(self) -> str: ...
+
+    @property
+    def outbox_bytes(self) -> int: ...
+
+    def drop_oldest(self, reason: str) -> None: ...
 
 
 class QueuedBytes:
@@ -58,12 +69,12 @@ class QueuedBytes:
 
     __slots__ = ("_current", "_heap", "_last_log", "_tick", "bound", "dropped", "states", "total")
 
-    def __init__(self, bound: int, states: Mapping[str, SessionState]) -> None:
+    def __init__(self, bound: int, states: Mapping[str, Queue]) -> None:
         self.bound = bound
         self.states = states  # every session of the broker (the heap is built from them)
         self.total = 0
         self.dropped = 0  # messages dropped for this bound (also counted in each session's `dropped`)
-        self._heap: list[tuple[int, int, SessionState]] | None = None  # (-bytes, mark, session)
+        self._heap: list[tuple[int, int, Queue]] | None = None  # (-bytes, mark, session)
         self._current = 0  # sessions with a current entry in the heap (their mark)
         self._tick = 0
         self._last_log = 0.0
@@ -73,7 +84,7 @@ class QueuedBytes:
         """Whether the heap is kept (the total went over the bound, and not under half of it since)."""
         return self._heap is not None
 
-    def _push(self, state: SessionState) -> None:
+    def _push(self, state: Queue) -> None:
         heap = self._heap
         assert heap is not None
         if not state.heap_mark:
@@ -115,7 +126,7 @@ class QueuedBytes:
         for _, _, state in heap or ():
             state.heap_mark = 0
 
-    def queued(self, state: SessionState) -> None:
+    def queued(self, state: Queue) -> None:
         """`state` queued a message and the total changed: keep the heap, shed past the bound."""
         if self._heap is not None:
             if self.total < self.bound >> 1:
@@ -151,7 +162,7 @@ class QueuedBytes:
                 state.heap_mark = 0
                 self._current -= 1
 
-    def log_drop(self, state: SessionState) -> None:
+    def log_drop(self, state: Queue) -> None:
         """At most one warning per _DROP_LOG_INTERVAL for the whole broker (thousands of sessions
         may lose messages to this bound in one second)."""
         now = time.monotonic()

@@ -173,7 +173,7 @@ class SessionState:
         # read alike (len, iteration, truth), only the methods below change it.
         self.outbox: deque[Outgoing] | tuple[()] = ()
         self.outbox_bytes = 0
-        self.inflight = InflightWindow()  # sent, not acknowledged (inflight.py)
+        self.inflight: InflightWindow[Outgoing] = InflightWindow()  # sent, not acknowledged (inflight.py)
         self.incoming_qos2: dict[int, IncomingQos2] = {}
         self.conn: Link | None = None
         # What the client logged in as may do (bridge/brokers/embedded/access.py), asked on
