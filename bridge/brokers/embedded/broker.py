@@ -16,15 +16,14 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import replace
-from functools import partial
 from typing import Any
 
 from bridge.brokers.base import EventSink
 from bridge.brokers.embedded.access import Gate, Login, OpenGate, Permissions, Verdict
 from bridge.brokers.embedded.bans import Ban, Bans
-from bridge.brokers.embedded.channel import RECEIVE_MAXIMUM, TOPIC_ALIAS_MAXIMUM, Inbound
+from bridge.brokers.embedded.channel import RECEIVE_MAXIMUM, TOPIC_ALIAS_MAXIMUM
 from bridge.brokers.embedded.client import Client
 from bridge.brokers.embedded.codec import (
     EMPTY,
@@ -44,8 +43,8 @@ from bridge.brokers.embedded.codec import (
 )
 from bridge.brokers.embedded.compact import shrink_if_sparse
 from bridge.brokers.embedded.deadlines import Deadlines
-from bridge.brokers.embedded.durable import DurableStore, Journal, UnreadableSession, hold_incoming
-from bridge.brokers.embedded.flows import FlowsMixin, OwnPublisher, Publishing
+from bridge.brokers.embedded.durable import DurableStore, Journal, UnreadableSession
+from bridge.brokers.embedded.flows import FlowsMixin, OwnPublisher
 from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.queuedbytes import QueuedBytes
 from bridge.brokers.embedded.router import Message, Router
@@ -464,47 +463,6 @@ class Broker(FlowsMixin):
 
     # -- packets -------------------------------------------------------------------
 
-    async def publish_inbound(self, conn: Client, items: Sequence[Inbound]) -> None:
-        """A client's PUBLISH packets that came in a row, in order: every one is begun (id,
-        retained store, routing turn, event posted) before the first is acknowledged and routed,
-        so a burst costs one pass through the rules and one write to each subscriber rather than
-        a few loop turns per message."""
-        state = conn.state
-        assert state is not None
-        begun: list[tuple[Inbound, Publishing | None]] = []
-        for item in items:
-            if item.refused:
-                log.info("client %r may not publish to %r: dropped", state.clientid, item.topic)
-                begun.append((item, None))
-                continue
-            message = Message(
-                self.msgids.next(),
-                item.topic,
-                item.payload,
-                item.qos,
-                item.retain,
-                state.clientid,
-                item.properties,
-                item.expires,
-            )
-            begins = self._publish_begin(state, conn.peername, message, item.qos > 0)
-            if item.qos == 2 and state.durable:  # its packet id is committed with the message
-                begins.on_routed = partial(hold_incoming, state, item.packet_id)
-            begun.append((item, begins))
-        ended = 0
-        try:
-            for item, publishing in begun:
-                ended += 1
-                if publishing is None:
-                    if item.ack is not None:
-                        await conn.accepted(item, None)
-                    continue
-                await self._publish_end(publishing, _acceptor(conn, item) if item.qos else None)
-        finally:
-            for _, publishing in begun[ended:]:
-                if publishing is not None:
-                    self._publish_abandon(publishing)
-
     async def subscribe(self, conn: Client, packet: Subscribe) -> None:
         state = conn.state
         assert state is not None
@@ -716,10 +674,3 @@ class Broker(FlowsMixin):
 
     def describe(self) -> dict[str, Any]:
         return {"connections": len(self.connections), "sessions": len(self.states)}
-
-
-def _acceptor(conn: Client, item: Inbound) -> Callable[[Kept], Awaitable[None]]:
-    async def accepted(kept: Kept) -> None:
-        await conn.accepted(item, kept)
-
-    return accepted

@@ -1,24 +1,36 @@
 """Publish, subscribe and deliver: what a client (or the bridge) does to a session.
 
-Shared by the client's message loop (broker.py) and the bridge's own calls
-(`EmbeddedBroker.subscribe()` / `deliver()`).
+The whole path of a publish is here, in one file: a run of a client's PUBLISH packets
+(`publish_inbound`, from its connection's task), every other message (`publish`: wills, the API,
+`$SYS`), both through `_publish_begin` / `_publish_end`. Shared by the client's message loop
+(broker.py: SUBSCRIBE, UNSUBSCRIBE) and the bridge's own calls (`EmbeddedBroker.subscribe()` /
+`deliver()`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
+from functools import partial
+from typing import TYPE_CHECKING, Protocol
 
 from bridge.brokers.base import Delivery, DeliveryError
 from bridge.brokers.embedded.codec import MQTT_3_1_1, split_shared
 from bridge.brokers.embedded.codec.filters import subscription_filter_error
+from bridge.brokers.embedded.durable import hold_incoming
 from bridge.brokers.embedded.router import Message, Router, target_of
 from bridge.brokers.embedded.sessions import Outgoing, SessionState, Subscription
 from bridge.brokers.embedded.stream import EventStream, Kept
 from bridge.events import Hookpoint, MessagePublish, SessionSubscribed, SessionUnsubscribed
 from bridge.msgid import MsgIdGenerator
+
+if TYPE_CHECKING:
+    from bridge.brokers.embedded.channel import Inbound
+    from bridge.brokers.embedded.client import Client
+
+log = logging.getLogger("bridge.brokers.embedded")
 
 _QOS = (0, 1, 2)
 
@@ -100,6 +112,47 @@ class FlowsMixin:
 
         await self.publish(message, self.own_publisher, peername="api", accepted=accept)
         return accepted[0]
+
+    async def publish_inbound(self, conn: Client, items: Sequence[Inbound]) -> None:
+        """A client's PUBLISH packets that came in a row, in order: every one is begun (id,
+        retained store, routing turn, event posted) before the first is acknowledged and routed,
+        so a burst costs one pass through the rules and one write to each subscriber rather than
+        a few loop turns per message."""
+        state = conn.state
+        assert state is not None
+        begun: list[tuple[Inbound, Publishing | None]] = []
+        for item in items:
+            if item.refused:
+                log.info("client %r may not publish to %r: dropped", state.clientid, item.topic)
+                begun.append((item, None))
+                continue
+            message = Message(
+                self.msgids.next(),
+                item.topic,
+                item.payload,
+                item.qos,
+                item.retain,
+                state.clientid,
+                item.properties,
+                item.expires,
+            )
+            begins = self._publish_begin(state, conn.peername, message, item.qos > 0)
+            if item.qos == 2 and state.durable:  # its packet id is committed with the message
+                begins.on_routed = partial(hold_incoming, state, item.packet_id)
+            begun.append((item, begins))
+        ended = 0
+        try:
+            for item, publishing in begun:
+                ended += 1
+                if publishing is None:
+                    if item.ack is not None:
+                        await conn.accepted(item, None)
+                    continue
+                await self._publish_end(publishing, _acceptor(conn, item) if item.qos else None)
+        finally:
+            for _, publishing in begun[ended:]:
+                if publishing is not None:
+                    self._publish_abandon(publishing)
 
     async def publish(
         self,
@@ -388,3 +441,10 @@ def _chain(source: asyncio.Future[None] | None, target: asyncio.Future[None]) ->
             target.set_result(None)
 
     source.add_done_callback(settle)
+
+
+def _acceptor(conn: Client, item: Inbound) -> Callable[[Kept], Awaitable[None]]:
+    async def accepted(kept: Kept) -> None:
+        await conn.accepted(item, kept)
+
+    return accepted
