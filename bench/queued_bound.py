@@ -8,7 +8,7 @@
    fill up to the bound and then lose their oldest messages. Printed: the broker's RSS at start,
    with the idle sessions (-> the overhead per session), and its peak while queued messages grow
    to the bound and past it, against the bound; the drops /metrics counted.
-2. The cost of choosing the largest queue (sessions.QueuedBytes), in this process: 15,000
+2. The cost of choosing the largest queue (queuedbytes.QueuedBytes), in this process: 15,000
    sessions, enqueues below the bound (a running total only), at the bound (each enqueue drops
    the oldest message of the largest queue: heap push and pop), and one rebuild of the heap.
 
@@ -48,7 +48,8 @@ from bridge.brokers.embedded.codec import (
 )
 from bridge.brokers.embedded.codec import Subscription as Sub
 from bridge.brokers.embedded.limits import Limits
-from bridge.brokers.embedded.sessions import MESSAGE_OVERHEAD, Outgoing, QueuedBytes, SessionState
+from bridge.brokers.embedded.queuedbytes import QueuedBytes
+from bridge.brokers.embedded.sessions import MESSAGE_OVERHEAD, Outgoing, SessionState
 from bridge.conf import parsers
 
 WINDOW = 2000  # the publisher's QoS 1 messages in flight
@@ -271,7 +272,9 @@ def choice_cost(sessions: int, results: dict[str, float], repeats: int = 3) -> N
         queued._release()
         at.append(fill(order, fits))  # every enqueue now drops one message of the largest queue
         assert refused["queued_bytes"] == fits
-    print(f"\nChoosing the victim (sessions.QueuedBytes), {sessions:,} sessions, in this process, best of {repeats}:\n")
+    print(
+        f"\nChoosing the victim (queuedbytes.QueuedBytes), {sessions:,} sessions, in this process, best of {repeats}:\n"
+    )
     print(
         table(
             [

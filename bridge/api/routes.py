@@ -386,8 +386,7 @@ class Api:
         if topic_filter not in state.subscriptions:
             raise ApiError(404, "the client has no such subscription")
         self._changed(request, "unsubscribed %r from %r", state.clientid, topic_filter)
-        _existed, posted = broker._remove_subscription(state, topic_filter)
-        del posted  # session.unsubscribed goes out in the client's event order, not awaited here
+        broker.proxy_unsubscribe(state.clientid, topic_filter)  # session.unsubscribed in the client's order
         return _json({"clientid": state.clientid, "filter": topic_filter, "removed": True})
 
     @staticmethod
@@ -480,18 +479,9 @@ class Api:
         self._changed(request, "published to %r (%d bytes, qos %d, retain %s)", topic, len(payload), qos, retain)
         message = Message(broker.msgids.next(), topic, payload, qos, retain, clientid or "")
         if state is not None:  # as the client: its message.publish event, then routing
-            await broker._publish(state, "api", message)
+            await broker.publish(message, state, peername="api")
             return _json({"published": topic, "msgid": message.msgid, "as": state.clientid})
-        if retain:
-            broker.router.store_retained(message)
-        sequencer = broker.router.sequencer
-        ticket = sequencer.enter()
-        try:
-            if not sequencer.ready(ticket):
-                await sequencer.wait(ticket)
-            delivered = broker.router.route(message)
-        finally:
-            sequencer.leave(ticket)
+        delivered = await broker.publish(message)  # as nobody: no event, routed in msgid order
         return _json({"published": topic, "msgid": message.msgid, "routed": delivered})
 
     async def stats(self, _request: web.Request) -> web.Response:

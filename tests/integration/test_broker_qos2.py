@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from bridge.app import Bridge
+from bridge.brokers.embedded.channel import RECEIVE_MAXIMUM
 from bridge.brokers.embedded.codec import MQTT_3_1_1, MQTT_5, Disconnect, Publish, Pubrec, encode
-from bridge.brokers.embedded.connection import RECEIVE_MAXIMUM
 from support.bridges import BridgeFactory, mqtt_port
 from tests.integration.conftest import RawClient
 

@@ -1,4 +1,4 @@
-"""The broker-wide bound on queued bytes (sessions.QueuedBytes): which queue loses a message when
+"""The broker-wide bound on queued bytes (queuedbytes.QueuedBytes): which queue loses a message when
 all sessions together hold more than broker.max_queued_bytes, checked against a brute force
 oracle (the largest queue at the moment of each drop) over random enqueues, sends and ends."""
 
@@ -12,7 +12,8 @@ import pytest
 
 from bridge.brokers.embedded.durable.journal import position
 from bridge.brokers.embedded.limits import Limits
-from bridge.brokers.embedded.sessions import MESSAGE_OVERHEAD, Outgoing, QueuedBytes, SessionState
+from bridge.brokers.embedded.queuedbytes import QueuedBytes
+from bridge.brokers.embedded.sessions import MESSAGE_OVERHEAD, Outgoing, SessionState
 
 # A session's own bounds out of the way: only the broker-wide one drops here.
 LIMITS = Limits(max_offline_messages=0, max_offline_bytes=1 << 40)

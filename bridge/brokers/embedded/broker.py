@@ -1,7 +1,8 @@
 """The embedded broker's core: sessions, CONNECT / SUBSCRIBE / PUBLISH flows, wills, expiry.
 
-Connections (connection.py) decode and answer packets; everything that touches a session or
-the routing table happens here, in each connection's arrival order. Sessions outlive their
+Connections (connection.py: the socket; channel.py: the protocol) decode and answer packets,
+seen here through client.Client; everything that touches a session or the routing table
+happens here, in each connection's arrival order. Sessions outlive their
 connection by their expiry interval (3.1.1 clean session 0: for ever; 5.0: the session expiry
 interval); a takeover closes the old connection and waits for its teardown before the new one
 gets the session, under a per-client lock.
@@ -15,14 +16,15 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import replace
-from functools import partial
 from typing import Any
 
 from bridge.brokers.base import EventSink
 from bridge.brokers.embedded.access import Gate, Login, OpenGate, Permissions, Verdict
 from bridge.brokers.embedded.bans import Ban, Bans
+from bridge.brokers.embedded.channel import RECEIVE_MAXIMUM, TOPIC_ALIAS_MAXIMUM
+from bridge.brokers.embedded.client import Client
 from bridge.brokers.embedded.codec import (
     EMPTY,
     MQTT_5,
@@ -40,13 +42,13 @@ from bridge.brokers.embedded.codec import (
     split_shared,
 )
 from bridge.brokers.embedded.compact import shrink_if_sparse
-from bridge.brokers.embedded.connection import RECEIVE_MAXIMUM, TOPIC_ALIAS_MAXIMUM, Connection, Inbound
 from bridge.brokers.embedded.deadlines import Deadlines
-from bridge.brokers.embedded.durable import DurableStore, Journal, UnreadableSession, hold_incoming
-from bridge.brokers.embedded.flows import FlowsMixin, OwnPublisher, Publishing
+from bridge.brokers.embedded.durable import DurableStore, Journal, UnreadableSession
+from bridge.brokers.embedded.flows import FlowsMixin, OwnPublisher
 from bridge.brokers.embedded.limits import Limits
+from bridge.brokers.embedded.queuedbytes import QueuedBytes
 from bridge.brokers.embedded.router import Message, Router
-from bridge.brokers.embedded.sessions import NEVER, PendingWill, QueuedBytes, SessionState, Subscription
+from bridge.brokers.embedded.sessions import NEVER, PendingWill, SessionState, Subscription
 from bridge.brokers.embedded.sessiontable import SessionTable
 from bridge.brokers.embedded.sortedkeys import SortedKeys
 from bridge.brokers.embedded.stream import EventStream, Kept
@@ -109,18 +111,18 @@ class Broker(FlowsMixin):
         # (session_ids): it changes only through [] =, del and pop.
         self._table = SessionTable()
         self.states: dict[str, SessionState] = self._table
-        self.queued = QueuedBytes(limits.max_queued_bytes, self.states)  # broker-wide bound (sessions.py)
+        self.queued = QueuedBytes(limits.max_queued_bytes, self.states)  # broker-wide bound (queuedbytes.py)
         # Durable sessions on: what the store keeps is written through the journal.
         journal = Journal(store, self.states, interval=commit_interval) if store is not None else None
         self.journal = self.router.journal = journal
         self.expiring: dict[str, float] = {}
         self.busy_lanes: set[EventStream] = set()  # client event lanes with events not yet at the sink
         self.own_publisher = OwnPublisher(EventStream(sink, "(bridge)", self.busy_lanes))
-        self.active: dict[str, Connection] = {}  # clientid -> connection until its teardown ends
-        self.connections: set[Connection] = set()
+        self.active: dict[str, Client] = {}  # clientid -> connection until its teardown ends
+        self.connections: set[Client] = set()
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._sweeper: asyncio.Task[None] | None = None
-        self._deadlines: Deadlines[Connection] = Deadlines(_SWEEP_INTERVAL, time.monotonic())
+        self._deadlines: Deadlines[Client] = Deadlines(_SWEEP_INTERVAL, time.monotonic())
         self.dropped_by_ended_sessions = 0
         # A sink may say which per-message events it has no use for (bridge.pipeline.dispatcher.wants):
         # building and posting a message.delivered nobody reads was a tenth of the publish path.
@@ -131,14 +133,12 @@ class Broker(FlowsMixin):
 
     # -- connections -------------------------------------------------------------
 
-    def accept(self, conn: Connection) -> None:
+    def accept(self, conn: Client) -> None:
         self.traffic.sockets += 1  # every socket accepted, refused ones too (Mosquitto's load/sockets)
         if self.limits.max_connections and len(self.connections) >= self.limits.max_connections:
             self.refused["max_connections"] += 1
             log.warning("connection from %s refused: %d connections open", conn.peername, len(self.connections))
-            assert conn.transport is not None
-            conn.transport.abort()
-            conn.reason = "refused"
+            conn.turn_away()
             return
         self.connections.add(conn)
         self._deadlines.watch(conn, conn.opened + self.limits.connect_timeout)
@@ -176,7 +176,7 @@ class Broker(FlowsMixin):
                 elif conn.watched_keepalive:
                     limit = conn.keepalive_limit
                     if not limit:
-                        conn.watched_keepalive = False
+                        conn.unwatch_keepalive()
                     elif conn.not_reading:  # time not spent reading does not count
                         deadlines.watch(conn, now + limit)
                     elif now - conn.last_packet > limit:
@@ -192,9 +192,10 @@ class Broker(FlowsMixin):
                 for msgid in stale:
                     del self.expiring[msgid]
 
-    async def connect(self, conn: Connection, packet: Connect) -> None:
+    async def connect(self, conn: Client, packet: Connect) -> None:
         """Refuse the CONNECT, or take over / resume / create the session and send CONNACK."""
-        level = conn.level = packet.protocol_level
+        level = packet.protocol_level
+        conn.speaks(level)
         clientid, assigned = packet.client_id, None
         code = self._connect_refusal(packet)
         if code is None and not clientid:
@@ -251,12 +252,11 @@ class Broker(FlowsMixin):
                 self.refused["durable_unreadable"] += 1
                 conn.fail_connect(R.SERVER_UNAVAILABLE if level == MQTT_5 else ConnectReturnCode.SERVER_UNAVAILABLE)
                 return
-            conn.state, state.conn, conn.will = state, conn, packet.will
+            state.conn = conn
             self.active[clientid] = conn
             server_keep_alive = self._keepalive(conn, packet)
-            conn.write(encode(self._connack(conn, packet, present, assigned, server_keep_alive), level))
-            conn.connacked = True
-            conn.connected_at = time.time()
+            connack = self._connack(packet, present, assigned, server_keep_alive)
+            conn.attach(state, packet, connack, self.limits.max_inflight)
             traffic = self.traffic
             traffic.connections += 1
             traffic.clients_maximum = max(traffic.clients_maximum, len(self.states))  # sessions, as Mosquitto
@@ -292,7 +292,7 @@ class Broker(FlowsMixin):
             return R.TOPIC_NAME_INVALID if v5 else ConnectReturnCode.NOT_AUTHORIZED
         return None
 
-    async def _login(self, conn: Connection, packet: Connect, clientid: str) -> Verdict | None:
+    async def _login(self, conn: Client, packet: Connect, clientid: str) -> Verdict | None:
         """Ask the gate; on a refusal answer the CONNECT and return None."""
         login = Login(clientid, packet.username, packet.password, conn.listener, conn.peername, conn.cert_cn)
         verdict = await self.gate.login(login)
@@ -304,14 +304,15 @@ class Broker(FlowsMixin):
         conn.fail_connect(codes[1] if packet.protocol_level == MQTT_5 else codes[0])
         return None
 
-    def _banned(self, conn: Connection, clientid: str, username: str | None) -> bool:
+    def _banned(self, conn: Client, clientid: str, username: str | None) -> bool:
         """A ban in force keeps this client out: CONNACK 0x8A (3.1.1: 5, not authorized), True."""
         ban = self.bans.match(clientid, username, conn.peername)
         if ban is None:
             return False
         self.refused["banned"] += 1
         log.info("client %r from %s: banned (%s %r): CONNECT refused", clientid, conn.peername, ban.kind, ban.who)
-        conn.fail_connect(R.BANNED if conn.level == MQTT_5 else ConnectReturnCode.NOT_AUTHORIZED)
+        level = conn.level
+        conn.fail_connect(R.BANNED if level == MQTT_5 else ConnectReturnCode.NOT_AUTHORIZED)
         return True
 
     def ban(self, ban: Ban) -> list[str]:
@@ -436,26 +437,18 @@ class Broker(FlowsMixin):
                 time.monotonic() - started,
             )
 
-    def _keepalive(self, conn: Connection, packet: Connect) -> int | None:
+    def _keepalive(self, conn: Client, packet: Connect) -> int | None:
         """Set the connection's keepalive limit; the Server Keep Alive to announce, if any."""
         keepalive, cap, announced = packet.keepalive, self.limits.server_keep_alive, None
         if cap and packet.protocol_level == MQTT_5 and (keepalive == 0 or keepalive > cap):
             keepalive = announced = cap
-        conn.keepalive_limit = keepalive * 1.5  # [MQTT-3.1.2-24]
-        if conn.keepalive_limit and not conn.watched_keepalive:
-            conn.watched_keepalive = True
+        if conn.keep_alive(keepalive * 1.5):  # [MQTT-3.1.2-24]
             self._deadlines.watch(conn, conn.last_packet + conn.keepalive_limit)
         return announced
 
-    def _connack(
-        self, conn: Connection, packet: Connect, present: bool, assigned: str | None, keep_alive: int | None
-    ) -> Connack:
+    def _connack(self, packet: Connect, present: bool, assigned: str | None, keep_alive: int | None) -> Connack:
         if packet.protocol_level != MQTT_5:
             return Connack(present, 0)
-        props = packet.properties
-        if props.receive_maximum is not None:
-            conn.send_window = min(self.limits.max_inflight, props.receive_maximum)
-        conn.client_max_packet = props.maximum_packet_size or 0
         return Connack(
             present,
             0,
@@ -470,51 +463,11 @@ class Broker(FlowsMixin):
 
     # -- packets -------------------------------------------------------------------
 
-    async def publish_inbound(self, conn: Connection, items: Sequence[Inbound]) -> None:
-        """A client's PUBLISH packets that came in a row, in order: every one is begun (id,
-        retained store, routing turn, event posted) before the first is acknowledged and routed,
-        so a burst costs one pass through the rules and one write to each subscriber rather than
-        a few loop turns per message."""
+    async def subscribe(self, conn: Client, packet: Subscribe) -> None:
         state = conn.state
         assert state is not None
-        begun: list[tuple[Inbound, Publishing | None]] = []
-        for item in items:
-            if item.refused:
-                log.info("client %r may not publish to %r: dropped", state.clientid, item.topic)
-                begun.append((item, None))
-                continue
-            message = Message(
-                self.msgids.next(),
-                item.topic,
-                item.payload,
-                item.qos,
-                item.retain,
-                state.clientid,
-                item.properties,
-                item.expires,
-            )
-            begins = self._publish_begin(state, conn.peername, message, item.qos > 0)
-            if item.qos == 2 and state.durable:  # its packet id is committed with the message
-                begins.on_routed = partial(hold_incoming, state, item.packet_id)
-            begun.append((item, begins))
-        ended = 0
-        try:
-            for item, publishing in begun:
-                ended += 1
-                if publishing is None:
-                    if item.ack is not None:
-                        await conn.accepted(item, None)
-                    continue
-                await self._publish_end(publishing, _acceptor(conn, item) if item.qos else None)
-        finally:
-            for _, publishing in begun[ended:]:
-                if publishing is not None:
-                    self._publish_abandon(publishing)
-
-    async def subscribe(self, conn: Connection, packet: Subscribe) -> None:
-        state = conn.state
-        assert state is not None
-        v5, limits = conn.level == MQTT_5, self.limits
+        level, limits = conn.level, self.limits
+        v5 = level == MQTT_5
         ids = packet.properties.subscription_identifier
         identifier = ids[0] if ids else 0
         # One filter repeated in a packet is subscribed once, with its last entry's options
@@ -562,7 +515,7 @@ class Broker(FlowsMixin):
         for future in pending:
             await future
 
-    async def unsubscribe(self, conn: Connection, packet: Unsubscribe) -> None:
+    async def unsubscribe(self, conn: Client, packet: Unsubscribe) -> None:
         state = conn.state
         assert state is not None
         codes: list[int] = []
@@ -577,7 +530,7 @@ class Broker(FlowsMixin):
 
     # -- ending ----------------------------------------------------------------------
 
-    async def teardown(self, conn: Connection) -> None:
+    async def teardown(self, conn: Client) -> None:
         """After a connection ended: its will, its session's end or expiry, client.disconnected."""
         try:
             conn.finish()
@@ -641,7 +594,7 @@ class Broker(FlowsMixin):
         message = Message(
             self.msgids.next(), will.topic, will.payload, will.qos, will.retain, state.clientid, props, expires
         )
-        await self._publish(state, peername, message)
+        await self.publish(message, state, peername=peername)
 
     def expire(self, state: SessionState) -> None:
         """A session's expiry interval passed with no connection: it ends (its will goes now)."""
@@ -721,10 +674,3 @@ class Broker(FlowsMixin):
 
     def describe(self) -> dict[str, Any]:
         return {"connections": len(self.connections), "sessions": len(self.states)}
-
-
-def _acceptor(conn: Connection, item: Inbound) -> Callable[[Kept], Awaitable[None]]:
-    async def accepted(kept: Kept) -> None:
-        await conn.accepted(item, kept)
-
-    return accepted

@@ -1,24 +1,36 @@
 """Publish, subscribe and deliver: what a client (or the bridge) does to a session.
 
-Shared by the client's message loop (broker.py) and the bridge's own calls
-(`EmbeddedBroker.subscribe()` / `deliver()`).
+The whole path of a publish is here, in one file: a run of a client's PUBLISH packets
+(`publish_inbound`, from its connection's task), every other message (`publish`: wills, the API,
+`$SYS`), both through `_publish_begin` / `_publish_end`. Shared by the client's message loop
+(broker.py: SUBSCRIBE, UNSUBSCRIBE) and the bridge's own calls (`EmbeddedBroker.subscribe()` /
+`deliver()`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
+from functools import partial
+from typing import TYPE_CHECKING, Protocol
 
 from bridge.brokers.base import Delivery, DeliveryError
 from bridge.brokers.embedded.codec import MQTT_3_1_1, split_shared
 from bridge.brokers.embedded.codec.filters import subscription_filter_error
+from bridge.brokers.embedded.durable import hold_incoming
 from bridge.brokers.embedded.router import Message, Router, target_of
 from bridge.brokers.embedded.sessions import Outgoing, SessionState, Subscription
 from bridge.brokers.embedded.stream import EventStream, Kept
 from bridge.events import Hookpoint, MessagePublish, SessionSubscribed, SessionUnsubscribed
 from bridge.msgid import MsgIdGenerator
+
+if TYPE_CHECKING:
+    from bridge.brokers.embedded.channel import Inbound
+    from bridge.brokers.embedded.client import Client
+
+log = logging.getLogger("bridge.brokers.embedded")
 
 _QOS = (0, 1, 2)
 
@@ -98,25 +110,77 @@ class FlowsMixin:
         async def accept(kept: Kept) -> None:
             accepted.append(kept)
 
-        await self._publish(self.own_publisher, "api", message, accept)
+        await self.publish(message, self.own_publisher, peername="api", accepted=accept)
         return accepted[0]
 
-    async def _publish(
+    async def publish_inbound(self, conn: Client, items: Sequence[Inbound]) -> None:
+        """A client's PUBLISH packets that came in a row, in order: every one is begun (id,
+        retained store, routing turn, event posted) before the first is acknowledged and routed,
+        so a burst costs one pass through the rules and one write to each subscriber rather than
+        a few loop turns per message."""
+        state = conn.state
+        assert state is not None
+        begun: list[tuple[Inbound, Publishing | None]] = []
+        for item in items:
+            if item.refused:
+                log.info("client %r may not publish to %r: dropped", state.clientid, item.topic)
+                begun.append((item, None))
+                continue
+            message = Message(
+                self.msgids.next(),
+                item.topic,
+                item.payload,
+                item.qos,
+                item.retain,
+                state.clientid,
+                item.properties,
+                item.expires,
+            )
+            begins = self._publish_begin(state, conn.peername, message, item.qos > 0)
+            if item.qos == 2 and state.durable:  # its packet id is committed with the message
+                begins.on_routed = partial(hold_incoming, state, item.packet_id)
+            begun.append((item, begins))
+        ended = 0
+        try:
+            for item, publishing in begun:
+                ended += 1
+                if publishing is None:
+                    if item.ack is not None:
+                        await conn.accepted(item, None)
+                    continue
+                await self._publish_end(publishing, _acceptor(conn, item) if item.qos else None)
+        finally:
+            for _, publishing in begun[ended:]:
+                if publishing is not None:
+                    self._publish_abandon(publishing)
+
+    async def publish(
         self,
-        state: Publisher,
-        peername: str,
         message: Message,
+        publisher: Publisher | None = None,
+        *,
+        peername: str = "",
         accepted: Callable[[Kept], Awaitable[None]] | None = None,
-    ) -> None:
-        """Emit message.publish for a client's message, then route it (in msgid order).
+        durable_retain: bool = True,
+    ) -> int:
+        """The one way a message is published: a client's will, a message the API publishes as a
+        client or as nobody, the broker's own `$SYS` values (a run of a client's PUBLISH packets
+        takes the same two steps, begun together: publish_inbound). Returns how many sessions it
+        was routed to.
 
-        `accepted` runs once the bridge has the event, with its kept future (the client's
-        PUBACK / PUBREC waits for that: docs/architecture.md#acknowledged-means-kept), before routing,
-        which may wait for earlier messages. `message.msgid` must have been made by the caller just before.
+        `publisher` None: the broker itself publishes (no message.publish event, nobody to
+        acknowledge). `accepted` runs once the bridge has the event, with its kept future (the
+        client's PUBACK / PUBREC waits for that: docs/architecture.md#acknowledged-means-kept),
+        before routing, which may wait for earlier messages. `durable_retain` False: a retained
+        value the durable store does not keep (`$SYS`, made again at every start).
+        `message.msgid` must have been made by the caller just before.
         """
-        await self._publish_end(self._publish_begin(state, peername, message, accepted is not None), accepted)
+        begun = self._publish_begin(publisher, peername, message, accepted is not None, durable_retain=durable_retain)
+        return await self._publish_end(begun, accepted)
 
-    def _publish_begin(self, state: Publisher, peername: str, message: Message, acked: bool) -> Publishing:
+    def _publish_begin(
+        self, state: Publisher | None, peername: str, message: Message, acked: bool, *, durable_retain: bool = True
+    ) -> Publishing:
         """The part of a publish that does not wait: its place in the retained store, the
         routing order and the client's event stream. A run of a client's PUBLISH packets begins
         them all before the first ends, so their events reach the rules in one turn of the loop
@@ -126,11 +190,13 @@ class FlowsMixin:
         if message.retain:
             # Stored in the same step as the id is made: a subscription whose
             # live_from is later than this id gets the message as retained.
-            self.router.store_retained(message)
+            self.router.store_retained(message, durable=durable_retain)
         ticket = self.router.sequencer.enter()
         journal = self.router.journal
         # Durable sessions: the ack also waits for the commit that logs the message for them.
         stored = asyncio.get_running_loop().create_future() if journal is not None and acked else None
+        if state is None:  # the broker's own message: no event, no client to acknowledge
+            return Publishing(message, ticket, stored, None)
         lane = state.lane
         # Nothing takes the event (no rule for this topic, no fetch page waiting): with the
         # lane idle, skipping it keeps the client's event order and saves a task and two loop
@@ -140,11 +206,13 @@ class FlowsMixin:
             taken = lane.post(self._publish_event(state, peername, message), wait=True)
         return Publishing(message, ticket, stored, taken)
 
-    async def _publish_end(self, publishing: Publishing, accepted: Callable[[Kept], Awaitable[None]] | None) -> None:
-        """Acknowledge (once kept) and route a begun publish; must follow every _publish_begin."""
+    async def _publish_end(self, publishing: Publishing, accepted: Callable[[Kept], Awaitable[None]] | None) -> int:
+        """Acknowledge (once kept) and route a begun publish; must follow every _publish_begin.
+        Returns how many sessions it was routed to."""
         sequencer = self.router.sequencer
         stored = publishing.stored
         routed = False
+        sessions = 0
         try:
             kept: Kept = None
             if publishing.taken is not None:
@@ -153,7 +221,7 @@ class FlowsMixin:
                 await accepted(kept if stored is None else both(kept, stored))
             if not sequencer.ready(publishing.ticket):
                 await sequencer.wait(publishing.ticket)
-            self.router.route(publishing.message)
+            sessions = self.router.route(publishing.message)
             routed = True
             if publishing.on_routed is not None:
                 publishing.on_routed(kept)
@@ -165,6 +233,7 @@ class FlowsMixin:
         if stored is not None:
             journal = self.router.journal
             _chain(journal.committed() if journal is not None else None, stored)
+        return sessions
 
     def _publish_abandon(self, publishing: Publishing) -> None:
         """A begun publish that will not end (its connection's task was cancelled): it gives up
@@ -266,6 +335,15 @@ class FlowsMixin:
         assert future is not None
         return existed, future
 
+    def proxy_unsubscribe(self, clientid: str, topic_filter: str) -> bool:
+        """Unsubscribe a session on its behalf (the API); False when it had no such subscription
+        (or no session). session.unsubscribed is posted in the client's event order, not awaited."""
+        state = self.states.get(clientid)
+        if state is None:
+            return False
+        existed, _posted = self._remove_subscription(state, topic_filter)
+        return existed
+
     def proxy_subscribe(self, clientid: str, topic_filter: str, qos: int) -> bool:
         """Subscribe a session on its behalf; False when it has no session."""
         error = subscription_filter_error(topic_filter)
@@ -363,3 +441,10 @@ def _chain(source: asyncio.Future[None] | None, target: asyncio.Future[None]) ->
             target.set_result(None)
 
     source.add_done_callback(settle)
+
+
+def _acceptor(conn: Client, item: Inbound) -> Callable[[Kept], Awaitable[None]]:
+    async def accepted(kept: Kept) -> None:
+        await conn.accepted(item, kept)
+
+    return accepted

@@ -58,7 +58,7 @@ class Limits:
     max_inflight: int = 32
     """Outgoing QoS 1/2 messages unacknowledged per session (fewer when a 5.0 client announces
     a lower Receive Maximum). The Receive Maximum the broker announces for a client's own
-    publishes is connection.RECEIVE_MAXIMUM."""
+    publishes is channel.RECEIVE_MAXIMUM."""
     max_offline_messages: int = 100_000
     """Messages queued per session; 0: no count limit (max_offline_bytes still bounds it)."""
     max_offline_bytes: int = 64 << 20
@@ -66,7 +66,7 @@ class Limits:
     (sessions.MESSAGE_OVERHEAD); the newest message is always kept."""
     max_queued_bytes: int = 4 << 30
     """Bytes queued in all sessions together, counted as max_offline_bytes counts them; past it
-    the oldest messages of the largest queues are dropped (sessions.QueuedBytes), down to empty
+    the oldest messages of the largest queues are dropped (queuedbytes.QueuedBytes), down to empty
     queues if need be. In-flight messages are not counted (at most max_inflight per session)."""
     max_subscriptions: int = 1000
     """Topic filters per session; 0: no limit."""

@@ -6,7 +6,7 @@ needs, and its MQTT 5.0 options), one outbox that is both the send queue and the
 keyed by packet id (so an ack maps back to its msgid), and the packet ids of QoS 2 messages the
 client has sent but not yet released.
 
-Every session's outbox also counts towards one broker-wide bound (`QueuedBytes`,
+Every session's outbox also counts towards one broker-wide bound (queuedbytes.QueuedBytes,
 broker.max_queued_bytes): past it the oldest messages of the largest queues are dropped, by the
 same `drop_oldest` as a session's own bounds (counted under its reason, logged, a durable
 session's position moved past them).
@@ -15,19 +15,19 @@ session's position moved past them).
 from __future__ import annotations
 
 import asyncio
-import heapq
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bridge.brokers.embedded.access import ALLOW_ALL, Permissions
 from bridge.brokers.embedded.codec import EMPTY, MQTT_3_1_1, Properties, Will
+from bridge.brokers.embedded.inflight import InflightWindow
 
 if TYPE_CHECKING:
     from bridge.brokers.embedded.limits import Limits
+    from bridge.brokers.embedded.queuedbytes import QueuedBytes
     from bridge.brokers.embedded.stream import EventStream, Kept
 
 log = logging.getLogger("bridge.brokers.embedded")
@@ -43,7 +43,8 @@ NEVER = 0xFFFFFFFF
 class Link(Protocol):
     """The connection a session is attached to, as the session sees it (connection.Connection)."""
 
-    will: Will | None
+    @property
+    def will(self) -> Will | None: ...
 
     def pump(self) -> None:
         """Send what the session has queued, as far as the window allows."""
@@ -110,151 +111,6 @@ class PendingWill:
     due: float = 0.0  # wall-clock time it goes out
 
 
-class QueuedBytes:
-    """The bytes queued in every session's outbox together, bounded (broker.max_queued_bytes).
-
-    A session's own bounds (max_offline_messages / max_offline_bytes) do not bound a fleet: 15,000
-    offline sessions each owed distinct messages could hold 15,000 x 64 MB. This keeps the running
-    total of every outbox's bytes (the sessions add and subtract as they queue, send, drop and
-    end: O(1) per message) and, past `bound`, drops the oldest queued message of the largest
-    queue, again and again, until the total is within the bound. In-flight messages (sent, not
-    acknowledged) are not queued bytes and are never dropped, as with a session's own bounds.
-
-    Choosing the largest queue without a scan of every session per message: a max-heap of
-    (bytes, session), built by one scan of the sessions the first time the total goes over the
-    bound and then kept up lazily while it is `live`:
-    - every enqueue while it is live pushes the session with its new size (O(log n)); the entry
-      it had before becomes stale (its mark no longer matches the session's `heap_mark`);
-    - a session that shrank (sent, dropped, ended) is not touched: its entry over-states it, and
-      when it comes to the top it is re-keyed with its true size before anything is dropped;
-    so the top, once checked, is exactly the largest queue (not an approximation: the unit test
-    checks every drop against a brute-force maximum). Stale entries are skipped as they surface,
-    and the heap is compacted when it holds more than twice its current entries plus 1024
-    (O(entries), paid for by as many pushes before it: O(1) amortised).
-    The heap is let go when the total falls under half the bound, so a broker that only touched
-    the bound once does not pay a push per enqueue for ever; being rebuilt (O(sessions)) then
-    takes at least bound/2 bytes queued again. A scan that runs rarely (drop down to a low mark
-    below the bound, then scan again) was the other choice: it is cheaper per message but drops
-    more than the bound needs each time, and its choice is only as fresh as its last scan.
-    Measured (bench/queued_bound.py, 15,000 sessions, on a 2-core machine busy with other work, so
-    the figures spread): an enqueue under the bound 3.7-6 us, as without the bound (one addition,
-    two comparisons); at the bound 12-28 us against about 6 us for an enqueue that drops by the
-    session's own bound (the heap's push, re-key and stale pops, and a victim in another session's
-    memory), paid only while messages are being dropped; a rebuild 11-14 ms, with the default
-    4 GiB bound at most once per 2 GiB queued.
-    """
-
-    __slots__ = ("_current", "_heap", "_last_log", "_tick", "bound", "dropped", "states", "total")
-
-    def __init__(self, bound: int, states: Mapping[str, SessionState]) -> None:
-        self.bound = bound
-        self.states = states  # every session of the broker (the heap is built from them)
-        self.total = 0
-        self.dropped = 0  # messages dropped for this bound (also counted in each session's `dropped`)
-        self._heap: list[tuple[int, int, SessionState]] | None = None  # (-bytes, mark, session)
-        self._current = 0  # sessions with a current entry in the heap (their mark)
-        self._tick = 0
-        self._last_log = 0.0
-
-    @property
-    def live(self) -> bool:
-        """Whether the heap is kept (the total went over the bound, and not under half of it since)."""
-        return self._heap is not None
-
-    def _push(self, state: SessionState) -> None:
-        heap = self._heap
-        assert heap is not None
-        if not state.heap_mark:
-            self._current += 1
-        self._tick += 1
-        state.heap_mark = self._tick
-        heapq.heappush(heap, (-state.outbox_bytes, self._tick, state))
-        if len(heap) > 2 * self._current + 1024:
-            self._compact()
-
-    def _compact(self) -> None:
-        heap = self._heap
-        assert heap is not None
-        kept = []
-        for entry in heap:
-            state = entry[2]
-            if entry[1] == state.heap_mark:
-                if state.outbox_bytes:
-                    kept.append(entry)
-                else:
-                    state.heap_mark = 0
-        heapq.heapify(kept)
-        self._heap, self._current = kept, len(kept)
-
-    def _build(self) -> None:
-        entries = []
-        for state in self.states.values():
-            if state.outbox_bytes:
-                self._tick += 1
-                state.heap_mark = self._tick
-                entries.append((-state.outbox_bytes, self._tick, state))
-            else:
-                state.heap_mark = 0
-        heapq.heapify(entries)
-        self._heap, self._current = entries, len(entries)
-
-    def _release(self) -> None:
-        heap, self._heap, self._current = self._heap, None, 0
-        for _, _, state in heap or ():
-            state.heap_mark = 0
-
-    def queued(self, state: SessionState) -> None:
-        """`state` queued a message and the total changed: keep the heap, shed past the bound."""
-        if self._heap is not None:
-            if self.total < self.bound >> 1:
-                self._release()
-                return
-            self._push(state)
-        if self.total > self.bound:
-            self.shed()
-
-    def shed(self) -> None:
-        """Drop the oldest message of the largest queue until the total is within the bound."""
-        if self._heap is None:
-            self._build()
-        heap = self._heap
-        assert heap is not None
-        while self.total > self.bound and heap:
-            minus, mark, state = heap[0]
-            if mark != state.heap_mark:
-                heapq.heappop(heap)  # superseded by a later entry of the session
-                continue
-            if state.outbox_bytes >= -minus:  # its entry is true: the largest queue
-                self.dropped += 1
-                state.drop_oldest("queued_bytes")
-            # its entry over-states it now (it shrank since, or just dropped): its true size goes
-            # in its place (one sift, not a pop and a push), or it leaves the heap if it is empty
-            size = state.outbox_bytes
-            if size:
-                self._tick += 1
-                state.heap_mark = self._tick
-                heapq.heapreplace(heap, (-size, self._tick, state))
-            else:
-                heapq.heappop(heap)
-                state.heap_mark = 0
-                self._current -= 1
-
-    def log_drop(self, state: SessionState) -> None:
-        """At most one warning per _DROP_LOG_INTERVAL for the whole broker (thousands of sessions
-        may lose messages to this bound in one second)."""
-        now = time.monotonic()
-        if self.dropped == 1 or now - self._last_log >= _DROP_LOG_INTERVAL:
-            self._last_log = now
-            log.warning(
-                "queued messages of all sessions over broker.max_queued_bytes (%d bytes): dropped the oldest of"
-                " the largest queues, %d dropped so far (last from client %r, %d bytes left in its queue)",
-                self.bound,
-                self.dropped,
-                state.clientid,
-                state.outbox_bytes,
-            )
-
-
 class SessionState:
     """What the broker knows about one client id, connected or not."""
 
@@ -262,7 +118,6 @@ class SessionState:
     # kilobyte more than the slots do (docs/benchmarks.md#fleet-scale: 3 KB per idle connection).
     __slots__ = (
         "_last_drop_log",
-        "_packet_id",
         "_queued",
         "_refused",
         "clientid",
@@ -318,7 +173,7 @@ class SessionState:
         # read alike (len, iteration, truth), only the methods below change it.
         self.outbox: deque[Outgoing] | tuple[()] = ()
         self.outbox_bytes = 0
-        self.inflight: dict[int, Outgoing] = {}  # insertion order is send order
+        self.inflight: InflightWindow[Outgoing] = InflightWindow()  # sent, not acknowledged (inflight.py)
         self.incoming_qos2: dict[int, IncomingQos2] = {}
         self.conn: Link | None = None
         # What the client logged in as may do (bridge/brokers/embedded/access.py), asked on
@@ -342,7 +197,6 @@ class SessionState:
         self.unloaded: dict[str, Any] | None = None
         self.dropped = 0
         self._last_drop_log = 0.0
-        self._packet_id = 0
 
     @property
     def clean(self) -> bool:
@@ -453,17 +307,9 @@ class SessionState:
             self.touch()
         return message
 
-    def next_packet_id(self) -> int:
-        """A packet id not used by any message in flight (1..65535)."""
-        for _ in range(65535):
-            self._packet_id = self._packet_id % 65535 + 1
-            if self._packet_id not in self.inflight:
-                return self._packet_id
-        raise RuntimeError(f"no free packet id for client {self.clientid!r}")
-
     def acked(self, packet_id: int) -> Outgoing | None:
         """Remove a QoS 1 message (PUBACK) or finish a QoS 2 one (PUBCOMP)."""
-        message = self.inflight.pop(packet_id, None)
+        message = self.inflight.remove(packet_id)
         if message is not None:
             if message.seq:
                 self.touch()

@@ -160,18 +160,10 @@ class SysTopics:
 
         broker = self.broker
         changed = [(t, v) for t, v in self.values().items() if self._published.get(t) != v]
-        router = broker.router
         for topic, value in changed:
             message = Message(broker.msgids.next(), topic, value.encode(), 0, True, "")
-            # as any retained publish: stored in the step its id is made, then routed in id order
-            router.store_retained(message, durable=False)  # made again at every start
-            ticket = router.sequencer.enter()
-            try:
-                if not router.sequencer.ready(ticket):
-                    await router.sequencer.wait(ticket)
-                router.route(message)
-            finally:
-                router.sequencer.leave(ticket)
+            # as any retained publish, by the broker itself; made again at every start, so not durable
+            await broker.publish(message, durable_retain=False)
             self._published[topic] = value
         return len(changed)
 

@@ -577,7 +577,7 @@ class Journal:
             if row is not None:
                 message = _outgoing(row, qos, bool(retain), tuple(filters), tuple(ids), now_wall, now_mono)
                 message.packet_id, message.pubrec = packet_id, bool(pubrec)
-                state.inflight[packet_id] = message
+                state.inflight.restore(message)
 
     @staticmethod
     def _resume_timers(broker: Restorer, state: SessionState, data: dict[str, Any], now_wall: float) -> None:
