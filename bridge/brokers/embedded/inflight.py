@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import ItemsView, Iterator, ValuesView
 from typing import Generic, Protocol, TypeVar
 
+from bridge.errors import HookbridgeError
+
 # MQTT packet ids are 1..65535 [MQTT-2.3.1-1].
 _LAST_PACKET_ID = 65535
 
@@ -26,7 +28,7 @@ class Sent(Protocol):
 Message = TypeVar("Message", bound=Sent)
 
 
-class NoFreePacketId(RuntimeError):
+class NoFreePacketId(HookbridgeError, RuntimeError):
     """Every packet id is held by a message in flight (the window cannot be that large unless
     broker.max_inflight allowed it)."""
 
