@@ -13,6 +13,7 @@ from bridge.brokers.embedded.access import ACL_REFUSALS, LOGIN_REFUSALS, Gate
 from bridge.brokers.embedded.auth.gate import AuthGate
 from bridge.brokers.embedded.bans import Bans
 from bridge.brokers.embedded.broker import Broker
+from bridge.brokers.embedded.connection import Connection
 from bridge.brokers.embedded.durable import DurableStore
 from bridge.brokers.embedded.durable.health import store_health
 from bridge.brokers.embedded.limits import REFUSALS, Limits
@@ -246,12 +247,16 @@ class EmbeddedBroker(BrokerSource):
 
     async def idle(self) -> None:
         broker = self._broker
-        while broker is not None and broker.busy_lanes:
+        while broker is not None and (broker.busy_lanes or _ending(broker)):
+            # A connection that has ended (its DISCONNECT read, its socket closed) emits
+            # client.disconnected only in its teardown: wait for that before the lanes.
+            await asyncio.gather(*(conn.done.wait() for conn in _ending(broker)))
             await asyncio.gather(*(lane.drain() for lane in list(broker.busy_lanes)))
 
     @property
     def busy(self) -> bool:
-        return self._broker is not None and bool(self._broker.busy_lanes)
+        broker = self._broker
+        return broker is not None and bool(broker.busy_lanes or _ending(broker))
 
     @property
     def sys_topics(self) -> SysTopics | None:
@@ -268,3 +273,9 @@ class EmbeddedBroker(BrokerSource):
         if self._broker is None:
             raise RuntimeError("the embedded broker is not started")
         return self._broker
+
+
+def _ending(broker: Broker) -> list[Connection]:
+    """Connections that have ended and whose teardown (will, session end, client.disconnected)
+    is not over yet."""
+    return [conn for conn in broker.connections if conn.reason is not None and not conn.done.is_set()]
