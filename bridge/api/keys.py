@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from bridge.api import routes as r  # the module importing this one: its names are used at call time
-from bridge.conf.apikeys import ApiKey, find_key, is_loopback
+from bridge.conf.apikeys import ApiKey, find_key
+from bridge.conf.hosts import is_loopback
 
 if TYPE_CHECKING:
     from bridge.api.routes import Api
