@@ -36,6 +36,7 @@ from bridge.brokers.embedded.codec import (
     encode,
 )
 from bridge.events import Event
+from support.mqtt import until_closed_by_broker, watch_for_close
 from support.process import BridgeProcess
 
 TIMEOUT = 5.0
@@ -131,6 +132,7 @@ class PahoClient:
             self.client.username_pw_set(username, password)
         self.messages: asyncio.Queue[mqtt.MQTTMessage] = asyncio.Queue()
         self.disconnected = asyncio.Event()
+        self._watch: socket.socket | None = None  # support.mqtt.watch_for_close
         self._connack: asyncio.Future[tuple[int, bool]] = self._loop.create_future()
         self._acks: dict[int, asyncio.Future[Any]] = {}
         self.client.on_connect = self._on_connect
@@ -180,7 +182,9 @@ class PahoClient:
         self.client.connect_async("127.0.0.1", self.port, keepalive)
         self.client.loop_start()
         async with asyncio.timeout(TIMEOUT):
-            return await self._connack
+            answer = await self._connack
+        self._watch = watch_for_close(self.client.socket())
+        return answer
 
     async def subscribe(self, *topics: tuple[str, int]) -> list[int]:
         """Subscribe and wait for SUBACK; returns the granted QoS (128 = failure) per filter."""
@@ -208,17 +212,33 @@ class PahoClient:
             return await self.messages.get()
 
     async def disconnect(self) -> None:
-        """Send DISCONNECT and stop the network thread."""
+        """Send DISCONNECT, stop the network thread and return once the broker has closed the
+        connection (it has read the DISCONNECT: what the test reads next sees the session ended)."""
         self.client.disconnect()
         async with asyncio.timeout(TIMEOUT):
             await self.disconnected.wait()
         await asyncio.to_thread(self.client.loop_stop)
+        if self._watch is not None:
+            watch, self._watch = self._watch, None
+            await until_closed_by_broker(watch, what=f"{self.client._client_id!r} closed by the broker")
+
+    def drop(self) -> None:
+        """Close the connection without DISCONNECT (an abnormal end); paho's thread notices."""
+        sock = self.client.socket()
+        if sock is not None:
+            sock.close()
+        if self._watch is not None:
+            self._watch.close()  # the connection ends only when its last descriptor is closed
+            self._watch = None
 
     async def close(self) -> None:
         """Teardown: disconnect if still connected, stop the thread."""
         if self.client.is_connected():
             self.client.disconnect()
         await asyncio.to_thread(self.client.loop_stop)
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
 
 
 def brief(packet: Any) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -154,8 +155,8 @@ def watch_for_close(sock: object) -> socket.socket | None:
 
     paho closes its socket as soon as it has written DISCONNECT; the connection itself stays
     open while this duplicate is, so the test can read on until the broker closes its end."""
-    if not isinstance(sock, socket.socket):
-        return None  # a WebSocket or TLS client: nothing to watch
+    if not isinstance(sock, socket.socket) or isinstance(sock, ssl.SSLSocket):
+        return None  # a WebSocket or TLS client (neither can be duplicated): nothing to watch
     watch = sock.dup()
     watch.setblocking(False)
     return watch
