@@ -22,6 +22,7 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 import pytest
+from broker_suite.clients import Client as SuiteClient
 
 from bridge.brokers.embedded.codec import (
     EMPTY,
@@ -365,6 +366,15 @@ async def raw_connect() -> AsyncIterator[Callable[..., Awaitable[tuple[RawClient
     yield connect
     for client in made:
         client.abort()
+
+
+@pytest.fixture
+async def clients() -> AsyncIterator[list[SuiteClient]]:
+    """The paho clients a test made (support.bridges.connected appends them), closed at teardown."""
+    made: list[SuiteClient] = []
+    yield made
+    for client in made:
+        await client.close()
 
 
 @pytest.fixture

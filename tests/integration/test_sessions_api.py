@@ -68,14 +68,6 @@ async def home(tmp_path: Path, redis_port: int, redis_db: redis_sync.Redis) -> A
     await made.stop()
 
 
-@pytest.fixture
-async def clients() -> AsyncIterator[list[Client]]:
-    made: list[Client] = []
-    yield made
-    for client in made:
-        await client.close()
-
-
 async def test_an_offline_sessions_messages_are_listed_purged_and_the_session_removed(
     home: Home, clients: list[Client]
 ) -> None:
