@@ -22,8 +22,9 @@ from bridge.brokers.embedded.codec.packets import Connack
 from support.bridges import BridgeFactory, mqtt_port
 from support.conf import make_config
 from support.process import free_port
+from support.raw import RawClient
 from support.services import start_redis, stop_redis
-from tests.integration.conftest import PahoClient, RawClient
+from tests.integration.conftest import PahoClient
 
 pytestmark = pytest.mark.skipif(shutil.which("mosquitto_passwd") is None, reason="mosquitto_passwd not installed")
 

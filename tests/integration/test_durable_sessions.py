@@ -48,8 +48,8 @@ from bridge.brokers.embedded.codec import (
     encode,
 )
 from support.process import BridgeProcess
+from support.raw import RawClient, brief
 from support.services import ROOT
-from tests.integration.conftest import RawClient, brief
 
 RawConnect = Callable[..., Awaitable[tuple[RawClient, Any]]]
 

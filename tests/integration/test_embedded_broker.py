@@ -46,7 +46,8 @@ from bridge.events import (
 )
 from bridge.functions import Capability
 from bridge.msgid import MsgIdGenerator
-from tests.integration.conftest import TIMEOUT, PahoClient, RawClient, RecordingSink
+from support.raw import RawClient
+from tests.integration.conftest import TIMEOUT, PahoClient, RecordingSink
 
 NODE = "test@127.0.0.1"
 
