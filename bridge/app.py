@@ -29,12 +29,12 @@ from bridge.ops.broker_metrics import BrokerMetrics
 from bridge.ops.http import StatusServer
 from bridge.ops.metrics import Metrics
 from bridge.ops.redact import Redactor
-from bridge.ops.status_topics import bridge_status
 from bridge.pipeline.deadletter import DeadLetters
 from bridge.pipeline.dispatcher import Dispatcher
 from bridge.pipeline.engine import Engine
 from bridge.pipeline.runner import Runner
 from bridge.pipeline.spool import Budget
+from bridge.pipeline.status import bridge_status
 from bridge.rules import Rule, RuleContext, load_rules
 
 log = logging.getLogger(__name__)
@@ -138,7 +138,10 @@ class Bridge:
                 ssl_context=http_listener_context(self.config.settings),
             )
             await self.status.start()
-        self.broker.report_bridge_status(lambda: bridge_status(self))  # $SYS/broker/hookbridge/...
+        # $SYS/broker/hookbridge/...: read at each interval (a reload replaces the engine and runners)
+        self.broker.report_bridge_status(
+            lambda: bridge_status(self.runners, self.spool_budget, self.engine, self.metrics)
+        )
         await self.broker.start(self.dispatcher)
         log.info(
             "hookbridge %s running: %d rules, pools %s, broker %s",

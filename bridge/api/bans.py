@@ -12,18 +12,14 @@ EMQX's names (`as`, `who`, `by`, `at`, `until`), so an operator's scripts carry 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from bridge.api import routes as r  # the module importing this one: its names are used at call time
+from bridge.api.answers import ApiError, ApiFace, mqtt_string, reply
 from bridge.brokers.embedded.bans import KINDS, BanError, make_ban
 
-if TYPE_CHECKING:
-    from bridge.api.routes import Api
 
-
-def ban_routes(api: Api, prefix: str) -> list[web.RouteDef]:
+def ban_routes(api: ApiFace, prefix: str) -> list[web.RouteDef]:
     handlers = BanRoutes(api)
     return [
         web.get(f"{prefix}/bans", handlers.listed, allow_head=False),
@@ -33,12 +29,12 @@ def ban_routes(api: Api, prefix: str) -> list[web.RouteDef]:
 
 
 class BanRoutes:
-    def __init__(self, api: Api) -> None:
+    def __init__(self, api: ApiFace) -> None:
         self.api = api
 
     async def listed(self, request: web.Request) -> web.Response:
         broker = self.api.embedded()
-        return r.page(self.api, request, ((f"{ban.kind}/{ban.who}", ban.describe()) for ban in broker.bans.listed()))
+        return self.api.page(request, ((f"{ban.kind}/{ban.who}", ban.describe()) for ban in broker.bans.listed()))
 
     async def add(self, request: web.Request) -> web.Response:
         api = self.api
@@ -49,30 +45,30 @@ class BanRoutes:
         if "duration" in body:
             duration = body["duration"]
             if until is not None:
-                raise r.ApiError(400, "give until or duration, not both")
+                raise ApiError(400, "give until or duration, not both")
             if isinstance(duration, bool) or not isinstance(duration, int | float) or duration <= 0:
-                raise r.ApiError(400, "duration must be a number of seconds above 0")
+                raise ApiError(400, "duration must be a number of seconds above 0")
             until = now + duration
         who = body.get("who")
         if isinstance(who, str):
-            r.mqtt_string(who, "who")
+            mqtt_string(who, "who")
         reason, by = body.get("reason", ""), api.who(request) or ""
         try:
             ban = make_ban(body.get("as"), who, reason=reason, by=by, until=until, now=now)
         except BanError as bad:
-            raise r.ApiError(400, str(bad)) from None
+            raise ApiError(400, str(bad)) from None
         api.changed(request, "banned %s %r until %s", ban.kind, ban.who, ban.until or "ever")
         kicked = broker.ban(ban)
-        return r.reply({**ban.describe(), "kicked": kicked}, 201)
+        return reply({**ban.describe(), "kicked": kicked}, 201)
 
     async def lift(self, request: web.Request) -> web.Response:
         broker = self.api.embedded()
         kind = request.match_info["as"]
         if kind not in KINDS:
-            raise r.ApiError(400, f"as must be one of {', '.join(KINDS)}")
-        who = r.mqtt_string(request.match_info["who"], "who")
+            raise ApiError(400, f"as must be one of {', '.join(KINDS)}")
+        who = mqtt_string(request.match_info["who"], "who")
         lifted = broker.bans.remove(kind, who)
         if lifted is None:
-            raise r.ApiError(404, "no such ban")
+            raise ApiError(404, "no such ban")
         self.api.changed(request, "lifted the ban on %s %r", kind, who)
-        return r.reply({"lifted": lifted.describe()})
+        return reply({"lifted": lifted.describe()})

@@ -11,16 +11,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
-from bridge.api import routes as r  # the module importing this one: its names are used at call time
+from bridge.api.answers import ApiFace
 from bridge.conf.apikeys import ApiKey, find_key
 from bridge.conf.hosts import is_loopback
-
-if TYPE_CHECKING:
-    from bridge.api.routes import Api
 
 log = logging.getLogger(__name__)
 
@@ -66,13 +63,13 @@ class Keys:
         return listed
 
 
-def key_routes(api: Api, prefix: str) -> list[web.RouteDef]:
+def key_routes(api: ApiFace, prefix: str) -> list[web.RouteDef]:
     return [web.get(f"{prefix}/keys", KeyRoutes(api).listed, allow_head=False)]
 
 
 class KeyRoutes:
-    def __init__(self, api: Api) -> None:
+    def __init__(self, api: ApiFace) -> None:
         self.api = api
 
     async def listed(self, request: web.Request) -> web.Response:
-        return r.page(self.api, request, ((key["name"], key) for key in self.api.access.describe()))
+        return self.api.page(request, ((key["name"], key) for key in self.api.access.describe()))

@@ -27,14 +27,17 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-# bans, keys and sessions use this module's helpers: imported as modules (their names read at
-# call time), so either side may be imported first
 from bridge.api import anonymous, bans, keys, paging, sessions
+from bridge.api.answers import ApiError
+from bridge.api.answers import clean as _clean
+from bridge.api.answers import error as _error
+from bridge.api.answers import is_sys as _is_sys
+from bridge.api.answers import mqtt_string as _mqtt_string
+from bridge.api.answers import reply as _json
 from bridge.api.history import History
 from bridge.api.openapi import describe
 from bridge.api.paging import Source
 from bridge.api.scopes import needed_scope
-from bridge.errors import HookbridgeError
 from bridge.topics import filter_error, matches, prefix_range, topic_name_error
 
 if TYPE_CHECKING:
@@ -52,49 +55,6 @@ _CSP = "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-u
 BODY_TIMEOUT = 5.0  # seconds to receive a request body
 _ID_MAX = 65535  # an MQTT string's longest
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-class ApiError(HookbridgeError):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-def _is_sys(topic: str) -> bool:
-    return topic == "$SYS" or topic.startswith("$SYS/")
-
-
-def _json(data: Any, status: int = 200) -> web.Response:
-    return web.Response(
-        text=json.dumps(data, ensure_ascii=False) + "\n", status=status, content_type="application/json"
-    )
-
-
-def _error(status: int, message: str, **extra: Any) -> web.Response:
-    return _json({"error": message, **extra}, status)
-
-
-def _mqtt_string(text: str, what: str) -> str:
-    """A query or path value that names what a client chose (a client id, a user name, a cursor
-    over them): any character an MQTT string may hold, control characters too, since the broker
-    accepts them at CONNECT; U+0000 and lone surrogates never (MQTT-1.5.3-1, -2)."""
-    if len(text.encode("utf-8", "surrogatepass")) > _ID_MAX:
-        raise ApiError(400, f"{what} is longer than {_ID_MAX} bytes")
-    if "\x00" in text:
-        raise ApiError(400, f"{what} must not contain U+0000")
-    if any(0xD800 <= ord(c) <= 0xDFFF for c in text):
-        raise ApiError(400, f"{what} is not valid UTF-8")
-    return text
-
-
-def _clean(text: str, what: str) -> str:
-    """A query or path value without control characters (topics, filters, rule ids), of an MQTT
-    string's size at most."""
-    _mqtt_string(text, what)
-    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in text):
-        raise ApiError(400, f"{what} must not contain control characters")
-    return text
 
 
 class Api:
@@ -204,6 +164,9 @@ class Api:
 
     def changed(self, request: web.Request, what: str, *args: Any) -> None:
         self._changed(request, what, *args)
+
+    def page(self, request: web.Request, items: Iterable[tuple[str, Any]]) -> web.Response:
+        return self._page(request, items)
 
     def _embedded(self) -> Broker:
         source = self.bridge.broker
@@ -573,16 +536,6 @@ class Api:
         if reloaded:
             return _json({"reloaded": True, "rules": len(self.bridge.engine.rules)})
         return _error(422, "the reload was refused: the rules and pools loaded before stay (see the log)")
-
-
-# For the route modules beside this one (bans.py, ...): the same helpers, by public names.
-clean = _clean
-mqtt_string = _mqtt_string
-reply = _json
-
-
-def page(api: Api, request: web.Request, items: Iterable[tuple[str, Any]]) -> web.Response:
-    return api._page(request, items)
 
 
 # A place in the list of subscriptions: (client id, filter), or (client id, None) once every filter

@@ -20,15 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from bridge.api import routes as r  # the module importing this one: its names are used at call time
+from bridge.api.answers import ApiError, ApiFace, clean, mqtt_string, reply
 
 if TYPE_CHECKING:
-    from bridge.api.routes import Api
     from bridge.brokers.embedded.broker import Broker
     from bridge.brokers.embedded.sessions import Outgoing, SessionState
 
 
-def session_routes(api: Api, prefix: str) -> list[web.RouteDef]:
+def session_routes(api: ApiFace, prefix: str) -> list[web.RouteDef]:
     handlers = SessionRoutes(api)
     one = f"{prefix}/sessions/{{clientid}}"
     return [
@@ -81,7 +80,7 @@ def describe_message(message: Outgoing, *, inflight: bool = False) -> dict[str, 
     return described
 
 
-def message_page(api: Api, request: web.Request, messages: Sequence[Outgoing], *, inflight: bool) -> web.Response:
+def message_page(api: ApiFace, request: web.Request, messages: Sequence[Outgoing], *, inflight: bool) -> web.Response:
     """A page of `limit` messages in the order they go out, after `cursor` (`<index>/<msgid>` of the
     previous page's last message). A queue only loses messages at its head (sent or dropped) and
     gains them at its tail, so that message is at its index or before it; once it has gone, the
@@ -89,21 +88,21 @@ def message_page(api: Api, request: web.Request, messages: Sequence[Outgoing], *
     queue's length: only they are described, their payloads encoded."""
     limit_text = request.query.get("limit", "100")
     if not limit_text.isdigit() or not 1 <= int(limit_text) <= api.max_page:
-        raise r.ApiError(400, f"limit must be an integer from 1 to {api.max_page}")
+        raise ApiError(400, f"limit must be an integer from 1 to {api.max_page}")
     limit = int(limit_text)
-    cursor = r.clean(request.query.get("cursor", ""), "cursor")
+    cursor = clean(request.query.get("cursor", ""), "cursor")
     start = 0
     if cursor:
         index_text, _, msgid = cursor.partition("/")
         if not index_text.isdigit() or not msgid:
-            raise r.ApiError(400, "cursor must be the next of the previous page")
+            raise ApiError(400, "cursor must be the next of the previous page")
         for index in range(min(int(index_text), len(messages) - 1), -1, -1):
             if messages[index].msgid == msgid:
                 start = index + 1
                 break
     page = list(islice(messages, start, start + limit))
     more = start + len(page) < len(messages)
-    return r.reply(
+    return reply(
         {
             "data": [describe_message(message, inflight=inflight) for message in page],
             "next": f"{start + len(page) - 1}/{page[-1].msgid}" if page and more else None,
@@ -112,30 +111,30 @@ def message_page(api: Api, request: web.Request, messages: Sequence[Outgoing], *
 
 
 class SessionRoutes:
-    def __init__(self, api: Api) -> None:
+    def __init__(self, api: ApiFace) -> None:
         self.api = api
 
     def _state(self, request: web.Request) -> tuple[Broker, SessionState]:
         broker = self.api.embedded()
-        clientid = r.mqtt_string(request.match_info["clientid"], "client id")
+        clientid = mqtt_string(request.match_info["clientid"], "client id")
         state = broker.states.get(clientid)
         if state is None:
-            raise r.ApiError(404, "no such session")
+            raise ApiError(404, "no such session")
         return broker, broker.loaded(state)  # a durable session's queue is read back first
 
     async def remove(self, request: web.Request) -> web.Response:
         from bridge.brokers.embedded.broker import SessionConnected  # the embedded broker only when it runs
 
         broker = self.api.embedded()
-        clientid = r.mqtt_string(request.match_info["clientid"], "client id")
+        clientid = mqtt_string(request.match_info["clientid"], "client id")
         try:
             removed = await broker.remove_session(clientid)
         except SessionConnected:
-            raise r.ApiError(409, "the client is connected: kick it first (DELETE /clients/{clientid})") from None
+            raise ApiError(409, "the client is connected: kick it first (DELETE /clients/{clientid})") from None
         if removed is None:
-            raise r.ApiError(404, "no such session")
+            raise ApiError(404, "no such session")
         self.api.changed(request, "removed the session of %r", clientid)
-        return r.reply({"removed": clientid})
+        return reply({"removed": clientid})
 
     async def queue(self, request: web.Request) -> web.Response:
         _broker, state = self._state(request)
@@ -153,15 +152,15 @@ class SessionRoutes:
             purged += 1
         await broker.committed()
         self.api.changed(request, "purged %d queued messages of %r", purged, state.clientid)
-        return r.reply({"clientid": state.clientid, "purged": purged})
+        return reply({"clientid": state.clientid, "purged": purged})
 
     async def purge_inflight(self, request: web.Request) -> web.Response:
         broker, state = self._state(request)
         if state.connected:
-            raise r.ApiError(409, "the client is connected and holds these packet ids: kick it first")
+            raise ApiError(409, "the client is connected and holds these packet ids: kick it first")
         purged = len(state.inflight)
         state.inflight.clear()
         state.touch()  # a durable session's in-flight window is stored
         await broker.committed()
         self.api.changed(request, "purged %d in-flight messages of %r", purged, state.clientid)
-        return r.reply({"clientid": state.clientid, "purged": purged})
+        return reply({"clientid": state.clientid, "purged": purged})

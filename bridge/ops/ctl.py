@@ -16,73 +16,21 @@ import json
 import os
 import ssl
 import sys
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
 
-from bridge.errors import HookbridgeError
+from bridge.ops import ctl_bans, ctl_keys, ctl_sessions
+from bridge.ops.ctl_client import Client, CtlError
+from bridge.ops.ctl_output import pairs, shown, table
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 DEFAULT_TIMEOUT = 10.0
-PAGE = 1000  # the page size asked for; the API caps it at api.max_page
 
 
-class CtlError(HookbridgeError):
-    """What went wrong, as the one line the command prints."""
-
-
-# -- talking to the API ------------------------------------------------------------
-
-
-class Client:
-    def __init__(self, url: str, key: str | None, timeout: float, context: ssl.SSLContext | None) -> None:
-        self.base = url.rstrip("/") + "/api/v1"
-        self.key = key
-        self.timeout = timeout
-        self.context = context
-
-    def call(self, method: str, path: str, query: dict[str, str] | None = None, body: Any = None) -> Any:
-        url = self.base + path + (f"?{urlencode(query)}" if query else "")
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(url, data=data, method=method)
-        request.add_header("X-Hookbridge", "ctl")  # without a key, a change needs it (bridge/api/anonymous.py)
-        if data is not None:
-            request.add_header("Content-Type", "application/json")
-        if self.key:
-            request.add_header("Authorization", f"Bearer {self.key}")
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout, context=self.context) as answer:
-                return json.loads(answer.read() or b"null")
-        except urllib.error.HTTPError as error:
-            raise CtlError(f"{method} {path}: {error.code} {_reason(error)}") from None
-        except urllib.error.URLError as error:
-            raise CtlError(f"cannot reach the bridge at {self.base}: {error.reason}") from None
-        except (TimeoutError, ConnectionError) as error:
-            raise CtlError(f"cannot reach the bridge at {self.base}: {error}") from None
-        except ValueError:
-            raise CtlError(f"{method} {path}: the answer is not JSON (is {self.base} the bridge's API?)") from None
-
-    def every(self, path: str, query: dict[str, str], limit: int | None) -> list[Any]:
-        """Every item of a paged list (at most `limit`), following `next`."""
-        items: list[Any] = []
-        cursor: str | None = ""
-        while cursor is not None and (limit is None or len(items) < limit):
-            page = self.call("GET", path, {**query, "limit": str(PAGE), **({"cursor": cursor} if cursor else {})})
-            items.extend(page["data"])
-            cursor = page.get("next")
-        return items if limit is None else items[:limit]
-
-
-def _reason(error: urllib.error.HTTPError) -> str:
-    try:
-        body = json.loads(error.read())
-    except (ValueError, OSError):
-        return str(error.reason)
-    return str(body.get("error", error.reason)) if isinstance(body, dict) else str(error.reason)
+# -- where the bridge is ------------------------------------------------------------
 
 
 def _where(args: argparse.Namespace) -> tuple[str, ssl.SSLContext | None]:
@@ -123,39 +71,6 @@ def _key(args: argparse.Namespace) -> str | None:
             raise CtlError(f"cannot read --key-file {args.key_file}: {exc}") from None
         return lines[0].strip() if lines else None
     return None
-
-
-# -- output ------------------------------------------------------------------------
-
-
-def _cell(value: Any) -> str:
-    if value is None or value == "":
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    return shown(str(value))
-
-
-def shown(text: str) -> str:
-    """`text` for a terminal: a character that is not printable (a client id may hold control
-    characters) as a Python-style escape, so that it cannot move the cursor and can be told apart."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
-def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]], empty: str) -> str:
-    """Rows as aligned columns with a header: (key, heading) per column."""
-    if not rows:
-        return empty
-    cells = [[heading.upper() for _, heading in columns]]
-    cells += [[_cell(row.get(key)) for key, _ in columns] for row in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in cells)
-
-
-def pairs(items: Iterable[tuple[str, Any]]) -> str:
-    listed = [(key, _cell(value)) for key, value in items]
-    width = max((len(key) for key, _ in listed), default=0)
-    return "\n".join(f"{key.ljust(width)}  {value}" for key, value in listed)
 
 
 CLIENT_COLUMNS = [
@@ -366,7 +281,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     leaf(groups, "pools", pools, "each pool's state and spool")
     leaf(groups, "reload", reload, "reload rules and the broker's files, as SIGHUP")
 
-    from bridge.ops import ctl_bans, ctl_keys, ctl_sessions  # they import this module: only once it is whole
 
     ctl_bans.add_parsers(groups, leaf, _limit)
     ctl_sessions.add_parsers(groups, leaf, _limit)

@@ -3,22 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
 from bridge.conf.parsers import duration_in
-from bridge.ops.ctl import Client, table
+from bridge.ops.ctl_client import Client
+from bridge.ops.ctl_output import table, when
 
 KINDS = ("clientid", "username", "address")
 BAN_COLUMNS = [("as", "as"), ("who", "who"), ("until", "until"), ("by", "by"), ("reason", "reason")]
 _parse_duration = duration_in(1, 100 * 365 * 86400)
-
-
-def when(seconds: float | None) -> str:
-    """A Unix time as people read it (UTC); None: for ever."""
-    return "ever" if seconds is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
 
 
 def bans_list(api: Client, args: argparse.Namespace) -> tuple[Any, str]:

@@ -6,8 +6,8 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from bridge.ops.ctl import Client, table
-from bridge.ops.ctl_bans import when
+from bridge.ops.ctl_client import Client
+from bridge.ops.ctl_output import table, when
 
 KEY_COLUMNS = [("name", "name"), ("scope", "scope"), ("last_used", "last used"), ("last_from", "from")]
 

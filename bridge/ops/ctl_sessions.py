@@ -8,7 +8,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from bridge.ops.ctl import Client, table
+from bridge.ops.ctl_client import Client
+from bridge.ops.ctl_output import table
 
 MESSAGE_COLUMNS = [
     ("msgid", "msgid"),

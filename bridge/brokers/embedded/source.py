@@ -105,7 +105,8 @@ class EmbeddedBroker(BrokerSource):
 
     def numbers(self) -> BrokerNumbers | None:
         """Connections, sessions, subscriptions, stored messages and traffic (traffic.count)."""
-        return count(self._broker) if self._broker is not None else None
+        broker = self._broker
+        return None if broker is None else count(broker.traffic, broker.states, broker.router.retained, broker.refused)
 
     def report_bridge_status(self, read: Callable[[], Mapping[str, str]]) -> None:
         self._bridge_status = read

@@ -96,7 +96,7 @@ class SysTopics:
 
     def values(self, now: float | None = None) -> dict[str, str]:
         """Every `$SYS/broker/...` topic and its value now (loads updated since the last call)."""
-        numbers = count(self.broker)
+        numbers = count(self.broker.traffic, self.broker.states, self.broker.router.retained, self.broker.refused)
         now = time.monotonic() if now is None else now
         counters = _counters(numbers)
         heap_current, heap_maximum = _memory()

@@ -22,7 +22,12 @@ from typing import TYPE_CHECKING
 from bridge.brokers.base import BrokerNumbers
 
 if TYPE_CHECKING:
-    from bridge.brokers.embedded.broker import Broker
+    from collections import Counter
+    from collections.abc import Mapping
+
+    from bridge.brokers.embedded.router import Retained
+    from bridge.brokers.embedded.sessions import SessionState
+    from bridge.brokers.embedded.topictree import RetainedTree
 
 SHARED_PREFIX = "$share/"
 # The message drops a reason of `Broker.refused` stands for (the rest refuse packets, logins and
@@ -49,16 +54,18 @@ class Traffic:
     clients_expired: int = 0
 
 
-def count(broker: Broker) -> BrokerNumbers:
-    """The broker's numbers now: one walk over the sessions and their queues.
+def count(
+    traffic: Traffic, states: Mapping[str, SessionState], retained: RetainedTree[Retained], refused: Counter[str]
+) -> BrokerNumbers:
+    """The broker's numbers now (its traffic, sessions, retained messages and refusals, passed in
+    by the broker's owners: systopics.py, source.py): one walk over the sessions and their queues.
 
     Stored messages are counted as Mosquitto's message store holds them: each message once,
     however many sessions have it queued or in flight, and every retained message (the broker's
     own `$SYS` ones included) whether or not a session also has it queued."""
-    traffic, retained = broker.traffic, broker.router.retained
     connected = disconnected = subscriptions = shared = 0
     queued: dict[str, tuple[str, int]] = {}  # msgid -> (topic, payload bytes): queued or in flight
-    for state in broker.states.values():
+    for state in states.values():
         if state.connected:
             connected += 1
         else:
@@ -79,7 +86,6 @@ def count(broker: Broker) -> BrokerNumbers:
             stored_bytes += size
     total = connected + disconnected
     traffic.clients_maximum = max(traffic.clients_maximum, total)
-    refused = broker.refused
     return BrokerNumbers(
         clients_connected=connected,
         clients_disconnected=disconnected,

@@ -22,11 +22,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from bridge.errors import HookbridgeError
+
 PER_ADDRESS = 8  # checks of one address waiting or running
 WORKERS = max(1, min(4, os.cpu_count() or 1))
 
 
-class TooManyChecks(Exception):
+class TooManyChecks(HookbridgeError):
     """The address already has `per_address` checks waiting or running."""
 
     def __init__(self, address: str, waiting: int) -> None:
