@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -103,14 +104,20 @@ class PahoClient:
         username: str | None = None,
         password: str | None = None,
         manual_ack: bool = False,
+        v5: bool = False,
+        websocket: bool = False,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        """`v5`: MQTT 5.0 (else 3.1.1); `websocket`: over a WebSocket at /mqtt; `tls`: over TLS with
+        this context (both: WebSocket over TLS)."""
         self.port = port
         self._loop = asyncio.get_running_loop()
         self.client = mqtt.Client(
             mqtt.CallbackAPIVersion.VERSION2,
             client_id=client_id,
-            clean_session=clean_session,
-            protocol=mqtt.MQTTv311,
+            **({} if v5 else {"clean_session": clean_session}),
+            protocol=mqtt.MQTTv5 if v5 else mqtt.MQTTv311,
+            transport="websockets" if websocket else "tcp",
             # Always manual in paho: without manual_ack, _on_message acks before the test sees
             # the message. paho's own ack goes out after on_message returns, so a disconnect()
             # right after message() could overtake it and the message rightly came again.
@@ -118,6 +125,10 @@ class PahoClient:
             reconnect_on_failure=False,
         )
         self._auto_ack = not manual_ack
+        if websocket:
+            self.client.ws_set_options(path="/mqtt")
+        if tls is not None:
+            self.client.tls_set_context(tls)
         if username is not None:
             self.client.username_pw_set(username, password)
         self.messages: asyncio.Queue[mqtt.MQTTMessage] = asyncio.Queue()
