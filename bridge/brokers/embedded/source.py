@@ -13,7 +13,6 @@ from bridge.brokers.embedded.access import ACL_REFUSALS, LOGIN_REFUSALS, Gate
 from bridge.brokers.embedded.auth.gate import AuthGate
 from bridge.brokers.embedded.bans import Bans
 from bridge.brokers.embedded.broker import Broker
-from bridge.brokers.embedded.connection import Connection
 from bridge.brokers.embedded.durable import DurableStore
 from bridge.brokers.embedded.durable.health import store_health
 from bridge.brokers.embedded.limits import REFUSALS, Limits
@@ -248,16 +247,16 @@ class EmbeddedBroker(BrokerSource):
 
     async def idle(self) -> None:
         broker = self._broker
-        while broker is not None and (broker.busy_lanes or _ending(broker)):
+        while broker is not None and (broker.busy_lanes or _tearing_down(broker)):
             # A connection that has ended (its DISCONNECT read, its socket closed) emits
             # client.disconnected only in its teardown: wait for that before the lanes.
-            await asyncio.gather(*(conn.done.wait() for conn in _ending(broker)))
+            await _teardowns_over(broker)
             await asyncio.gather(*(lane.drain() for lane in list(broker.busy_lanes)))
 
     @property
     def busy(self) -> bool:
         broker = self._broker
-        return broker is not None and bool(broker.busy_lanes or _ending(broker))
+        return broker is not None and bool(broker.busy_lanes or _tearing_down(broker))
 
     @property
     def sys_topics(self) -> SysTopics | None:
@@ -276,7 +275,14 @@ class EmbeddedBroker(BrokerSource):
         return self._broker
 
 
-def _ending(broker: Broker) -> list[Connection]:
-    """Connections that have ended and whose teardown (will, session end, client.disconnected)
+def _tearing_down(broker: Broker) -> bool:
+    """Whether a connection has ended and its teardown (will, session end, client.disconnected)
     is not over yet."""
-    return [conn for conn in broker.connections if conn.reason is not None and not conn.done.is_set()]
+    return any(conn.reason is not None and not conn.done.is_set() for conn in broker.connections)
+
+
+async def _teardowns_over(broker: Broker) -> None:
+    """Wait until the teardown of every connection that has ended is over."""
+    for conn in list(broker.connections):
+        if conn.reason is not None:
+            await conn.done.wait()
