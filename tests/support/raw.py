@@ -23,6 +23,7 @@ from bridge.brokers.embedded.codec import (
     Will,
     encode,
 )
+from support.frames import Frame, take_frame
 
 TIMEOUT = 5.0
 
@@ -46,6 +47,7 @@ class RawClient:
         self.level = level
         self._decoder = Decoder(level=level, role="client")
         self._received: deque[Packet] = deque()
+        self._frames = bytearray()  # read but not yet cut into frames (recv_frame)
         self._closed = False
 
     @classmethod
@@ -88,17 +90,48 @@ class RawClient:
         each test knows which packet it expects and reads its fields."""
         async with asyncio.timeout(timeout):
             while not self._received:
-                if self._closed:
-                    return None
-                try:
-                    data = await asyncio.get_running_loop().sock_recv(self.sock, 65536)
-                except ConnectionResetError:
-                    data = b""
+                data = await self._read()
                 if not data:
-                    self._closed = True
                     return None
                 self._received.extend(self._decoder.feed(data))
             return self._received.popleft()
+
+    async def recv_frame(self, timeout: float = TIMEOUT) -> Frame | None:
+        """The next packet undecoded (support.frames: its type, flags and body bytes), for what the
+        codec would refuse and for the broker suite; None when the broker closed (or reset) the
+        connection. One client reads either frames or decoded packets (`recv`), not both."""
+        async with asyncio.timeout(timeout):
+            while (frame := take_frame(self._frames)) is None:
+                data = await self._read()
+                if not data:
+                    return None
+                self._frames += data
+            return frame
+
+    async def next_frame(self, timeout: float = TIMEOUT) -> Frame:
+        """The next packet undecoded; the connection closing instead fails the test."""
+        frame = await self.recv_frame(timeout)
+        assert frame is not None, "the broker closed the connection"
+        return frame
+
+    async def frames_until_closed(self, timeout: float = TIMEOUT) -> list[Frame]:
+        """Every packet, undecoded, until the broker closes the connection."""
+        frames = []
+        while (frame := await self.recv_frame(timeout)) is not None:
+            frames.append(frame)
+        return frames
+
+    async def _read(self) -> bytes:
+        """What the socket holds next; b"" once the broker closed or reset the connection."""
+        if self._closed:
+            return b""
+        try:
+            data = await asyncio.get_running_loop().sock_recv(self.sock, 65536)
+        except ConnectionResetError:
+            data = b""
+        if not data:
+            self._closed = True
+        return data
 
     async def until_closed(self, timeout: float = TIMEOUT) -> list[Any]:
         """Every packet the broker sends until it closes the connection; fails if it does not
