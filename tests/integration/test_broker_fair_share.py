@@ -47,7 +47,7 @@ from bridge.brokers.embedded.listeners import Listener
 from bridge.msgid import MsgIdGenerator
 from support.mqtt import wait_until
 from support.raw import RawClient
-from tests.integration.conftest import RecordingSink
+from support.sink import RecordingSink
 from tests.integration.test_embedded_websocket_input import UPGRADE, frame
 
 ROOT = Path(__file__).resolve().parents[2]

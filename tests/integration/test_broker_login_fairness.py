@@ -34,7 +34,7 @@ from bridge.msgid import MsgIdGenerator
 from support.bridges import BridgeFactory, mqtt_port
 from support.mqtt import wait_until
 from support.raw import RawClient
-from tests.integration.conftest import RecordingSink
+from support.sink import RecordingSink
 from tests.integration.test_broker_fair_share import start_flooder, stop_flooder
 
 HANG_GUARD = 10.0

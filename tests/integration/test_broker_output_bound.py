@@ -28,7 +28,7 @@ from bridge.msgid import MsgIdGenerator
 from support.bridges import BridgeFactory, mqtt_port
 from support.mqtt import wait_until
 from support.raw import RawClient
-from tests.integration.conftest import RecordingSink
+from support.sink import RecordingSink
 from tests.integration.test_embedded_websocket_input import UPGRADE, frame, still_serves
 
 BOUND = 32 << 10  # broker.max_output_bytes

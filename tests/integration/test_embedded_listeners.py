@@ -35,9 +35,10 @@ from bridge.brokers.embedded.codec import (
 from bridge.brokers.embedded.listeners import Listener
 from bridge.events import ClientConnected
 from bridge.msgid import MsgIdGenerator
+from support.paho import PahoClient
 from support.process import BridgeProcess, free_port
+from support.sink import TIMEOUT, RecordingSink
 from support.tls import Certificates, make_certificates, make_client_certificate
-from tests.integration.conftest import TIMEOUT, PahoClient, RecordingSink
 
 NODE = "test@127.0.0.1"
 

@@ -19,11 +19,11 @@ import redis as redis_sync
 from broker_suite.clients import V5, V311, Client
 
 from bridge.app import Bridge, Paths
-from support.bridges import eventually, mqtt_port
+from support.bridges import core, eventually, mqtt_port
 from support.cdp import browser
 from support.conf import config_text
 from support.services import ROOT
-from tests.integration.test_bans import KEY, KEY_LINE, core
+from tests.integration.test_bans import KEY, KEY_LINE
 from tests.integration.test_ctl import ctl
 from tests.integration.test_durable_sessions import store_rows_mentioning
 
