@@ -110,7 +110,11 @@ async def test_a_session_not_loaded_obeys_the_queue_limits_and_the_store_stays_b
     size = store.stat().st_size
     dropped = bridge.metric("hookbridge_broker_refused_total", reason="offline_bytes")
     assert dropped >= FLEET - 1000, dropped
-    assert size < 64 << 20, f"durable.db is {size} bytes"
+    # SQLite reuses the pages a trim frees but never gives them back, so the file's size is the
+    # most the log held at once: how far the trim fell behind the publisher, which a loaded
+    # machine stretches (34 MiB here when quiet, 70 MiB beside other test runs). Unbounded, the
+    # whole stream stays: 395 MiB. Half the stream's payload tells the two apart on any machine.
+    assert size < FLEET * PAYLOAD // 2, f"durable.db is {size} bytes"
 
     prober, _ = await raw_connect(port, "prober")
     stop = asyncio.Event()

@@ -216,12 +216,12 @@ async def test_periodic_trim_unindexes_emptied_topics(make_bridge: BridgeFactory
 
 def _publish_job(topic: str) -> Job:
     event = MessagePublish(IDS.next(), "w", None, topic, 1, b"new", False, "n", "p", 0.0)
-    return Job(rule=SimpleNamespace(expired_time=0), event=event)  # type: ignore[arg-type]
+    return Job(rule=SimpleNamespace(expired_time=0, time_scale=1), event=event)  # type: ignore[arg-type]
 
 
 def _ack_job(topic: str, msgid: str) -> Job:
     event = MessageAcked(msgid, "s", None, "old", topic, 1, b"", False, "n", 0.0)
-    return Job(rule=SimpleNamespace(expired_time=0), event=event)  # type: ignore[arg-type]
+    return Job(rule=SimpleNamespace(expired_time=0, time_scale=1), event=event)  # type: ignore[arg-type]
 
 
 async def _run_plan(redis: Any, plan: list[functions.Command]) -> None:
