@@ -10,7 +10,7 @@ from typing import Any
 
 from pymongo import AsyncMongoClient
 
-from actions.mongo.connection import client_options
+from actions.mongo.client_settings import client_options
 from bridge.plugin import (
     ACL_ALL_USERS,
     ACL_READ,

@@ -22,7 +22,7 @@ from pymongo import AsyncMongoClient
 from pymongo.errors import BulkWriteError, CollectionInvalid, ConnectionFailure, OperationFailure, PyMongoError
 
 from actions.mongo import emqx44, schema
-from actions.mongo.connection import client_options
+from actions.mongo.client_settings import client_options
 from actions.mongo.functions import DUPLICATE_KEY, WRITERS, Write
 from actions.mongo.reads import MongoStore
 from actions.mongo.templates import render_writes

@@ -296,7 +296,7 @@ async def migrate(pool: Any, dry_run: bool) -> list[str]:
     bridge adds the expiry index when it starts (or `hookbridge schema --apply`)."""
     from pymongo import AsyncMongoClient
 
-    from actions.mongo.connection import client_options
+    from actions.mongo.client_settings import client_options
 
     client: Any = AsyncMongoClient(**client_options(pool))
     try:

@@ -1,5 +1,5 @@
 """Redis backend (docs/backends/redis.md): backend.py runs batches; functions.py writes; reads.py reads then acts;
-connection.py opens a pool's connections (one server, the primary that Sentinels name, or the
+clients.py opens a pool's connections (one server, the primary that Sentinels name, or the
 masters of a Redis Cluster, whose writes cluster.py splits into one-slot steps).
 PLUGIN is its declaration (the `hookbridge.backends` entry point in pyproject.toml); importing this
 package does not import the driver.

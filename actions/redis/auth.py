@@ -9,14 +9,14 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from actions.redis import connection
+from actions.redis import clients
 from bridge.plugin import AclEntry, PoolConfig, UserRecord, UserStoreDown, acl_row, user_record
 
 
 def redis_client(pool: PoolConfig) -> Any:
     """A small Redis client of its own for a pool (users and ACL lookups, not the rule runner's):
     each lookup reads one key, so a cluster pool routes it to that key's master."""
-    return connection.redis_client(pool, max_connections=4)
+    return clients.redis_client(pool, max_connections=4)
 
 
 class RedisUsers:

@@ -11,9 +11,9 @@ import redis.asyncio as aioredis
 from redis import exceptions as rexc
 
 from actions.redis import cluster_scripts, emqx44, scripts
+from actions.redis.clients import cluster_client, connection_pool
 from actions.redis.cluster import ClusterNodes, PhasedBatch
 from actions.redis.cluster_functions import CLUSTER_WRITERS, Steps
-from actions.redis.connection import cluster_client, connection_pool
 from actions.redis.functions import WRITERS, Command, Script
 from actions.redis.index import TopicIndex
 from actions.redis.packing import pipeline

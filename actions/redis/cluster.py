@@ -22,8 +22,8 @@ import redis.asyncio as aioredis
 from redis import exceptions as rexc
 from redis.asyncio.cluster import RedisCluster
 
+from actions.redis.clients import node_pool
 from actions.redis.cluster_functions import Step, Then, Touch
-from actions.redis.connection import node_pool
 from actions.redis.functions import Command, Script
 from actions.redis.packing import pipeline_on
 

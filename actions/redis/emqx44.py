@@ -267,7 +267,7 @@ async def migrate_redis(redis: Any, dry_run: bool = False, cluster: bool = False
 
 async def migrate(pool: Any, dry_run: bool) -> list[str]:
     """`hookbridge migrate-emqx44 --pool redis.<pool>`: a connection of the pool's own settings."""
-    from actions.redis.connection import redis_client
+    from actions.redis.clients import redis_client
 
     client = redis_client(pool, max_connections=2)
     try:

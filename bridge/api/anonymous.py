@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from bridge.conf.apikeys import is_loopback
+from bridge.conf.hosts import is_loopback
 
 MARK_HEADER = "X-Hookbridge"  # any value: a header no browser adds to a cross-origin request by itself
 _READS = frozenset({"GET", "HEAD"})

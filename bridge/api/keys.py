@@ -16,7 +16,8 @@ from typing import Any
 from aiohttp import web
 
 from bridge.api.answers import ApiFace
-from bridge.conf.apikeys import ApiKey, find_key, is_loopback
+from bridge.conf.apikeys import ApiKey, find_key
+from bridge.conf.hosts import is_loopback
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -66,12 +65,3 @@ def key_name(keys: Mapping[str, ApiKey], presented: str) -> str | None:
     """The name of the key `presented` is, or None."""
     found = find_key(keys, presented)
     return found.name if found is not None else None
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False

@@ -187,7 +187,7 @@ _ANY_HOST = frozenset({"", "0.0.0.0", "::", "*"})
 def _api_errors(path: str, settings: dict[str, Any], values_at: dict[str, Position]) -> list[ConfError]:
     """The management API (api.*) as `run` would serve it: refused when it would be reachable from
     the network with no key (as the broker refuses an anonymous listener off loopback)."""
-    from bridge.conf.apikeys import is_loopback
+    from bridge.conf.hosts import is_loopback
 
     if not settings.get("api.enabled"):
         return []

@@ -12,6 +12,7 @@ so assertions compare plain dicts (`{"UserProperty": [("a", "1")], ...}`).
 from __future__ import annotations
 
 import asyncio
+import socket
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
+
+from support.mqtt import until_closed_by_broker, watch_for_close
 
 TIMEOUT = 5.0
 V311 = MQTTProtocolVersion.MQTTv311
@@ -142,6 +145,7 @@ class Client:
         self.disconnected: asyncio.Future[tuple[int, dict[str, Any]]] = self._loop.create_future()
         self._connack: asyncio.Future[ConnAck] = self._loop.create_future()
         self._pending = _Pending(self._loop)
+        self._watch: socket.socket | None = None  # support.mqtt.watch_for_close
         self.paho.on_connect = self._on_connect
         self.paho.on_subscribe = self._on_subscribe
         self.paho.on_unsubscribe = self._on_unsubscribe
@@ -193,7 +197,10 @@ class Client:
         self.paho.connect_async("127.0.0.1", self.port, keepalive, properties=properties, **extra)
         self.paho.loop_start()
         async with asyncio.timeout(TIMEOUT):
-            return await self._connack
+            connack = await self._connack
+        if connack.reason == 0:
+            self._watch = watch_for_close(self.paho.socket())
+        return connack
 
     async def subscribe(
         self,
@@ -266,17 +273,22 @@ class Client:
             return await asyncio.shield(self.disconnected)
 
     async def disconnect(self, reason: str | None = None, properties: Properties | None = None) -> None:
-        """Send DISCONNECT (5.0: with the named reason code) and stop the network thread."""
+        """Send DISCONNECT (5.0: with the named reason code), stop the network thread and return
+        once the broker has closed the connection (it has read the DISCONNECT and ended the session)."""
         code = reason_code(PacketTypes.DISCONNECT, reason) if reason else None
         self.paho.disconnect(code, properties)
         await self.wait_disconnected()
         await asyncio.to_thread(self.paho.loop_stop)
+        if self._watch is not None:
+            watch, self._watch = self._watch, None
+            await until_closed_by_broker(watch, what=f"{self.paho._client_id!r} closed by the broker")
 
     async def drop(self) -> None:
         """Close the socket without DISCONNECT (an abnormal end: the will is due)."""
         sock = self.paho.socket()
         if sock is not None:
             sock.close()
+        self._forget_watch()  # the connection ends only when its last descriptor is closed
         await asyncio.to_thread(self.paho.loop_stop)
 
     async def freeze(self) -> None:
@@ -288,6 +300,12 @@ class Client:
         if self.paho.is_connected():
             self.paho.disconnect()
         await asyncio.to_thread(self.paho.loop_stop)
+        self._forget_watch()
+
+    def _forget_watch(self) -> None:
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
 
 
 async def connect_v5(

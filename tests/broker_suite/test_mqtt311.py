@@ -12,8 +12,9 @@ from collections.abc import Callable
 
 import pytest
 
-from broker_suite import raw
 from broker_suite.clients import V311, Broker, Client, Will, unique
+from support import frames
+from support.raw import RawClient
 
 Clients = Callable[..., Client]
 
@@ -83,27 +84,27 @@ async def test_unacknowledged_qos1_redelivered_with_dup_on_reconnect(clients: Cl
 async def test_unreceived_qos2_redelivered_with_dup_and_the_same_packet_id(broker: Broker, clients: Clients) -> None:
     """paho answers PUBREC on its own, so the subscriber that withholds it is raw bytes."""
     cid, topic = unique("dup2"), unique("d")
-    sub = await raw.RawClient.open(broker.port)
-    await sub.send(raw.connect(cid, version=4, clean=False))
-    assert (await sub.next()).reason == 0
-    await sub.send(raw.subscribe(topic, qos=2, packet_id=1, version=4))
-    assert (await sub.next()).kind == raw.SUBACK
+    sub = await RawClient.open(broker.port)
+    await sub.send_bytes(frames.connect(cid, version=4, clean=False))
+    assert (await sub.next_frame()).reason == 0
+    await sub.send_bytes(frames.subscribe(topic, qos=2, packet_id=1, version=4))
+    assert (await sub.next_frame()).kind == frames.SUBACK
     pub = await connected(clients, unique("pub"))
     await pub.publish(topic, b"exactly once", 2)
-    first = await sub.recv()
-    assert first is not None and first.kind == raw.PUBLISH and not first.dup
-    sub.close()  # no PUBREC
+    first = await sub.recv_frame()
+    assert first is not None and first.kind == frames.PUBLISH and not first.dup
+    sub.abort()  # no PUBREC
 
-    back = await raw.RawClient.open(broker.port)
-    await back.send(raw.connect(cid, version=4, clean=False))
-    connack = await back.recv()
+    back = await RawClient.open(broker.port)
+    await back.send_bytes(frames.connect(cid, version=4, clean=False))
+    connack = await back.recv_frame()
     assert connack is not None and connack.body[0] == 1  # session present
-    again = await back.recv()
-    assert again is not None and again.kind == raw.PUBLISH and again.dup
+    again = await back.recv_frame()
+    assert again is not None and again.kind == frames.PUBLISH and again.dup
     assert again.publish_fields(4) == first.publish_fields(4) == (topic, first.publish_fields(4)[1], b"exactly once")
-    await back.send(raw.ack(raw.PUBREC, again.publish_fields(4)[1]))
-    assert (await back.next()).kind == raw.PUBREL
-    back.close()
+    await back.send_bytes(frames.ack(frames.PUBREC, again.publish_fields(4)[1]))
+    assert (await back.next_frame()).kind == frames.PUBREL
+    back.abort()
 
 
 PINGRESP = b"\xd0\x00"
@@ -219,10 +220,10 @@ async def test_zero_length_client_id_accepted_with_clean_session(clients: Client
 
 async def test_zero_length_client_id_refused_without_clean_session(broker: Broker) -> None:
     """paho refuses to send this CONNECT, so it is raw bytes."""
-    client = await raw.RawClient.open(broker.port)
+    client = await RawClient.open(broker.port)
     try:
-        await client.send(raw.connect("", version=4, clean=False))
-        packets = await client.until_closed()
-        assert [(p.kind, p.reason) for p in packets] == [(raw.CONNACK, 2)]  # identifier rejected
+        await client.send_bytes(frames.connect("", version=4, clean=False))
+        packets = await client.frames_until_closed()
+        assert [(p.kind, p.reason) for p in packets] == [(frames.CONNACK, 2)]  # identifier rejected
     finally:
-        client.close()
+        client.abort()

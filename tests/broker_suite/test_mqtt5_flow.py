@@ -11,8 +11,9 @@ from collections.abc import Callable
 
 from paho.mqtt.packettypes import PacketTypes
 
-from broker_suite import raw
 from broker_suite.clients import Broker, Client, Message, connect_v5, props, unique
+from support import frames
+from support.raw import RawClient
 
 Clients = Callable[..., Client]
 
@@ -85,24 +86,24 @@ async def test_server_receive_maximum_exceeded_is_refused(broker: Broker, client
     # Mosquitto announces 20, the embedded broker 1024 (acks wait for commits, so publishers
     # pipeline); either way a bound is announced.
     assert receive_maximum < 65535, "the broker announces no Receive Maximum"
-    client = await raw.RawClient.open(broker.port)
+    client = await RawClient.open(broker.port)
     try:
-        await client.send(raw.connect(unique("greedy"), version=5))
-        assert (await client.next()).reason == 0
+        await client.send_bytes(frames.connect(unique("greedy"), version=5))
+        assert (await client.next_frame()).reason == 0
         for packet_id in range(1, receive_maximum + 2):
-            await client.send(raw.publish(topic, b"m%d" % packet_id, qos=2, packet_id=packet_id, version=5))
-            answer = await client.next()
+            await client.send_bytes(frames.publish(topic, b"m%d" % packet_id, qos=2, packet_id=packet_id, version=5))
+            answer = await client.next_frame()
             if packet_id <= receive_maximum:
-                assert (answer.kind, answer.body) == (raw.PUBREC, answer.body[:2])  # accepted, no reason code
-        if answer.kind == raw.DISCONNECT:
+                assert (answer.kind, answer.body) == (frames.PUBREC, answer.body[:2])  # accepted, no reason code
+        if answer.kind == frames.DISCONNECT:
             assert answer.reason == RECEIVE_MAXIMUM_EXCEEDED
         else:
-            assert answer.kind == raw.PUBREC and answer.body[2] >= 0x80
+            assert answer.kind == frames.PUBREC and answer.body[2] >= 0x80
             for packet_id in range(1, receive_maximum + 1):  # release the accepted ones
-                await client.send(raw.ack(raw.PUBREL, packet_id))
-                assert (await client.next()).kind == raw.PUBCOMP
+                await client.send_bytes(frames.ack(frames.PUBREL, packet_id))
+                assert (await client.next_frame()).kind == frames.PUBCOMP
     finally:
-        client.close()
+        client.abort()
     pub, _ = await connect_v5(clients, unique("pub"))
     await pub.publish(topic, b"marker", 2)
     routed = {m.payload for m in await sub.until(topic, b"marker")}

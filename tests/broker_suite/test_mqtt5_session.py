@@ -12,8 +12,9 @@ from collections.abc import Callable
 import pytest
 from paho.mqtt.packettypes import PacketTypes
 
-from broker_suite import raw
 from broker_suite.clients import Broker, Client, Will, connect_v5, props, unique
+from support import frames
+from support.raw import RawClient
 
 Clients = Callable[..., Client]
 
@@ -27,14 +28,14 @@ async def test_connack_reason_codes(broker: Broker, clients: Clients) -> None:
     assert (connack.reason, connack.session_present) == (0, False)
 
     # A protocol level the broker does not speak: CONNACK 0x84 (5.0) or return code 1 (3.1.1), then close.
-    client = await raw.RawClient.open(broker.port)
+    client = await RawClient.open(broker.port)
     try:
-        await client.send(raw.connect(unique("v6"), version=6))
-        packets = await client.until_closed()
-        assert [p.kind for p in packets] == [raw.CONNACK]
+        await client.send_bytes(frames.connect(unique("v6"), version=6))
+        packets = await client.frames_until_closed()
+        assert [p.kind for p in packets] == [frames.CONNACK]
         assert packets[0].reason in (UNSUPPORTED_PROTOCOL_VERSION, 1)
     finally:
-        client.close()
+        client.abort()
 
 
 async def test_assigned_client_identifier_names_a_resumable_session(clients: Clients) -> None:
@@ -169,12 +170,12 @@ async def test_session_takeover_closes_the_old_connection_with_0x8e(broker: Brok
     """The broker MAY send DISCONNECT before it closes (5.0 sections 3.1.4, 4.13); if it does, the
     reason is 0x8E. Read off the wire: a client library may report a closed socket as a reason."""
     cid = unique("taken")
-    first = await raw.RawClient.open(broker.port)
+    first = await RawClient.open(broker.port)
     try:
-        await first.send(raw.connect(cid, version=5))
-        assert (await first.next()).reason == 0
+        await first.send_bytes(frames.connect(cid, version=5))
+        assert (await first.next_frame()).reason == 0
         await connect_v5(clients, cid)
-        packets = await first.until_closed()
-        assert [(p.kind, p.reason) for p in packets] in ([], [(raw.DISCONNECT, SESSION_TAKEN_OVER)])
+        packets = await first.frames_until_closed()
+        assert [(p.kind, p.reason) for p in packets] in ([], [(frames.DISCONNECT, SESSION_TAKEN_OVER)])
     finally:
-        first.close()
+        first.abort()

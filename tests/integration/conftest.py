@@ -1,320 +1,21 @@
 """Fixtures for integration tests against a real broker over TCP.
 
-- `RecordingSink`: an event sink that records events and lets a test await one.
-- `PahoClient`: a paho-mqtt (MQTT 3.1.1) client running its own network thread;
-  its callbacks are handed to the test's event loop, so a test awaits CONNACK,
-  SUBACK, acks and messages instead of sleeping (and never blocks the loop a
-  broker under test may be running on).
-- `RawClient`: a bare socket speaking MQTT 3.1.1 or 5.0 through the project's codec
-  (`bridge.brokers.embedded.codec`), for what a well-behaved library will not do (withhold acks, skip
-  PINGREQ, close without DISCONNECT, zero-length client id with a persistent session),
-  and raw bytes for what no encoder will produce (malformed packets).
+- `paho_clients`: `support.paho.PahoClient`s, stopped at teardown.
+- `raw_connect`: `support.raw.RawClient`s (a bare socket through the project's codec), aborted at teardown.
+- `clients`: the `broker_suite.clients.Client`s a test made (`support.bridges.connected`), closed at teardown.
 """
 
 from __future__ import annotations
 
-import asyncio
-import socket
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass, field, fields
 from typing import Any
 
-import paho.mqtt.client as mqtt
 import pytest
+from broker_suite.clients import Client as SuiteClient
 
-from bridge.brokers.embedded.codec import (
-    EMPTY,
-    MQTT_3_1_1,
-    Connect,
-    Decoder,
-    Packet,
-    Properties,
-    Subscribe,
-    Subscription,
-    Will,
-    encode,
-)
-from bridge.events import Event
+from support.paho import PahoClient
 from support.process import BridgeProcess
-
-TIMEOUT = 5.0
-
-
-def _matches(event: Event, kind: type[Any] | None, fields: dict[str, Any]) -> bool:
-    return (kind is None or isinstance(event, kind)) and all(getattr(event, k) == v for k, v in fields.items())
-
-
-@dataclass
-class Hold:
-    """The sink stops at a matching event (back-pressure) until released."""
-
-    kind: type[Any] | None
-    fields: dict[str, Any]
-    arrived: asyncio.Event = field(default_factory=asyncio.Event)
-    released: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def release(self) -> None:
-        self.released.set()
-
-
-class RecordingSink:
-    """Records every event; `wait_for` returns the first (or next) one that matches."""
-
-    def __init__(self) -> None:
-        self.events: list[Event] = []
-        self._changed = asyncio.Event()
-        self._holds: list[Hold] = []
-
-    async def __call__(self, event: Event) -> None:
-        for hold in self._holds:
-            if not hold.released.is_set() and _matches(event, hold.kind, hold.fields):
-                hold.arrived.set()
-                await hold.released.wait()
-        self.events.append(event)
-        self._changed.set()
-
-    def hold(self, kind: type[Any] | None = None, /, **fields: Any) -> Hold:
-        """Make the sink block on the next matching event until `release()`."""
-        hold = Hold(kind, fields)
-        self._holds.append(hold)
-        return hold
-
-    def find(self, kind: type[Any] | None = None, /, **fields: Any) -> list[Any]:
-        return [e for e in self.events if _matches(e, kind, fields)]
-
-    def kinds(self, clientid: str) -> list[str]:
-        """The event type names of one client, in the order the sink got them."""
-        return [type(e).__name__ for e in self.events if e.clientid == clientid]
-
-    async def wait_for(
-        self, kind: type[Any] | None = None, /, *, count: int = 1, timeout: float = TIMEOUT, **fields: Any
-    ) -> Any:
-        """Wait until `count` matching events arrived; return the count-th one."""
-        async with asyncio.timeout(timeout):
-            while True:
-                found = self.find(kind, **fields)
-                if len(found) >= count:
-                    return found[count - 1]
-                self._changed.clear()
-                await self._changed.wait()
-
-
-class PahoClient:
-    """paho-mqtt with its network thread; every wait is an awaitable with a timeout."""
-
-    def __init__(
-        self,
-        port: int,
-        client_id: str,
-        *,
-        clean_session: bool = True,
-        username: str | None = None,
-        password: str | None = None,
-        manual_ack: bool = False,
-    ) -> None:
-        self.port = port
-        self._loop = asyncio.get_running_loop()
-        self.client = mqtt.Client(
-            mqtt.CallbackAPIVersion.VERSION2,
-            client_id=client_id,
-            clean_session=clean_session,
-            protocol=mqtt.MQTTv311,
-            # Always manual in paho: without manual_ack, _on_message acks before the test sees
-            # the message. paho's own ack goes out after on_message returns, so a disconnect()
-            # right after message() could overtake it and the message rightly came again.
-            manual_ack=True,
-            reconnect_on_failure=False,
-        )
-        self._auto_ack = not manual_ack
-        if username is not None:
-            self.client.username_pw_set(username, password)
-        self.messages: asyncio.Queue[mqtt.MQTTMessage] = asyncio.Queue()
-        self.disconnected = asyncio.Event()
-        self._connack: asyncio.Future[tuple[int, bool]] = self._loop.create_future()
-        self._acks: dict[int, asyncio.Future[Any]] = {}
-        self.client.on_connect = self._on_connect
-        self.client.on_subscribe = self._on_subscribe
-        self.client.on_unsubscribe = self._on_unsubscribe
-        self.client.on_publish = self._on_publish
-        self.client.on_message = self._on_message
-        self.client.on_disconnect = self._on_disconnect
-
-    # paho calls these on its own thread: hand them to the event loop.
-    def _soon(self, fn: Callable[..., None], *args: Any) -> None:
-        self._loop.call_soon_threadsafe(fn, *args)
-
-    def _on_connect(self, _c: Any, _u: Any, flags: Any, reason: Any, _p: Any) -> None:
-        result = (int(reason.value), bool(flags.session_present))
-        self._soon(lambda: self._connack.done() or self._connack.set_result(result))
-
-    def _on_subscribe(self, _c: Any, _u: Any, mid: int, reasons: Any, _p: Any) -> None:
-        self._soon(self._resolve, mid, [int(r.value) for r in reasons])
-
-    def _on_unsubscribe(self, _c: Any, _u: Any, mid: int, _reasons: Any, _p: Any) -> None:
-        self._soon(self._resolve, mid, None)
-
-    def _on_publish(self, _c: Any, _u: Any, mid: int, _reason: Any, _p: Any) -> None:
-        self._soon(self._resolve, mid, None)
-
-    def _on_message(self, _c: Any, _u: Any, message: mqtt.MQTTMessage) -> None:
-        if self._auto_ack and message.qos:
-            self.client.ack(message.mid, message.qos)
-        self._soon(self.messages.put_nowait, message)
-
-    def _on_disconnect(self, _c: Any, _u: Any, _flags: Any, _reason: Any, _p: Any) -> None:
-        self._soon(self.disconnected.set)
-
-    def _ack(self, mid: int) -> asyncio.Future[Any]:
-        return self._acks.setdefault(mid, self._loop.create_future())
-
-    def _resolve(self, mid: int, value: Any) -> None:
-        future = self._ack(mid)
-        if not future.done():
-            future.set_result(value)
-
-    async def connect(self, *, keepalive: int = 60, will: Will | None = None) -> tuple[int, bool]:
-        """Connect; returns (CONNACK return code, session present)."""
-        if will is not None:
-            self.client.will_set(will.topic, will.payload, will.qos, will.retain)
-        self.client.connect_async("127.0.0.1", self.port, keepalive)
-        self.client.loop_start()
-        async with asyncio.timeout(TIMEOUT):
-            return await self._connack
-
-    async def subscribe(self, *topics: tuple[str, int]) -> list[int]:
-        """Subscribe and wait for SUBACK; returns the granted QoS (128 = failure) per filter."""
-        _, mid = self.client.subscribe(list(topics))
-        async with asyncio.timeout(TIMEOUT):
-            result: list[int] = await self._ack(mid)
-            return result
-
-    async def unsubscribe(self, *topics: str) -> None:
-        _, mid = self.client.unsubscribe(list(topics))
-        async with asyncio.timeout(TIMEOUT):
-            await self._ack(mid)
-
-    async def publish(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False) -> None:
-        """Publish and wait until it is sent (QoS 0), acked (1) or completed (2)."""
-        async with asyncio.timeout(TIMEOUT):
-            await self.send(topic, payload, qos, retain)
-
-    def send(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False) -> asyncio.Future[Any]:
-        """Publish without waiting; the future is done when the broker acks (or completes) it."""
-        return self._ack(self.client.publish(topic, payload, qos, retain).mid)
-
-    async def message(self, timeout: float = TIMEOUT) -> mqtt.MQTTMessage:
-        async with asyncio.timeout(timeout):
-            return await self.messages.get()
-
-    async def disconnect(self) -> None:
-        """Send DISCONNECT and stop the network thread."""
-        self.client.disconnect()
-        async with asyncio.timeout(TIMEOUT):
-            await self.disconnected.wait()
-        await asyncio.to_thread(self.client.loop_stop)
-
-    async def close(self) -> None:
-        """Teardown: disconnect if still connected, stop the thread."""
-        if self.client.is_connected():
-            self.client.disconnect()
-        await asyncio.to_thread(self.client.loop_stop)
-
-
-def brief(packet: Any) -> str:
-    """A packet with only its fields that differ from their defaults, for assertion messages."""
-    shown = [f"{f.name}={getattr(packet, f.name)!r}" for f in fields(packet) if getattr(packet, f.name) != f.default]
-    return f"{type(packet).__name__}({', '.join(shown)})"
-
-
-class RawClient:
-    """An MQTT client on a bare socket: sends what it is told (packets encoded by `bridge.brokers.embedded.codec`
-    at `level`, or raw bytes), reads the broker's packets one by one with a client-side decoder.
-
-    The socket is read with `loop.sock_recv`, not a StreamReader: a broker that sends DISCONNECT
-    and then resets the connection must still show the DISCONNECT (the kernel hands out data
-    received before a reset; a StreamReader raises the reset first)."""
-
-    def __init__(self, sock: socket.socket, level: int = MQTT_3_1_1) -> None:
-        self.sock = sock
-        self.level = level
-        self._decoder = Decoder(level=level, role="client")
-        self._received: deque[Packet] = deque()
-        self._closed = False
-
-    @classmethod
-    async def open(cls, port: int, level: int = MQTT_3_1_1) -> RawClient:
-        """A TCP connection to the broker, nothing sent yet."""
-        sock = socket.socket()
-        sock.setblocking(False)
-        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
-        return cls(sock, level)
-
-    @classmethod
-    async def connect(
-        cls,
-        port: int,
-        client_id: str,
-        *,
-        clean_session: bool = True,
-        keepalive: int = 60,
-        will: Will | None = None,
-        level: int = MQTT_3_1_1,
-        properties: Properties = EMPTY,
-    ) -> tuple[RawClient, Packet | None]:
-        """Open a connection and send CONNECT; returns the client and the CONNACK (None if closed)."""
-        client = await cls.open(port, level)
-        await client.send(Connect(client_id, level, clean_session, keepalive, will=will, properties=properties))
-        return client, await client.recv()
-
-    @property
-    def local_port(self) -> int:
-        return int(self.sock.getsockname()[1])
-
-    async def send(self, packet: Packet) -> None:
-        await self.send_bytes(encode(packet, self.level))
-
-    async def send_bytes(self, data: bytes) -> None:
-        await asyncio.get_running_loop().sock_sendall(self.sock, data)
-
-    async def recv(self, timeout: float = TIMEOUT) -> Any:
-        """The next packet, or None when the broker closed (or reset) the connection. Typed Any:
-        each test knows which packet it expects and reads its fields."""
-        async with asyncio.timeout(timeout):
-            while not self._received:
-                if self._closed:
-                    return None
-                try:
-                    data = await asyncio.get_running_loop().sock_recv(self.sock, 65536)
-                except ConnectionResetError:
-                    data = b""
-                if not data:
-                    self._closed = True
-                    return None
-                self._received.extend(self._decoder.feed(data))
-            return self._received.popleft()
-
-    async def until_closed(self, timeout: float = TIMEOUT) -> list[Any]:
-        """Every packet the broker sends until it closes the connection; fails if it does not
-        close within `timeout` (counted from the call, not per packet)."""
-        packets = []
-        try:
-            async with asyncio.timeout(timeout):
-                while (packet := await self.recv(timeout)) is not None:
-                    packets.append(packet)
-        except TimeoutError:
-            sent = [brief(packet) for packet in packets]
-            raise AssertionError(f"still open after {timeout} s; the broker sent {sent}") from None
-        return packets
-
-    async def subscribe(self, packet_id: int, *topics: tuple[str, int]) -> Any:
-        """Send SUBSCRIBE and return its SUBACK (no other packet may come first)."""
-        await self.send(Subscribe(packet_id, [Subscription(topic, qos) for topic, qos in topics]))
-        return await self.recv()
-
-    def abort(self) -> None:
-        """Drop the connection without DISCONNECT."""
-        self.sock.close()
+from support.raw import RawClient
 
 
 @pytest.fixture
@@ -345,6 +46,15 @@ async def raw_connect() -> AsyncIterator[Callable[..., Awaitable[tuple[RawClient
     yield connect
     for client in made:
         client.abort()
+
+
+@pytest.fixture
+async def clients() -> AsyncIterator[list[SuiteClient]]:
+    """The paho clients a test made (support.bridges.connected appends them), closed at teardown."""
+    made: list[SuiteClient] = []
+    yield made
+    for client in made:
+        await client.close()
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ from bridge.brokers.embedded.codec import (
     Subscribe,
     Subscription,
 )
-from tests.integration.conftest import RawClient
+from support.raw import RawClient
 
 DURABLE_FILTER = "soak/d/#"
 ACK_TIMEOUT = 60.0  # a PUBACK comes from Redis or the spool: long only when the bridge is gone

@@ -10,7 +10,6 @@ import hashlib
 import io
 import logging
 import re
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -24,11 +23,9 @@ from broker_suite.clients import V5, V311, Client
 
 from actions.redis import keys
 from bridge.app import Bridge, Paths
-from bridge.brokers.embedded.broker import Broker
 from bridge.cli import main
-from support.bridges import mqtt_port
-from support.conf import config_text
-from support.services import ROOT, start_mosquitto
+from support.bridges import BridgeFactory, connected, core, mqtt_port
+from support.services import start_mosquitto
 from tests.integration.mqtt_support import MOSQUITTO_PORT, external_config
 from tests.integration.test_broker_auth_db import PG_POOL, pg_users
 
@@ -62,28 +59,14 @@ class Api:
 
 
 @pytest.fixture
-async def make_api_bridge(tmp_path: Path, redis_port: int, redis_db: redis_sync.Redis) -> AsyncIterator[Any]:
-    """Like conftest's make_bridge (the shipped rules/redis.conf), with the HTTP listener on a free port."""
-    started: list[Bridge] = []
+def make_api_bridge(make_bridge: BridgeFactory, redis_db: redis_sync.Redis) -> Any:
+    """conftest's make_bridge (the shipped rules/redis.conf on the flushed test Redis) with the
+    HTTP listener on a free port: `await make_api_bridge(extra_config, rules=None)`."""
 
     async def factory(extra: str, rules: str | None = None) -> Bridge:
-        home = tmp_path / f"bridge{len(started)}"
-        (home / "rules").mkdir(parents=True)
-        shutil.copytree(ROOT / "templates", home / "templates")
-        if rules is None:
-            shutil.copy(ROOT / "rules" / "redis.conf", home / "rules" / "redis.conf")
-        else:
-            (home / "rules" / "test.conf").write_text(rules)
-        text = config_text(redis_port, f"spool.dir = {home / 'spool'}\ndeadletter.dir = {home / 'dl'}\n" + extra)
-        (home / "bridge.conf").write_text(text.replace("metrics.listener = off\n", "metrics.listener = 127.0.0.1:0\n"))
-        bridge = Bridge.load(Paths(home / "bridge.conf", home / "rules"))
-        await bridge.start()
-        started.append(bridge)
-        return bridge
+        return await make_bridge(rules, extra, http=True)
 
-    yield factory
-    for bridge in reversed(started):
-        await bridge.stop(drain_timeout=5)
+    return factory
 
 
 @pytest.fixture
@@ -97,30 +80,6 @@ async def bridge(make_api_bridge: Any, tmp_path: Path) -> Bridge:
 async def api(bridge: Bridge) -> AsyncIterator[Api]:
     async with aiohttp.ClientSession() as session:
         yield Api(bridge, session)
-
-
-@pytest.fixture
-async def clients(bridge: Bridge) -> AsyncIterator[list[Client]]:
-    made: list[Client] = []
-    yield made
-    for client in made:
-        await client.close()
-
-
-def core(bridge: Bridge) -> Broker:
-    broker = bridge.broker.core  # type: ignore[attr-defined]
-    assert isinstance(broker, Broker)
-    return broker
-
-
-async def connected(bridge: Bridge, made: list[Client], clientid: str, **kwargs: Any) -> Client:
-    user = kwargs.pop("user", None)
-    client = Client(mqtt_port(bridge), clientid, **kwargs)
-    if user:
-        client.paho.username_pw_set(user)
-    made.append(client)
-    assert (await client.connect()).reason == 0
-    return client
 
 
 async def test_clients_sessions_and_kick(bridge: Bridge, api: Api, clients: list[Client]) -> None:

@@ -18,10 +18,7 @@ import asyncio
 import gc
 import hashlib
 import random
-import shutil
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -29,12 +26,11 @@ import pytest
 import redis as redis_sync
 
 from bridge.api import routes
-from bridge.app import Bridge, Paths
+from bridge.app import Bridge
 from bridge.brokers.embedded.broker import Broker
 from bridge.brokers.embedded.router import Message
 from bridge.brokers.embedded.sessions import Subscription
-from support.conf import config_text
-from support.services import ROOT
+from support.bridges import BridgeFactory, core
 
 pytestmark = pytest.mark.slow
 
@@ -87,27 +83,11 @@ class LoopWatch:
 
 
 @pytest.fixture
-async def bridge(tmp_path: Path, redis_port: int, redis_db: redis_sync.Redis) -> AsyncIterator[Bridge]:
-    home = tmp_path / "bridge"
-    (home / "rules").mkdir(parents=True)
-    shutil.copytree(ROOT / "templates", home / "templates")
-    shutil.copy(ROOT / "rules" / "redis.conf", home / "rules" / "redis.conf")
-    extra = f"spool.dir = {home / 'spool'}\ndeadletter.dir = {home / 'dl'}\napi.enabled = on\n{KEY_LINE}"
+async def bridge(make_bridge: BridgeFactory, redis_db: redis_sync.Redis) -> Bridge:
     # broker.sys_interval = 0: the $SYS status counts every session on each tick (systopics.py), a
     # pause of its own at this size that would be taken for the API's
-    extra += f"api.max_page = {MAX_PAGE}\nbroker.sys_interval = 0\n"
-    text = config_text(redis_port, extra).replace("metrics.listener = off\n", "metrics.listener = 127.0.0.1:0\n")
-    (home / "bridge.conf").write_text(text)
-    started = Bridge.load(Paths(home / "bridge.conf", home / "rules"))
-    await started.start()
-    yield started
-    await started.stop(drain_timeout=5)
-
-
-def core(bridge: Bridge) -> Broker:
-    broker = bridge.broker.core  # type: ignore[attr-defined]
-    assert isinstance(broker, Broker)
-    return broker
+    extra = f"api.enabled = on\n{KEY_LINE}api.max_page = {MAX_PAGE}\nbroker.sys_interval = 0\n"
+    return await make_bridge(None, extra, http=True)
 
 
 def clientid(n: int) -> str:

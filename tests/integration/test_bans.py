@@ -24,9 +24,8 @@ from broker_suite.clients import V5, V311, Client
 from paho.mqtt.enums import CallbackAPIVersion
 
 from bridge.app import Bridge, Paths
-from bridge.brokers.embedded.broker import Broker
 from bridge.brokers.embedded.codec import MQTT_5
-from support.bridges import eventually, mqtt_port
+from support.bridges import core, eventually, mqtt_port
 from support.cdp import browser
 from support.conf import config_text
 from support.process import free_port
@@ -75,12 +74,6 @@ async def bridges(tmp_path: Path, redis_port: int, redis_db: redis_sync.Redis) -
     made = Bridges(tmp_path / "bridge", redis_port)
     yield made
     await made.stop()
-
-
-def core(bridge: Bridge) -> Broker:
-    broker = bridge.broker.core  # type: ignore[attr-defined]
-    assert isinstance(broker, Broker)
-    return broker
 
 
 def base(bridge: Bridge) -> str:

@@ -26,8 +26,8 @@ from actions.redis import keys
 from bridge.app import Bridge
 from bridge.brokers.embedded.codec import MQTT_3_1_1, MQTT_5, Connack, Connect, Pubcomp, Publish, Pubrec, Pubrel, Will
 from support.bridges import BridgeFactory, mqtt_port
+from support.raw import RawClient
 from support.services import ROOT, postgres_dsn, start_ferretdb, start_postgres
-from tests.integration.conftest import RawClient
 
 ACL = """\
 # anonymous clients: only their own device topics (a pattern below)

@@ -21,9 +21,10 @@ from bridge.brokers.embedded.codec import MQTT_5, Connect, Disconnect
 from bridge.brokers.embedded.codec.packets import Connack
 from support.bridges import BridgeFactory, mqtt_port
 from support.conf import make_config
+from support.paho import PahoClient
 from support.process import free_port
+from support.raw import RawClient
 from support.services import start_redis, stop_redis
-from tests.integration.conftest import PahoClient, RawClient
 
 pytestmark = pytest.mark.skipif(shutil.which("mosquitto_passwd") is None, reason="mosquitto_passwd not installed")
 

@@ -11,9 +11,9 @@ import pytest
 from pymongo import AsyncMongoClient
 
 from support.bridges import BridgeFactory, mqtt_port
+from support.paho import PahoClient
 from support.process import free_port
 from support.services import postgres_dsn, start_ferretdb, start_postgres
-from tests.integration.conftest import PahoClient
 from tests.integration.test_broker_auth import BAD_CREDENTIALS, HASHES, NO_RULES, SERVER_UNAVAILABLE, connack, stored
 
 PG_PORT = 5439  # shared with test_pgsql.py: scripts/postgres.sh reuses a running server

@@ -12,7 +12,7 @@ import pytest
 
 from bridge.brokers.embedded.codec import MQTT_3_1_1, Puback, Publish, encode
 from support.bridges import BridgeFactory, mqtt_port
-from tests.integration.conftest import RawClient
+from support.raw import RawClient
 
 RETAINED = 50_000
 BATCH = 1_000  # retained PUBLISH packets per write

@@ -46,7 +46,8 @@ from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.listeners import Listener
 from bridge.msgid import MsgIdGenerator
 from support.mqtt import wait_until
-from tests.integration.conftest import RawClient, RecordingSink
+from support.raw import RawClient
+from support.sink import RecordingSink
 from tests.integration.test_embedded_websocket_input import UPGRADE, frame
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ import pytest
 from bridge.app import Bridge
 from bridge.brokers.embedded.codec import Puback, Publish, Suback, encode
 from support.bridges import BridgeFactory, mqtt_port
-from tests.integration.conftest import RawClient
+from support.raw import RawClient
 
 DEVICES = 2_000
 BROADCAST = "fleet/all"

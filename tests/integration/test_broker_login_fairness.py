@@ -33,7 +33,8 @@ from bridge.brokers.embedded.limits import Limits
 from bridge.msgid import MsgIdGenerator
 from support.bridges import BridgeFactory, mqtt_port
 from support.mqtt import wait_until
-from tests.integration.conftest import RawClient, RecordingSink
+from support.raw import RawClient
+from support.sink import RecordingSink
 from tests.integration.test_broker_fair_share import start_flooder, stop_flooder
 
 HANG_GUARD = 10.0

@@ -27,7 +27,8 @@ from bridge.brokers.embedded.listeners import Listener
 from bridge.msgid import MsgIdGenerator
 from support.bridges import BridgeFactory, mqtt_port
 from support.mqtt import wait_until
-from tests.integration.conftest import RawClient, RecordingSink
+from support.raw import RawClient
+from support.sink import RecordingSink
 from tests.integration.test_embedded_websocket_input import UPGRADE, frame, still_serves
 
 BOUND = 32 << 10  # broker.max_output_bytes

@@ -17,7 +17,7 @@ from bridge.app import Bridge
 from bridge.brokers.embedded.channel import RECEIVE_MAXIMUM
 from bridge.brokers.embedded.codec import MQTT_3_1_1, MQTT_5, Disconnect, Publish, Pubrec, encode
 from support.bridges import BridgeFactory, mqtt_port
-from tests.integration.conftest import RawClient
+from support.raw import RawClient
 
 
 @pytest.fixture

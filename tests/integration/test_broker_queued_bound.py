@@ -26,7 +26,7 @@ import pytest
 from bridge.brokers.embedded.codec import Connack, Disconnect, Puback, Publish, encode
 from bridge.brokers.embedded.sessions import MESSAGE_OVERHEAD
 from support.process import BridgeProcess
-from tests.integration.conftest import RawClient, brief
+from support.raw import RawClient, brief
 
 RawConnect = Callable[..., Awaitable[tuple[RawClient, Any]]]
 

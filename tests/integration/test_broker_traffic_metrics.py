@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
-import pytest
 from broker_suite.clients import V311, Client
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -22,14 +20,6 @@ ROOT = Path(__file__).parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "hookbridge.json"
 M = 5  # messages published to t/, QoS 1
 PAYLOADS = [b"p" * (i + 3) for i in range(M)]
-
-
-@pytest.fixture
-async def clients() -> AsyncIterator[list[Client]]:
-    made: list[Client] = []
-    yield made
-    for client in made:
-        await client.close()
 
 
 async def start(make_bridge: BridgeFactory, extra: str = "") -> Bridge:

@@ -19,8 +19,7 @@ import redis as redis_sync
 from broker_suite.clients import V5, V311, Client
 
 from bridge.app import Bridge, Paths
-from bridge.brokers.embedded.broker import Broker
-from support.bridges import mqtt_port
+from support.bridges import connected, core
 from support.conf import config_text
 from support.services import ROOT
 
@@ -49,30 +48,6 @@ async def bridge(tmp_path: Path, redis_port: int, redis_db: redis_sync.Redis) ->
     started = await start_bridge(tmp_path / "bridge", redis_port)
     yield started
     await started.stop(drain_timeout=5)
-
-
-@pytest.fixture
-async def clients() -> AsyncIterator[list[Client]]:
-    made: list[Client] = []
-    yield made
-    for client in made:
-        await client.close()
-
-
-def core(bridge: Bridge) -> Broker:
-    broker = bridge.broker.core  # type: ignore[attr-defined]
-    assert isinstance(broker, Broker)
-    return broker
-
-
-async def connected(bridge: Bridge, made: list[Client], clientid: str, **kwargs: Any) -> Client:
-    user = kwargs.pop("user", None)
-    client = Client(mqtt_port(bridge), clientid, **kwargs)
-    if user:
-        client.paho.username_pw_set(user)
-    made.append(client)
-    assert (await client.connect()).reason == 0
-    return client
 
 
 def url(bridge: Bridge) -> str:

@@ -10,7 +10,6 @@ import asyncio
 import hashlib
 import json
 import shutil
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -19,7 +18,7 @@ import redis as redis_sync
 from broker_suite.clients import V5, V311, Client
 
 from bridge.app import Bridge, Paths
-from support.bridges import mqtt_port
+from support.bridges import BridgeFactory, connected
 from support.cdp import Page, browser
 from support.conf import config_text
 from support.services import ROOT
@@ -30,34 +29,8 @@ SCREENSHOT = ROOT / "docs" / "dashboard.png"
 
 
 @pytest.fixture
-async def bridge(tmp_path: Path, redis_port: int, redis_db: redis_sync.Redis) -> AsyncIterator[Bridge]:
-    home = tmp_path / "bridge"
-    (home / "rules").mkdir(parents=True)
-    shutil.copytree(ROOT / "templates", home / "templates")
-    shutil.copy(ROOT / "rules" / "redis.conf", home / "rules" / "redis.conf")
-    extra = f"spool.dir = {home / 'spool'}\ndeadletter.dir = {home / 'dl'}\napi.enabled = on\n{KEY_LINE}"
-    extra += "api.sample_interval = 200ms\n"
-    text = config_text(redis_port, extra).replace("metrics.listener = off\n", "metrics.listener = 127.0.0.1:0\n")
-    (home / "bridge.conf").write_text(text)
-    started = Bridge.load(Paths(home / "bridge.conf", home / "rules"))
-    await started.start()
-    yield started
-    await started.stop(drain_timeout=5)
-
-
-@pytest.fixture
-async def clients() -> AsyncIterator[list[Client]]:
-    made: list[Client] = []
-    yield made
-    for client in made:
-        await client.close()
-
-
-async def connected(bridge: Bridge, made: list[Client], clientid: str, **kwargs: object) -> Client:
-    client = Client(mqtt_port(bridge), clientid, **kwargs)  # type: ignore[arg-type]
-    made.append(client)
-    assert (await client.connect()).reason == 0
-    return client
+async def bridge(make_bridge: BridgeFactory, redis_db: redis_sync.Redis) -> Bridge:
+    return await make_bridge(None, f"api.enabled = on\n{KEY_LINE}api.sample_interval = 200ms\n", http=True)
 
 
 def cells(table: str) -> str:

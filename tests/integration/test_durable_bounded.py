@@ -16,7 +16,7 @@ from typing import Any
 from bridge.brokers.embedded.codec import Pingreq, Pingresp
 from bridge.brokers.embedded.sessions import MESSAGE_OVERHEAD
 from support.process import BridgeProcess
-from tests.integration.conftest import RawClient
+from support.raw import RawClient
 from tests.integration.test_durable_sessions import (
     drain,
     durable_bridge,

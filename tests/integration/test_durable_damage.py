@@ -21,8 +21,8 @@ from typing import Any
 
 from bridge.brokers.embedded.codec import Connack, ConnectReturnCode
 from support.process import BridgeProcess
+from support.raw import RawClient
 from support.services import ROOT
-from tests.integration.conftest import RawClient
 from tests.integration.test_durable_sessions import drain, durable_bridge, persistent, publish_all, restart, start
 
 RawConnect = Callable[..., Awaitable[tuple[RawClient, Any]]]

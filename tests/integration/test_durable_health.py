@@ -14,7 +14,7 @@ from pathlib import Path
 from bridge.brokers.embedded.codec import MQTT_3_1_1, Publish, encode
 from support.bridges import BridgeFactory
 from support.process import BridgeProcess
-from tests.integration.conftest import RawClient
+from support.raw import RawClient
 
 
 def _durable(directory: Path, extra: str = "") -> str:

@@ -20,7 +20,7 @@ from typing import Any
 
 from bridge.brokers.embedded.codec import Publish, Subscribe, Subscription
 from support.process import BridgeProcess
-from tests.integration.conftest import RawClient
+from support.raw import RawClient
 from tests.integration.test_durable_sessions import (
     drain,
     durable_bridge,

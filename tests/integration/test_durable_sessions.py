@@ -7,7 +7,7 @@ expired session is gone, data and all; a torn write at the end of the store is s
 means the message reaches the durable session after a crash; a fetch rule and a durable session
 deliver each message once; with durable sessions off (the default) a restart forgets every session.
 
-Every client is a raw socket (tests/integration/conftest.py `RawClient`): the test decides which
+Every client is a raw socket (tests/support/raw.py `RawClient`): the test decides which
 message is acknowledged and when, so messages can be left in flight across the restart, and each
 check is on what arrives: payloads numbered in publish order, DUP flags, packet ids, CONNACK
 session present, PUBCOMP reason codes.
@@ -48,8 +48,8 @@ from bridge.brokers.embedded.codec import (
     encode,
 )
 from support.process import BridgeProcess
+from support.raw import RawClient, brief
 from support.services import ROOT
-from tests.integration.conftest import RawClient, brief
 
 RawConnect = Callable[..., Awaitable[tuple[RawClient, Any]]]
 

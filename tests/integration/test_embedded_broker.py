@@ -46,7 +46,9 @@ from bridge.events import (
 )
 from bridge.functions import Capability
 from bridge.msgid import MsgIdGenerator
-from tests.integration.conftest import TIMEOUT, PahoClient, RawClient, RecordingSink
+from support.paho import PahoClient
+from support.raw import RawClient
+from support.sink import TIMEOUT, RecordingSink
 
 NODE = "test@127.0.0.1"
 

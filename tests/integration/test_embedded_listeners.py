@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import paho.mqtt.client as mqtt
 import pytest
 
 from bridge.brokers.embedded import EmbeddedBroker
@@ -36,9 +35,10 @@ from bridge.brokers.embedded.codec import (
 from bridge.brokers.embedded.listeners import Listener
 from bridge.events import ClientConnected
 from bridge.msgid import MsgIdGenerator
+from support.paho import PahoClient
 from support.process import BridgeProcess, free_port
+from support.sink import TIMEOUT, RecordingSink
 from support.tls import Certificates, make_certificates, make_client_certificate
-from tests.integration.conftest import TIMEOUT, PahoClient, RecordingSink
 
 NODE = "test@127.0.0.1"
 
@@ -99,42 +99,6 @@ async def start() -> AsyncIterator[Callable[..., Awaitable[tuple[EmbeddedBroker,
         await broker.stop()
 
 
-class Client(PahoClient):
-    """PahoClient over a given transport: TLS (`tls` context), WebSocket, MQTT 3.1.1 or 5.0."""
-
-    def __init__(
-        self, port: int, client_id: str, *, websocket: bool = False, tls: ssl.SSLContext | None = None, v5: bool = False
-    ) -> None:
-        super().__init__(port, client_id)
-        client = mqtt.Client(
-            mqtt.CallbackAPIVersion.VERSION2,
-            client_id=client_id,
-            protocol=mqtt.MQTTv5 if v5 else mqtt.MQTTv311,
-            transport="websockets" if websocket else "tcp",
-            reconnect_on_failure=False,
-        )
-        for callback in ("on_connect", "on_subscribe", "on_unsubscribe", "on_publish", "on_message", "on_disconnect"):
-            setattr(client, callback, getattr(self.client, callback))
-        if websocket:
-            client.ws_set_options(path="/mqtt")
-        if tls is not None:
-            client.tls_set_context(tls)
-        self.client = client
-
-
-@pytest.fixture
-async def clients() -> AsyncIterator[Callable[..., Client]]:
-    made: list[Client] = []
-
-    def make(*args: Any, **kwargs: Any) -> Client:
-        made.append(Client(*args, **kwargs))
-        return made[-1]
-
-    yield make
-    for client in made:
-        await client.close()
-
-
 def client_context(pki: Pki, cert: tuple[Path, Path] | None = None) -> ssl.SSLContext:
     context = ssl.create_default_context(cafile=str(pki.server.ca))
     if cert is not None:
@@ -142,7 +106,7 @@ def client_context(pki: Pki, cert: tuple[Path, Path] | None = None) -> ssl.SSLCo
     return context
 
 
-async def round_trip(subscriber: Client, publisher: Client, topic: str) -> None:
+async def round_trip(subscriber: PahoClient, publisher: PahoClient, topic: str) -> None:
     """Subscribe, publish at QoS 1 and 0, and read both messages back in order."""
     assert await subscriber.subscribe((topic, 1)) == [1]
     await publisher.publish(topic, b"qos1 \x00\xff", 1)
@@ -154,28 +118,28 @@ async def round_trip(subscriber: Client, publisher: Client, topic: str) -> None:
 # -- TLS ----------------------------------------------------------------------------------
 
 
-async def test_tls_listener_carries_mqtt(start: Any, clients: Any, pki: Pki) -> None:
+async def test_tls_listener_carries_mqtt(start: Any, paho_clients: Any, pki: Pki) -> None:
     broker, sink = await start(listener("ssl", pki))
     port = broker.port_of("ssl")
     subscriber, publisher = (
-        clients(port, "tls-sub", tls=client_context(pki)),
-        clients(port, "tls-pub", tls=client_context(pki)),
+        paho_clients(port, "tls-sub", tls=client_context(pki)),
+        paho_clients(port, "tls-pub", tls=client_context(pki)),
     )
     assert (await subscriber.connect())[0] == 0
     assert (await publisher.connect())[0] == 0
     await round_trip(subscriber, publisher, "tls/one")
     # the plain TCP listener is still there beside it
-    plain = clients(broker.port, "plain")
+    plain = paho_clients(broker.port, "plain")
     assert (await plain.connect())[0] == 0
     await sink.wait_for(ClientConnected, clientid="plain")
 
 
-async def test_client_certificate_common_name_is_offered_as_the_username(start: Any, clients: Any, pki: Pki) -> None:
+async def test_client_certificate_common_name_is_offered_as_the_username(start: Any, paho_clients: Any, pki: Pki) -> None:
     gate = CertGate(cert_only=True)
     broker, sink = await start(
         listener("ssl", pki, cafile=str(pki.server.ca), verify_peer=True, peer_cert_as_username=True), gate=gate
     )
-    device = clients(broker.port_of("ssl"), "dev-a", tls=client_context(pki, pki.device))
+    device = paho_clients(broker.port_of("ssl"), "dev-a", tls=client_context(pki, pki.device))
     assert (await device.connect())[0] == 0
     connected = await sink.wait_for(ClientConnected, clientid="dev-a")
     assert connected.username == "device-42"
@@ -183,13 +147,13 @@ async def test_client_certificate_common_name_is_offered_as_the_username(start: 
     await round_trip(device, device, "devices/42")
     # on the plain listener, no certificate names anyone: the gate refuses (return code 5, which
     # paho reports as the 5.0 reason it stands for, 0x87 not authorized)
-    plain = clients(broker.port, "dev-b")
+    plain = paho_clients(broker.port, "dev-b")
     assert (await plain.connect())[0] == 0x87
     assert gate.logins[-1].cert_cn is None and gate.logins[-1].listener == "tcp"
 
 
 async def test_a_user_name_ban_holds_for_the_name_a_client_certificate_gives(
-    start: Any, clients: Any, pki: Pki, tmp_path: Path
+    start: Any, paho_clients: Any, pki: Pki, tmp_path: Path
 ) -> None:
     """broker.bans_file read at start: the user name "device-42" is banned; the device whose
     certificate gives that name is refused (3.1.1: 5, paho's 0x87; 5.0: 0x8A banned)."""
@@ -201,15 +165,15 @@ async def test_a_user_name_ban_holds_for_the_name_a_client_certificate_gives(
         bans_file=str(bans),
     )
     port = broker.port_of("ssl")
-    assert (await clients(port, "dev-a", tls=client_context(pki, pki.device)).connect())[0] == 0x87
-    assert (await clients(port, "dev-b", tls=client_context(pki, pki.device), v5=True).connect())[0] == 0x8A
+    assert (await paho_clients(port, "dev-a", tls=client_context(pki, pki.device)).connect())[0] == 0x87
+    assert (await paho_clients(port, "dev-b", tls=client_context(pki, pki.device), v5=True).connect())[0] == 0x8A
     assert broker.refused["banned"] == 2
 
 
-async def test_certificate_is_not_a_username_unless_asked(start: Any, clients: Any, pki: Pki) -> None:
+async def test_certificate_is_not_a_username_unless_asked(start: Any, paho_clients: Any, pki: Pki) -> None:
     gate = CertGate()
     broker, sink = await start(listener("ssl", pki, cafile=str(pki.server.ca), verify_peer=True), gate=gate)
-    device = clients(broker.port_of("ssl"), "dev-c", tls=client_context(pki, pki.device))
+    device = paho_clients(broker.port_of("ssl"), "dev-c", tls=client_context(pki, pki.device))
     assert (await device.connect())[0] == 0
     connected = await sink.wait_for(ClientConnected, clientid="dev-c")
     assert connected.username is None
@@ -233,7 +197,7 @@ async def tls_connect_answer(port: int, context: ssl.SSLContext) -> bytes:
         writer.close()
 
 
-async def test_wrong_or_missing_client_certificate_is_refused(start: Any, clients: Any, pki: Pki) -> None:
+async def test_wrong_or_missing_client_certificate_is_refused(start: Any, paho_clients: Any, pki: Pki) -> None:
     gate = CertGate()
     broker, sink = await start(
         listener("ssl", pki, cafile=str(pki.server.ca), verify_peer=True, peer_cert_as_username=True), gate=gate
@@ -275,13 +239,13 @@ async def test_a_5_0_disconnect_from_the_broker_reaches_a_tls_client(
 
 
 @pytest.mark.parametrize("v5", [False, True], ids=["3.1.1", "5.0"])
-async def test_websocket_listener_carries_mqtt(start: Any, clients: Any, pki: Pki, v5: bool) -> None:
+async def test_websocket_listener_carries_mqtt(start: Any, paho_clients: Any, pki: Pki, v5: bool) -> None:
     gate = CertGate()
     broker, sink = await start(listener("ws", pki), gate=gate)
     port = broker.port_of("ws")
     subscriber, publisher = (
-        clients(port, "ws-sub", websocket=True, v5=v5),
-        clients(port, "ws-pub", websocket=True, v5=v5),
+        paho_clients(port, "ws-sub", websocket=True, v5=v5),
+        paho_clients(port, "ws-pub", websocket=True, v5=v5),
     )
     assert (await subscriber.connect())[0] == 0
     assert (await publisher.connect())[0] == 0
@@ -296,12 +260,12 @@ async def test_websocket_listener_carries_mqtt(start: Any, clients: Any, pki: Pk
     assert (await subscriber.message()).payload == big
 
 
-async def test_websocket_over_tls_with_client_certificate(start: Any, clients: Any, pki: Pki) -> None:
+async def test_websocket_over_tls_with_client_certificate(start: Any, paho_clients: Any, pki: Pki) -> None:
     gate = CertGate(cert_only=True)
     broker, sink = await start(
         listener("wss", pki, cafile=str(pki.server.ca), verify_peer=True, peer_cert_as_username=True), gate=gate
     )
-    device = clients(broker.port_of("wss"), "wss-dev", websocket=True, tls=client_context(pki, pki.device))
+    device = paho_clients(broker.port_of("wss"), "wss-dev", websocket=True, tls=client_context(pki, pki.device))
     assert (await device.connect())[0] == 0
     assert (await sink.wait_for(ClientConnected, clientid="wss-dev")).username == "device-42"
     assert [(login.listener, login.cert_cn) for login in gate.logins] == [("wss", "device-42")]
@@ -311,7 +275,7 @@ async def test_websocket_over_tls_with_client_certificate(start: Any, clients: A
 # -- as a user runs it ------------------------------------------------------------------------
 
 
-async def test_a_bridge_process_opens_every_configured_listener(clients: Any, pki: Pki, tmp_path: Path) -> None:
+async def test_a_bridge_process_opens_every_configured_listener(paho_clients: Any, pki: Pki, tmp_path: Path) -> None:
     """`hookbridge run` (uvloop's event loop) with ssl, ws and wss from the config file: one
     message published over each listener reaches a subscriber on plain TCP."""
     ports = {name: free_port() for name in ("ssl", "ws", "wss")}
@@ -324,12 +288,12 @@ async def test_a_bridge_process_opens_every_configured_listener(clients: Any, pk
     bridge = BridgeProcess(tmp_path, pools="", rules="", extra=extra)
     try:
         await asyncio.to_thread(bridge.start)
-        subscriber = clients(bridge.mqtt_port, "proc-sub")
+        subscriber = paho_clients(bridge.mqtt_port, "proc-sub")
         assert (await subscriber.connect())[0] == 0
         assert await subscriber.subscribe(("proc/#", 1)) == [1]
         for name, port in ports.items():
             tls = client_context(pki) if name != "ws" else None
-            publisher = clients(port, f"proc-{name}", websocket=name != "ssl", tls=tls)
+            publisher = paho_clients(port, f"proc-{name}", websocket=name != "ssl", tls=tls)
             assert (await publisher.connect())[0] == 0, name
             await publisher.publish(f"proc/{name}", name.encode(), 1)
             message = await subscriber.message()

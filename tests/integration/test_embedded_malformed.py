@@ -40,8 +40,9 @@ import redis as redis_sync
 
 from bridge.brokers.embedded.codec import MQTT_3_1_1, MQTT_5, Connack, Disconnect, Puback, Publish, Will, encode
 from support.bridges import eventually
+from support.paho import PahoClient
 from support.process import BridgeProcess
-from tests.integration.conftest import PahoClient, RawClient, brief
+from support.raw import RawClient, brief
 
 REDIS = "backend.redis.pool1.server = 127.0.0.1:{port}\nbackend.redis.pool1.batch_time = 1ms\n"
 RULES = (

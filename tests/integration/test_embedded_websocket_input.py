@@ -21,8 +21,9 @@ from bridge.brokers.embedded.codec import MQTT_3_1_1, Connect, Pingreq, encode
 from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.listeners import Listener
 from bridge.msgid import MsgIdGenerator
-from tests.integration.conftest import TIMEOUT, RecordingSink
-from tests.integration.test_embedded_listeners import Client, round_trip
+from support.paho import PahoClient
+from support.sink import TIMEOUT, RecordingSink
+from tests.integration.test_embedded_listeners import round_trip
 
 NODE = "test@127.0.0.1"
 MAX_PACKET_SIZE = 4096
@@ -109,7 +110,10 @@ class Raw:
 
 async def still_serves(broker: EmbeddedBroker, name: str) -> None:
     port = broker.port_of("ws")
-    subscriber, publisher = Client(port, f"{name}-sub", websocket=True), Client(port, f"{name}-pub", websocket=True)
+    subscriber, publisher = (
+        PahoClient(port, f"{name}-sub", websocket=True),
+        PahoClient(port, f"{name}-pub", websocket=True),
+    )
     try:
         assert (await subscriber.connect())[0] == 0
         assert (await publisher.connect())[0] == 0

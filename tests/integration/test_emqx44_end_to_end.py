@@ -13,8 +13,8 @@ import redis as redis_sync
 
 from bridge.app import Bridge, Paths
 from bridge.cli import main
-from support.bridges import eventually, mqtt_port
-from support.mqtt import Client, wait_until
+from support.bridges import mqtt_port
+from support.mqtt import Client
 from support.services import ROOT, postgres_dsn, start_postgres
 
 FIXTURES = ROOT / "tests" / "fixtures" / "emqx44" / "etc" / "plugins"
@@ -71,7 +71,8 @@ async def test_redis_file_end_to_end(
     # backend.redis.msg.expired_after = 3600 became the rule's expired_time
     assert 3500 < redis_db.ttl(b"mqtt:msg:" + ids[0]) <= 3600
     await client.disconnect()
-    await wait_until(lambda: redis_db.hget("mqtt:client:emqx44-dev", "state") == b"0", what="offline state")
+    await bridge.idle()
+    assert redis_db.hget("mqtt:client:emqx44-dev", "state") == b"0"
 
 
 @pytest.fixture
@@ -102,6 +103,5 @@ async def test_pgsql_file_end_to_end(tmp_path: Path, imported: list[Bridge], pg:
     ]
     assert await pg.fetchval("SELECT count(*) FROM mqtt_retain WHERE topic = 'up/pg'") == 1
     await client.disconnect()
-    await eventually(
-        lambda: pg.fetchval("SELECT state FROM mqtt_client WHERE clientid = 'emqx44-pg'"), lambda s: s == 0
-    )
+    await bridge.idle()
+    assert await pg.fetchval("SELECT state FROM mqtt_client WHERE clientid = 'emqx44-pg'") == 0

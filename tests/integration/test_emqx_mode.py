@@ -40,8 +40,9 @@ from bridge.events import (
 from bridge.msgid import MsgIdGenerator
 from support.bridges import eventually
 from support.conf import config_text
+from support.paho import PahoClient
 from support.services import ROOT, start_mosquitto
-from tests.integration.conftest import PahoClient, RecordingSink
+from support.sink import RecordingSink
 from tests.integration.mqtt_support import MOSQUITTO_PORT, external_config
 
 SIM = "sim/$SYS"

@@ -24,13 +24,13 @@ import pytest
 from bridge.app import Bridge
 from bridge.brokers.embedded.broker import Broker
 from bridge.brokers.embedded.compact import SPARSE
+from support.bridges import core
 from tests.integration.test_api_at_size import (  # the same fleet, put in the same way
     FILTERS,
     SESSIONS,
     add_session,
     bridge,
     clientid,
-    core,
     remove_session,
     set_retained,
 )

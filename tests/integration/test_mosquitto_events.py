@@ -15,8 +15,9 @@ import pytest
 from bridge.brokers.external.mqtt import MqttSource, Upstream
 from bridge.events import ClientConnected, ClientDisconnected, SessionSubscribed, SessionUnsubscribed
 from bridge.msgid import MsgIdGenerator
+from support.paho import PahoClient
 from support.services import start_mosquitto
-from tests.integration.conftest import PahoClient, RecordingSink
+from support.sink import RecordingSink
 from tests.integration.mqtt_support import MOSQUITTO_PORT
 
 
@@ -42,7 +43,7 @@ async def source(mosquitto: int, tmp_path: Path) -> AsyncIterator[tuple[MqttSour
 
 async def _settle(sink: RecordingSink, port: int) -> None:
     """Wait until the bridge's log subscriptions are active: a probe client's connect shows up."""
-    from tests.integration.conftest import PahoClient as Probe
+    from support.paho import PahoClient as Probe
 
     for _ in range(50):
         probe = Probe(port, f"probe-{uuid.uuid4().hex[:6]}")
@@ -98,9 +99,7 @@ async def test_a_dropped_connection_is_a_disconnect_with_its_reason(
     dev = paho_clients(mosquitto, cid)
     await dev.connect()
     await sink.wait_for(ClientConnected, clientid=cid)
-    sock = dev.client.socket()
-    assert sock is not None
-    sock.close()  # no DISCONNECT
+    dev.drop()
     disconnected = await sink.wait_for(ClientDisconnected, clientid=cid)
     assert disconnected.reason in ("closed", "socket_error")
 

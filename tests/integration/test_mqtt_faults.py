@@ -29,8 +29,8 @@ from pathlib import Path
 import pytest
 import redis as redis_sync
 
+from support.paho import PahoClient
 from support.services import ROOT, start_mosquitto, start_redis, stop_redis
-from tests.integration.conftest import PahoClient
 from tests.integration.mqtt_support import MOSQUITTO_PORT, external_config
 
 pytestmark = pytest.mark.slow

@@ -20,8 +20,8 @@ import redis as redis_sync
 from bridge.app import Bridge
 from bridge.brokers.external.mqtt import MqttSource
 from support.bridges import BridgeFactory, eventually
+from support.paho import PahoClient
 from support.services import ROOT, start_mosquitto
-from tests.integration.conftest import PahoClient
 from tests.integration.mqtt_support import MOSQUITTO_PORT, external_config
 
 RULES = """\

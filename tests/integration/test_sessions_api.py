@@ -19,11 +19,11 @@ import redis as redis_sync
 from broker_suite.clients import V5, V311, Client
 
 from bridge.app import Bridge, Paths
-from support.bridges import eventually, mqtt_port
+from support.bridges import core, eventually, mqtt_port
 from support.cdp import browser
 from support.conf import config_text
 from support.services import ROOT
-from tests.integration.test_bans import KEY, KEY_LINE, core
+from tests.integration.test_bans import KEY, KEY_LINE
 from tests.integration.test_ctl import ctl
 from tests.integration.test_durable_sessions import store_rows_mentioning
 
@@ -66,14 +66,6 @@ async def home(tmp_path: Path, redis_port: int, redis_db: redis_sync.Redis) -> A
     made = Home(tmp_path / "bridge", redis_port)
     yield made
     await made.stop()
-
-
-@pytest.fixture
-async def clients() -> AsyncIterator[list[Client]]:
-    made: list[Client] = []
-    yield made
-    for client in made:
-        await client.close()
 
 
 async def test_an_offline_sessions_messages_are_listed_purged_and_the_session_removed(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -33,14 +32,6 @@ async def start(make_bridge: BridgeFactory, tmp_path: Path, interval: str) -> Br
     acl = tmp_path / "acl"
     acl.write_text(ACL)
     return await make_bridge(rules="", extra_config=f"broker.acl.file = {acl}\nbroker.sys_interval = {interval}\n")
-
-
-@pytest.fixture
-async def clients() -> AsyncIterator[list[Client]]:
-    made: list[Client] = []
-    yield made
-    for client in made:
-        await client.close()
 
 
 async def connect(made: list[Client], bridge: Bridge, clientid: str, user: str, **kwargs: object) -> Client:

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import socket
 
-from broker_suite import raw
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+
+from support import frames
 
 RECEIVE_MAXIMUM_EXCEEDED, PACKET_TOO_LARGE = 0x93, 0x95
 PINGREQ = b"\xc0\x00"
@@ -37,7 +38,7 @@ def read_exactly(sock: socket.socket, size: int) -> bytes:
     return data
 
 
-def read_packet(sock: socket.socket) -> raw.Packet:
+def read_packet(sock: socket.socket) -> frames.Frame:
     first = read_exactly(sock, 1)[0]
     length, shift = 0, 0
     while True:
@@ -46,23 +47,23 @@ def read_packet(sock: socket.socket) -> raw.Packet:
         shift += 7
         if not byte & 0x80:
             break
-    return raw.Packet(first >> 4, first & 0x0F, read_exactly(sock, length))
+    return frames.Frame(first >> 4, first & 0x0F, read_exactly(sock, length))
 
 
 def connect(port: int, clientid: str) -> tuple[socket.socket, Properties]:
     """A 5.0 connection, accepted; the CONNACK's properties."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-    sock.sendall(raw.connect(clientid, version=5))
+    sock.sendall(frames.connect(clientid, version=5))
     connack = read_packet(sock)
-    assert (connack.kind, connack.reason) == (raw.CONNACK, 0)
+    assert (connack.kind, connack.reason) == (frames.CONNACK, 0)
     properties = Properties(PacketTypes.CONNACK)
     properties.unpack(connack.body[2:])
     return sock, properties
 
 
-def next_disconnect(sock: socket.socket) -> raw.Packet:
+def next_disconnect(sock: socket.socket) -> frames.Frame:
     """Read past what came before (PUBRECs) to the broker's DISCONNECT."""
-    while (packet := read_packet(sock)).kind != raw.DISCONNECT:
+    while (packet := read_packet(sock)).kind != frames.DISCONNECT:
         pass
     return packet
 
@@ -80,10 +81,10 @@ def test_disconnect_0x93_reaches_a_client_that_answers_the_pubrecs_before_it(emb
     with sock:
         receive_maximum = properties.ReceiveMaximum
         # one QoS 2 message more than the broker takes in flight, its PUBRECs left unanswered
-        burst = (raw.publish("greedy/t", b"m", qos=2, packet_id=n, version=5) for n in range(1, receive_maximum + 2))
+        burst = (frames.publish("greedy/t", b"m", qos=2, packet_id=n, version=5) for n in range(1, receive_maximum + 2))
         sock.sendall(b"".join(burst))
         assert next_disconnect(sock).reason == RECEIVE_MAXIMUM_EXCEEDED
-        sock.sendall(raw.ack(raw.PUBREL, 1))  # what Paho's client does with a PUBREC read before it
+        sock.sendall(frames.ack(frames.PUBREL, 1))  # what Paho's client does with a PUBREC read before it
         assert end_of_stream(sock) == b""
 
 
@@ -91,7 +92,7 @@ def test_disconnect_0x95_reaches_a_client_that_sent_a_packet_too_large(embedded:
     sock, properties = connect(embedded, "big")
     with sock:
         # the payload alone at the limit: the packet is larger, and all of it is on its way
-        sock.sendall(raw.publish("big/t", b"x" * properties.MaximumPacketSize, qos=0, packet_id=0, version=5))
+        sock.sendall(frames.publish("big/t", b"x" * properties.MaximumPacketSize, qos=0, packet_id=0, version=5))
         assert next_disconnect(sock).reason == PACKET_TOO_LARGE
         sock.sendall(PINGREQ)
         assert end_of_stream(sock) == b""

@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
+
+from broker_suite.clients import Client
 
 from bridge.app import Bridge
+from bridge.brokers.embedded.broker import Broker
 
 T = TypeVar("T")
 
@@ -29,3 +32,23 @@ async def eventually(read: Callable[[], Awaitable[T]], check: Callable[[T], bool
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s; last value {value!r}")
         await asyncio.sleep(0.02)
+
+
+def core(bridge: Bridge) -> Broker:
+    """The running embedded broker of `bridge` (its sessions, router): what the API reads."""
+    broker = bridge.broker.core  # type: ignore[attr-defined]
+    assert isinstance(broker, Broker)
+    return broker
+
+
+async def connected(
+    bridge: Bridge, made: list[Client], clientid: str, *, user: str | None = None, **kwargs: Any
+) -> Client:
+    """A paho client of `bridge`'s embedded broker whose CONNECT was accepted; `made` (the
+    `clients` fixture) stops it at teardown. `kwargs`: the client's (version, clean, manual_ack)."""
+    client = Client(mqtt_port(bridge), clientid, **kwargs)
+    if user:
+        client.paho.username_pw_set(user)
+    made.append(client)
+    assert (await client.connect()).reason == 0
+    return client

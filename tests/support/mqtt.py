@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -46,6 +48,7 @@ class Client:
         self._lock = threading.Lock()
         self.connack: tuple[bool, int] | None = None  # (session present, reason code)
         self.disconnected = threading.Event()
+        self._watch: socket.socket | None = None  # see _watch_for_close
         self.paho = paho.Client(
             CallbackAPIVersion.VERSION2,
             client_id=clientid,
@@ -80,6 +83,7 @@ class Client:
         self.paho.connect_async("127.0.0.1", self.port, keepalive=keepalive)
         self.paho.loop_start()
         await wait_until(lambda: self.connack is not None, what=f"CONNACK for {self.clientid}")
+        self._watch = watch_for_close(self.paho.socket())
         return self
 
     async def _wait_mid(self, mid: int, what: str) -> None:
@@ -125,16 +129,53 @@ class Client:
         self.paho.ack(mid, qos)
 
     async def disconnect(self) -> None:
+        """Send DISCONNECT and return once the broker has closed the connection: the broker has
+        read the DISCONNECT and ended the session, so what the test reads next (a stored client
+        state after `bridge.idle()`) sees it. paho reports the disconnect once it has *sent* it."""
         self.paho.disconnect()
         await wait_until(self.disconnected.is_set, what=f"{self.clientid} disconnect")
         self.paho.loop_stop()
+        if self._watch is not None:
+            await until_closed_by_broker(self._watch, what=f"{self.clientid}'s connection closed by the broker")
+            self._watch = None
 
     def drop(self) -> None:
         """Close the socket without DISCONNECT (an abnormal end)."""
         sock = self.paho.socket()
         if sock is not None:
             sock.close()
+        if self._watch is not None:
+            self._watch.close()  # the connection ends only when its last descriptor is closed
+            self._watch = None
         self.paho.loop_stop()
+
+
+def watch_for_close(sock: object) -> socket.socket | None:
+    """A second descriptor of paho's socket, to read the broker's close through.
+
+    paho closes its socket as soon as it has written DISCONNECT; the connection itself stays
+    open while this duplicate is, so the test can read on until the broker closes its end."""
+    if not isinstance(sock, socket.socket) or isinstance(sock, ssl.SSLSocket):
+        return None  # a WebSocket or TLS client (neither can be duplicated): nothing to watch
+    watch = sock.dup()
+    watch.setblocking(False)
+    return watch
+
+
+async def until_closed_by_broker(sock: socket.socket, what: str, timeout: float = 10.0) -> None:
+    """Read (and drop) what the broker still sends until it closes the connection, then close
+    `sock`. A reset counts as closed."""
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(timeout):
+            while await loop.sock_recv(sock, 65536):
+                pass
+    except ConnectionResetError:
+        pass
+    except TimeoutError:
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}") from None
+    finally:
+        sock.close()
 
 
 def paho_connect_blocking(port: int, clientid: str) -> None:

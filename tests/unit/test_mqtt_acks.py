@@ -1,5 +1,5 @@
 """The external modes' message path without a broker: in-order acknowledgements (acks.py) and the
-QoS 1 PUBLISH fast path of the gmqtt handler (connection.py), fed the bytes a broker sends."""
+QoS 1 PUBLISH fast path of the gmqtt handler (client.py), fed the bytes a broker sends."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from gmqtt.mqtt.protocol import Package
 
 from bridge.brokers.external.mqtt.acks import AckWindow, Unacked
-from bridge.brokers.external.mqtt.connection import Connection
+from bridge.brokers.external.mqtt.client import Connection
 
 
 def window() -> tuple[AckWindow, list[list[int | None]]]:

@@ -15,7 +15,6 @@ are loaded by `check` exactly as `run` loads them (`server_context`).
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from typing import Any
 
 from bridge.brokers.embedded.connection import Connection, Core
 from bridge.brokers.embedded.websocket import WebSocketProtocol
+from bridge.conf.hosts import is_loopback
 from bridge.conf.tls import load_problem, reason
 
 NAMES = ("tcp", "ssl", "ws", "wss")
@@ -79,16 +79,6 @@ def configured(settings: Mapping[str, Any]) -> list[Listener]:
         else:
             found.append(Listener(name, host, port))
     return found
-
-
-def is_loopback(host: str) -> bool:
-    """Whether only this machine can reach `host` (127.0.0.0/8, ::1, localhost)."""
-    if host.lower().removesuffix(".") == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a host name: it may resolve to anything
 
 
 def anonymous_default(settings: Mapping[str, Any]) -> bool:

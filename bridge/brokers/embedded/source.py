@@ -247,12 +247,16 @@ class EmbeddedBroker(BrokerSource):
 
     async def idle(self) -> None:
         broker = self._broker
-        while broker is not None and broker.busy_lanes:
+        while broker is not None and (broker.busy_lanes or _tearing_down(broker)):
+            # A connection that has ended (its DISCONNECT read, its socket closed) emits
+            # client.disconnected only in its teardown: wait for that before the lanes.
+            await _teardowns_over(broker)
             await asyncio.gather(*(lane.drain() for lane in list(broker.busy_lanes)))
 
     @property
     def busy(self) -> bool:
-        return self._broker is not None and bool(self._broker.busy_lanes)
+        broker = self._broker
+        return broker is not None and bool(broker.busy_lanes or _tearing_down(broker))
 
     @property
     def sys_topics(self) -> SysTopics | None:
@@ -269,3 +273,16 @@ class EmbeddedBroker(BrokerSource):
         if self._broker is None:
             raise RuntimeError("the embedded broker is not started")
         return self._broker
+
+
+def _tearing_down(broker: Broker) -> bool:
+    """Whether a connection has ended and its teardown (will, session end, client.disconnected)
+    is not over yet."""
+    return any(conn.reason is not None and not conn.done.is_set() for conn in broker.connections)
+
+
+async def _teardowns_over(broker: Broker) -> None:
+    """Wait until the teardown of every connection that has ended is over."""
+    for conn in list(broker.connections):
+        if conn.reason is not None:
+            await conn.done.wait()

@@ -63,11 +63,16 @@ class EventStream:
 
     async def emit(self, event: Event) -> Kept:
         """Post `event` and wait until the sink has returned for it; returns its kept future."""
-        # Always through the pump task. Calling the sink from here when the lane was idle saved a
-        # task switch per message, but with `spool.overflow = drop_oldest` and the pool down the
-        # runner's put then waited for good on a spool segment its lane was reading, and the
-        # publisher got no more PUBACKs (test_spool_overflow.py); through the pump it does not.
-        # Not understood to the end.
+        # Always through the pump task: one task calls the sink for this client, whoever posted,
+        # so the sink sees one call at a time in stream order, and cancelling the caller (a
+        # connection's task ending) cannot stop the sink halfway through a runner's put.
+        # A direct call from an idle stream (one task switch fewer per message) was tried and
+        # reverted in commit 1085322: with `spool.overflow = drop_oldest` and the pool down, the
+        # runner's put waited for good, as drop_oldest would not drop the segment its lane was
+        # reading and that segment held the whole spool. The spool has since kept the batch in
+        # flight apart from the queue behind it (d029812, 59fd2cd), and test_spool_overflow.py
+        # passes with the direct call as well (three runs, 2026-11-28): the pump is kept for
+        # the reasons above, not as a workaround.
         future = self.post(event, wait=True)
         assert future is not None
         return await future

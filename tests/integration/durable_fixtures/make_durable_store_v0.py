@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from support.process import BridgeProcess
-from tests.integration.conftest import RawClient
+from support.raw import RawClient
 from tests.integration.test_durable_sessions import durable_bridge, publish_all, start
 
 

@@ -7,7 +7,6 @@ What a logged-in client may do comes from `permissions_for` (the ACL's seam).
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 
 from bridge.brokers.embedded.access import ALLOW_ALL, Permissions
@@ -17,6 +16,7 @@ from bridge.brokers.embedded.auth.hashes import parse_password_hash
 from bridge.brokers.embedded.auth.passwords import PasswordFile
 from bridge.brokers.embedded.auth.users import CachedUsers, open_store
 from bridge.conf.config import Config
+from bridge.conf.hosts import is_loopback
 
 __all__ = ["AuthGate", "make_gate", "permissions_for", "takeover_of"]
 
@@ -54,15 +54,6 @@ def authenticates(config: Config) -> bool:
     return bool(config["broker.auth.password_file"] or config["broker.auth.backend"])
 
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def allow_anonymous(config: Config) -> bool:
     """`broker.allow_anonymous`, or its default (docs/security.md#1-anonymous-access-and-the-start-up-check):
     only when every listener is loopback."""
@@ -74,7 +65,7 @@ def allow_anonymous(config: Config) -> bool:
         for key, address in config.settings.items()
         if key.startswith("broker.listener.") and key.count(".") == 2 and address is not None
     ]
-    return all(_loopback(host) for host, _port in listeners)
+    return all(is_loopback(host) for host, _port in listeners)
 
 
 def takeover_of(config: Config) -> str:

@@ -8,7 +8,7 @@ head leaves at once.
 
 This replaced a chain of futures (each message's ack future waited on the previous one): a
 chain of n resolves over n event-loop turns, one PUBACK write each. Here a committed batch
-of n messages is one pass over the head of a deque and one PUBACK write (connection.py
+of n messages is one pass over the head of a deque and one PUBACK write (client.py
 coalesces the packet ids of one loop turn).
 """
 

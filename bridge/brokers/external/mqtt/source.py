@@ -1,11 +1,11 @@
 """`broker.mode = mqtt`: events from any MQTT 3.1.1/5 broker the bridge subscribes to.
 
-Messages arrive on the bridge's own persistent session (connection.py) and become
+Messages arrive on the bridge's own persistent session (client.py) and become
 message.publish events; with Mosquitto's `log_dest topic`, its log lines become
 client and session events (mosquitto_log.py). The broker is acknowledged only
 after every rule for a message has committed, in arrival order:
 
-    PUBLISH (connection.py) --(arrival order)--> ack window + intake queue --> one
+    PUBLISH (client.py) --(arrival order)--> ack window + intake queue --> one
     task calls the dispatcher per event (order preserved) --> each rule's "committed"
     future --> ack window (acks.py: mine and every older message done) --> PUBACKs
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from bridge.brokers.base import BrokerSource, EventSink, callback_sink
 from bridge.brokers.external.mqtt.acks import AckWindow, Unacked
-from bridge.brokers.external.mqtt.connection import Connection, MessageHandler
+from bridge.brokers.external.mqtt.client import Connection, MessageHandler
 from bridge.brokers.external.mqtt.filters import covers
 from bridge.brokers.external.mqtt.ledger import PacketLedger, digest, ledger_path
 from bridge.brokers.external.mqtt.mosquitto_log import LOG_TOPICS, MosquittoLog
@@ -151,7 +151,7 @@ class MqttSource(BrokerSource):
 
         After the UNSUBACK no new message joins the session, but the broker may still hold some it
         had queued behind the receive maximum; it sends them as PUBACKs free room. So: wait until
-        everything received is acknowledged, then a ping round trip (connection.py: the broker
+        everything received is acknowledged, then a ping round trip (client.py: the broker
         answers it after it handled those PUBACKs); nothing new came meanwhile, the session is empty.
         """
         connection = self._connection

@@ -1,17 +1,14 @@
-"""A bare-socket MQTT client for what a well-behaved library refuses to send.
-
-paho will not send a 3.1.1 CONNECT with an empty client id and a persistent session, and it
-answers every PUBREC with a PUBREL; these tests need both. Only the few packets the suite
-needs are encoded here, byte by byte from the specifications (3.1.1 section 3, 5.0 section 3).
-"""
+"""MQTT packets as bytes, written and read byte by byte from the specifications (3.1.1 section 3,
+5.0 section 3), not by the project's codec: for what a well-behaved library refuses to send (paho
+will not send a 3.1.1 CONNECT with an empty client id and a persistent session, and it answers
+every PUBREC with a PUBREL) and for the broker suite, which must not test the codec with itself.
+Only the few packets the tests need are here; `support.raw.RawClient` sends and reads them
+(`send_bytes`, `recv_frame`)."""
 
 from __future__ import annotations
 
-import asyncio
 import struct
 from dataclasses import dataclass
-
-TIMEOUT = 5.0
 
 CONNECT, CONNACK, PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP, SUBSCRIBE, SUBACK, DISCONNECT = (
     1,
@@ -69,7 +66,7 @@ def ack(kind: int, packet_id: int) -> bytes:
 
 
 @dataclass(frozen=True)
-class Packet:
+class Frame:
     kind: int
     flags: int
     body: bytes
@@ -102,49 +99,22 @@ class Packet:
         return topic, packet_id, rest
 
 
-class RawClient:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
-
-    @classmethod
-    async def open(cls, port: int) -> RawClient:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        return cls(reader, writer)
-
-    async def send(self, data: bytes) -> None:
-        self.writer.write(data)
-        await self.writer.drain()
-
-    async def recv(self, timeout: float = TIMEOUT) -> Packet | None:
-        """The next packet, or None once the broker closed the connection."""
-        async with asyncio.timeout(timeout):
-            try:
-                first = await self.reader.readexactly(1)
-                length, shift = 0, 0
-                while True:
-                    byte = (await self.reader.readexactly(1))[0]
-                    length += (byte & 0x7F) << shift
-                    shift += 7
-                    if not byte & 0x80:
-                        break
-                body = await self.reader.readexactly(length)
-            except (asyncio.IncompleteReadError, ConnectionResetError):
-                return None
-        return Packet(first[0] >> 4, first[0] & 0x0F, body)
-
-    async def next(self, timeout: float = TIMEOUT) -> Packet:
-        """The next packet; the connection closing instead fails the test."""
-        received = await self.recv(timeout)
-        assert received is not None, "the broker closed the connection"
-        return received
-
-    async def until_closed(self, timeout: float = TIMEOUT) -> list[Packet]:
-        """Every packet the broker sends until it closes the connection."""
-        received = []
-        while (next_packet := await self.recv(timeout)) is not None:
-            received.append(next_packet)
-        return received
-
-    def close(self) -> None:
-        self.writer.transport.abort()
+def take_frame(buffer: bytearray) -> Frame | None:
+    """Cut the first whole packet off `buffer`; None while it holds less than one."""
+    if len(buffer) < 2:
+        return None
+    length, shift, at = 0, 0, 1
+    while True:
+        if at >= len(buffer):
+            return None
+        byte = buffer[at]
+        length += (byte & 0x7F) << shift
+        shift += 7
+        at += 1
+        if not byte & 0x80:
+            break
+    if len(buffer) < at + length:
+        return None
+    frame = Frame(buffer[0] >> 4, buffer[0] & 0x0F, bytes(buffer[at : at + length]))
+    del buffer[: at + length]
+    return frame
