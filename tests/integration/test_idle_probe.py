@@ -6,6 +6,7 @@ of a stall, and 200 once it answers again. The stall is a SIGSTOP of this module
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -34,15 +35,22 @@ def pool_state(bridge: BridgeProcess, pool: str) -> tuple[int, bool] | None:
     return status, json.loads(body)["pools"][pool]["up"]
 
 
+def _signal(pid: int, signum: int) -> None:
+    """A server's process listed a moment ago may have ended since (a PostgreSQL backend whose
+    connection closed): it needs no stopping."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signum)
+
+
 def stall_and_resume(bridge: BridgeProcess, pool: str, pids: list[int]) -> None:
     bridge.wait_for(lambda: pool_state(bridge, pool) == (200, True), "the pool up while idle")
     for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
+        _signal(pid, signal.SIGSTOP)
     try:
         bridge.wait_for(lambda: pool_state(bridge, pool) == (503, False), "/healthz 503: pool down", WAIT)
     finally:
         for pid in pids:
-            os.kill(pid, signal.SIGCONT)
+            _signal(pid, signal.SIGCONT)
     bridge.wait_for(lambda: pool_state(bridge, pool) == (200, True), "/healthz 200: pool back", WAIT)
 
 
