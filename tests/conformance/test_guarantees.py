@@ -7,6 +7,7 @@ import os
 import time
 
 from bridge.events import MessageAcked, MessagePublish
+from bridge.msgid import node_bits
 from conformance.stores import Store, rules_for
 from support.bridges import BridgeFactory, eventually, mqtt_port
 from support.mqtt import Client
@@ -32,10 +33,15 @@ async def test_thousand_messages_in_order_paged_past_max_returned_count(
 
 
 async def test_time_range_limits_what_a_fetch_sends(make_bridge: BridgeFactory, store: Store) -> None:
-    bridge = await make_bridge(rules_for(store.db, time_range="1s"), pools=store.pool_config())
+    bridge = await make_bridge(rules_for(store.db, time_range="1h"), pools=store.pool_config())
+    # a message that arrived an hour and a minute ago (its id and its time), rather than a wait
+    # that would have to outlast a short range yet end before the next message leaves it
+    arrived = time.time() - 3660
+    old_id = f"{int(arrived * 1_000_000):016X}{node_bits('elsewhere'):012X}0000"
+    await bridge.dispatcher(
+        MessagePublish(old_id, "pub", None, "queue/w", 1, b"too old", False, "elsewhere", "127.0.0.1:1", arrived)
+    )
     publisher = await Client("pub", mqtt_port(bridge)).connect()
-    await publisher.publish("queue/w", b"too old", qos=1)
-    await asyncio.sleep(1.3)
     await publisher.publish("queue/w", b"recent", qos=1)
     await bridge.idle()
     subscriber = await Client("s", mqtt_port(bridge), clean=False).connect()

@@ -106,10 +106,10 @@ async def test_clients_sessions_and_kick(bridge: Bridge, api: Api, clients: list
     assert [c["clientid"] for c in now["data"]] == ["dev-a"] and now["next"] == "dev-a"
     now = await api.get("/clients", params={"connected": "true", "limit": "1", "cursor": "dev-a"})
     assert [c["clientid"] for c in now["data"]] == ["dev-b"] and now["next"] is None
-    assert [c["clientid"] for c in (await api.get("/clients", params={"connected": "false"}))["data"]] == [
-        "other/../x"
-    ]
-    assert (await api.get("/clients", params={"connected": "true", "prefix": "dev-b"}))["data"][0]["clientid"] == "dev-b"
+    assert [c["clientid"] for c in (await api.get("/clients", params={"connected": "false"}))["data"]] == ["other/../x"]
+    assert (await api.get("/clients", params={"connected": "true", "prefix": "dev-b"}))["data"][0][
+        "clientid"
+    ] == "dev-b"
 
     assert (await api.get("/clients/dev-a"))["connected"] is True
     assert (await api.call("GET", "/clients/nobody"))[0] == 404
@@ -144,7 +144,9 @@ async def test_client_ids_with_any_mqtt_character_are_listed_shown_and_kicked(
         path = "/clients/" + quote(clientid, safe="")
         status, shown = await api.call("GET", yarl.URL(api.base + path, encoded=True))
         assert (status, shown.get("clientid")) == (200, clientid), (clientid, shown)
-        status, session = await api.call("GET", yarl.URL(api.base + "/sessions/" + quote(clientid, safe=""), encoded=True))
+        status, session = await api.call(
+            "GET", yarl.URL(api.base + "/sessions/" + quote(clientid, safe=""), encoded=True)
+        )
         assert (status, session.get("clientid")) == (200, clientid), (clientid, session)
         status, kicked = await api.call("DELETE", yarl.URL(api.base + path, encoded=True))
         assert (status, kicked) == (200, {"kicked": clientid}), clientid
@@ -246,7 +248,9 @@ async def test_a_restored_superuser_is_one_from_the_user_database(
     too (PostgreSQL's mqtt_user.is_superuser), not only the ACL's entries."""
     for user, superuser in (("root", True), ("boss", False)):
         await pg_users.execute(
-            "INSERT INTO mqtt_user (username, password, salt, is_superuser) VALUES ($1, 'pw', NULL, $2)", user, superuser
+            "INSERT INTO mqtt_user (username, password, salt, is_superuser) VALUES ($1, 'pw', NULL, $2)",
+            user,
+            superuser,
         )
     acl = tmp_path / "acl"
     acl.write_text(ACL)
@@ -333,7 +337,10 @@ async def test_subscriptions_of_one_filter_page_by_client_id(bridge: Bridge, api
     assert (await api.get("/subscriptions", params={"filter": "nobody/#"})) == {"data": [], "next": None}
     every = await api.get("/subscriptions", params={"limit": "4"})
     assert [(s["clientid"], s["filter"]) for s in every["data"]] == [
-        ("s1", "$share/g/grp/+"), ("s1", "grp/#"), ("s1", "own/s1"), ("s2", "$share/g/grp/+")
+        ("s1", "$share/g/grp/+"),
+        ("s1", "grp/#"),
+        ("s1", "own/s1"),
+        ("s2", "$share/g/grp/+"),
     ]
     assert (await api.call("GET", "/subscriptions", params={"cursor": "not json"}))[0] == 400
 
@@ -650,7 +657,9 @@ async def test_no_other_web_page_can_drive_the_anonymous_api(make_api_bridge: An
         assert (await api.call("POST", "/reload", headers=page))[0] == 403
         assert (await api.call("DELETE", "/clients/victim", headers={"Sec-Fetch-Site": "same-site"}))[0] == 403
         # JSON from another origin (the browser would have asked first; the answer has no CORS header)
-        status, _ = await api.call("POST", "/publish", data=publish, headers={**page, "Content-Type": "application/json"})
+        status, _ = await api.call(
+            "POST", "/publish", data=publish, headers={**page, "Content-Type": "application/json"}
+        )
         assert status == 403
         # DNS rebinding: a page's own name in Host, from loopback
         for host in (f"evil.example:{port}", "evil.example", f"127.0.0.1.evil.example:{port}", "[::1"):

@@ -55,9 +55,7 @@ def bridge(tmp_path: Path, redis_port: int) -> Iterator[BridgeProcess]:
         f"backend.redis.pool1.server = 127.0.0.1:{redis_port}\n"
         f"backend.redis.users.server = 127.0.0.1:{redis_port}\nbackend.redis.users.password = {POOL_PASSWORD}\n"
     )
-    extra = (
-        f"broker.auth.password_file = {passwd}\nbroker.auth.backend = redis.users\nlog.level = debug\n"
-    )
+    extra = f"broker.auth.password_file = {passwd}\nbroker.auth.backend = redis.users\nlog.level = debug\n"
     process = BridgeProcess(tmp_path, pools, "", extra)
     yield process.start()
     process.stop()

@@ -875,9 +875,7 @@ async def test_answers_due_after_a_disconnect_are_dropped_without_an_error(env: 
     try:
         for n in range(20):
             raw = await env.raw(f"leaver-{n}")
-            await raw.send_bytes(
-                encode(Subscribe(1, [Subscription(f"leave/{n}/#", 1)]), 4) + encode(Disconnect(), 4)
-            )
+            await raw.send_bytes(encode(Subscribe(1, [Subscription(f"leave/{n}/#", 1)]), 4) + encode(Disconnect(), 4))
             await env.sink.wait_for(ClientDisconnected, clientid=f"leaver-{n}")
             raw.abort()
         await asyncio.sleep(0.1)  # a task that failed is reported when it is collected

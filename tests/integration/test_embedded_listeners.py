@@ -134,7 +134,9 @@ async def test_tls_listener_carries_mqtt(start: Any, paho_clients: Any, pki: Pki
     await sink.wait_for(ClientConnected, clientid="plain")
 
 
-async def test_client_certificate_common_name_is_offered_as_the_username(start: Any, paho_clients: Any, pki: Pki) -> None:
+async def test_client_certificate_common_name_is_offered_as_the_username(
+    start: Any, paho_clients: Any, pki: Pki
+) -> None:
     gate = CertGate(cert_only=True)
     broker, sink = await start(
         listener("ssl", pki, cafile=str(pki.server.ca), verify_peer=True, peer_cert_as_username=True), gate=gate

@@ -147,7 +147,9 @@ def test_a_full_spool_disk_is_reported_and_loses_nothing(
 MEMORY_BOUND = 128 << 20  # bytes of resident memory the bridge must stay under in the next test
 
 
-def test_a_stalled_database_keeps_memory_bounded(tmp_path: Path, down_redis: None, bridges: list[BridgeProcess]) -> None:
+def test_a_stalled_database_keeps_memory_bounded(
+    tmp_path: Path, down_redis: None, bridges: list[BridgeProcess]
+) -> None:
     client = redis_up()  # up and empty before the bridge starts
     bridge = BridgeProcess(tmp_path, POOL + "backend.redis.pool1.queue_size = 2000\n", RULES)
     bridges.append(bridge.start())

@@ -14,7 +14,13 @@ from support.mqtt import Client
 INJECTION = "x\r\n*3\r\n$3\r\nSET\r\n$8\r\ninjected\r\n$1\r\n1\r\n"
 HOSTILE_IDS = ["a b \"c\" 'd'", "new\nline", INJECTION, "ü-日本-🙂", "*?[glob]\\"]
 HOSTILE_TOPICS = ["a b/\"q\"/'s'", "line\nbreak", INJECTION.replace("*", "star"), "日本/🙂", "glob/*?[x]\\"]
-PAYLOADS = [b"\x00\xff\xfe binary \r\n", INJECTION.encode(), b"\x80\x81 not utf-8", os.urandom((1 << 20) - 4096), b""]  # inside the 1MB packet limit
+PAYLOADS = [
+    b"\x00\xff\xfe binary \r\n",
+    INJECTION.encode(),
+    b"\x80\x81 not utf-8",
+    os.urandom((1 << 20) - 4096),
+    b"",
+]  # inside the 1MB packet limit
 
 COMMAND_RULES = """
 backend.redis.hook.message.publish.1 = {"topic": "#", "action": {"function": "on_message_store"}}
