@@ -272,8 +272,9 @@ class Api:
         self, request: web.Request, broker: Broker, render: Callable[[Broker, SessionState], dict[str, Any]]
     ) -> Source[str]:
         """The sessions by client id from the broker's sorted ids, `?prefix=` a range of them,
-        `?user=` and `?connected=` checked on each; `?connected=true` from the connections when
-        they are few (sorted per page), as subscriptions' `?filter=` takes a filter's sessions."""
+        `?user=` from the user's own sorted ids (sessiontable.py), `?connected=` checked on each;
+        `?connected=true` from the connections when they are few (sorted per page), as
+        subscriptions' `?filter=` takes a filter's sessions."""
         prefix = _mqtt_string(request.query.get("prefix", ""), "prefix")
         user = request.query.get("user")
         if user is not None:
@@ -286,7 +287,12 @@ class Api:
 
         def source(position: str | None) -> Iterator[tuple[str, Any]]:
             ids: Iterable[str]
-            if active is not None:
+            if user is not None:  # the user's sessions alone, however many others there are
+                if position is None or position < prefix:
+                    ids = broker.session_table.user_ids(user, prefix, inclusive=True)
+                else:
+                    ids = broker.session_table.user_ids(user, position)
+            elif active is not None:
                 start = max(position, prefix) if position is not None else prefix
                 ids = sorted(c for c in active if c in states and c >= start and c != position)
             elif position is None or position < prefix:

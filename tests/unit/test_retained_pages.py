@@ -1,7 +1,7 @@
 """`GET /api/v1/retained?filter=...` pages: the right topics, in topic order, at the cost of what
 a page returns (bridge/brokers/embedded/filterseek.py, bridge/api/routes.py `_retained_source`).
 
-The finding (issue 37): a filter whose first level is a wildcard (`+/42/meter/#`) read every
+The finding: a filter whose first level is a wildcard (`+/42/meter/#`) read every
 retained topic to answer a page. The work is counted as the topics the page's source looks at,
 never timed.
 """
