@@ -22,7 +22,7 @@ from bridge.conf.errors import ConfErrors
 from bridge.ops import ctl as ctl_commands
 from bridge.ops import init as init_command
 from bridge.ops import logs
-from bridge.ops.gcfreeze import SlowCollectionFreezer, freeze_startup
+from bridge.ops.gcfreeze import SlowCollectionFreezer, freeze_startup, thaw_every
 from bridge.ops.redact import Redactor
 from bridge.rules import Rule
 from bridge.workers import child
@@ -177,6 +177,7 @@ async def _serve(bridge: Bridge, companion: Callable[[], Coroutine[Any, Any, Non
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, reload)
     beside: asyncio.Task[None] | None = None
+    thawing: asyncio.Task[None] | None = None  # frozen objects collected now and then (bridge/ops/gcfreeze.py)
     if companion is not None:
         # A worker the supervisor scales down or stops for good (bridge/workers/supervisor.py).
         loop.add_signal_handler(child.RETIRE, retire_and_stop)
@@ -184,7 +185,8 @@ async def _serve(bridge: Bridge, companion: Callable[[], Coroutine[Any, Any, Non
         beside.add_done_callback(lambda _: stop.set())
     try:
         await bridge.start()
-        _freeze_startup_objects(bridge.config["gc.freeze_after"])  # for the life of the process
+        if _freeze_startup_objects(bridge.config["gc.freeze_after"]) and bridge.config["gc.thaw_interval"]:
+            thawing = loop.create_task(thaw_every(bridge.config["gc.thaw_interval"]))
         if child.retire_asked:
             retire_and_stop()
         await stop.wait()
@@ -196,6 +198,8 @@ async def _serve(bridge: Bridge, companion: Callable[[], Coroutine[Any, Any, Non
             log.warning(
                 "retired with unwritten actions in %s: run this worker again to write them", bridge.config["spool.dir"]
             )
+        if thawing is not None:
+            thawing.cancel()
         if beside is not None:
             beside.cancel()
             await asyncio.gather(beside, return_exceptions=True)

@@ -113,6 +113,13 @@ CORE: dict[str, Setting] = {
         "million subscriptions (docs/operations.md); 0: never (CPython's own collector alone)",
         example="50ms",
     ),
+    "gc.thaw_interval": Setting(
+        p.duration_in(0, 7 * 86400),
+        3600.0,
+        "with `gc.freeze_after`: every this interval the frozen objects are unfrozen and collected once (one "
+        "full-length pause, logged), so what closed connections left in reference cycles is freed; 0: never",
+        example="1h",
+    ),
     "log.level": Setting(p.enum_of("debug", "info", "warning", "error"), "info", "log level"),
     "log.format": Setting(p.enum_of("text", "json"), "text", "log line format on stderr"),
 }

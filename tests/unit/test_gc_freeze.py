@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -23,7 +24,7 @@ from bridge.brokers.embedded.durable import DurableStore
 from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.sessions import NEVER, Subscription
 from bridge.msgid import MsgIdGenerator
-from bridge.ops.gcfreeze import SlowCollectionFreezer
+from bridge.ops.gcfreeze import SlowCollectionFreezer, thaw
 
 MSGIDS = MsgIdGenerator("test")
 
@@ -108,3 +109,18 @@ def test_gc_freeze_after_0_freezes_start_up_only() -> None:
     kept = Kept()
     gc.collect(2)
     assert not frozen(kept)
+
+
+def test_thaw_frees_the_cycles_frozen_objects_formed_and_freezes_the_rest_again() -> None:
+    """What freezing costs (a frozen object in a reference cycle is not freed when it goes, as an
+    asyncio transport of a closed connection) is given back by `thaw` (gc.thaw_interval)."""
+    gone, stays = Kept(), Kept()
+    gone.items.append(gone)  # a cycle, as a transport and its own read callback
+    watch = weakref.ref(gone)
+    gc.collect()
+    gc.freeze()
+    del gone
+    gc.collect(2)
+    assert watch() is not None  # frozen: the collector does not look at it
+    thaw()
+    assert watch() is None and frozen(stays)
