@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from broker_suite.clients import V5, V311, Client
+from broker_suite.clients import V311, Client
 
 from bridge.api import paging, routes
 from bridge.app import Bridge
@@ -71,20 +71,25 @@ async def test_a_users_sessions_through_connect_takeover_disconnect_expiry_and_r
     try:
         a1 = await connected(first, made, "a1", user="alice", version=V311, clean=False)
         await connected(first, made, "a2", user="alice", version=V311, clean=False)
-        await connected(first, made, "a3", user="alice", version=V5)  # clean: ends with its connection
-        b1 = await connected(first, made, "b1", user="bob", version=V311)
-        await connected(first, made, "anon", version=V311)
-        assert await users(first, "alice", "bob", "carol") == {
+        await connected(first, made, "a3", user="alice", version=V311, clean=False)
+        b1 = await connected(first, made, "b1", user="bob", version=V311)  # clean: ends with its connection
+        await connected(first, made, "d1", user="dave", version=V311, clean=False)
+        await connected(first, made, "anon", version=V311)  # no user name: in no user's list
+        assert await users(first, "alice", "bob", "carol", "dave") == {
             "alice": [("a1", True), ("a2", True), ("a3", True)],
             "bob": [("b1", True)],
             "carol": [],
+            "dave": [("d1", True)],
         }
 
-        # bob resumes a2's session (clean session 0, takeover = any): a2 is bob's now
+        # bob resumes a2's session (clean session 0, takeover = any): the same session, bob's now
+        before = core(first).states["a2"]
         await connected(first, made, "a2", user="bob", version=V311, clean=False)
-        assert core(first).states["a2"].username == "bob"
-        # carol takes a3 over with a clean start: a new session, carol's
-        await connected(first, made, "a3", user="carol", version=V311, clean=False)
+        assert core(first).states["a2"] is before and before.username == "bob"
+        # carol takes a3 over with a clean session: a new session in its place, carol's
+        before = core(first).states["a3"]
+        await connected(first, made, "a3", user="carol", version=V311, clean=True)
+        assert core(first).states["a3"] is not before
         assert await users(first, "alice", "bob", "carol") == {
             "alice": [("a1", True)],
             "bob": [("a2", True), ("b1", True)],
@@ -101,23 +106,26 @@ async def test_a_users_sessions_through_connect_takeover_disconnect_expiry_and_r
         for client in made:
             await client.close()
 
-    # the connections closed: a2 and a3 offline; a3 expires (its interval, as the broker's timer ends it)
+    # every connection closed: a2 and d1 offline, carol's clean a3 gone; d1 expires (what the
+    # broker's timer calls when its interval is over)
     broker = core(first)
-    await eventually(settled, lambda _: not any(broker.states[c].connected for c in ("a2", "a3")))
-    broker.expire(broker.states["a3"])
-    assert "a3" not in broker.states
-    assert await users(first, "alice", "bob", "carol") == {
+    await eventually(settled, lambda _: not any(s.connected for s in broker.states.values()))
+    broker.expire(broker.states["d1"])
+    assert set(broker.states) == {"a1", "a2"}
+    assert await users(first, "alice", "bob", "carol", "dave") == {
         "alice": [("a1", False)],
         "bob": [("a2", False)],
         "carol": [],
+        "dave": [],
     }
     await first.stop(drain_timeout=5)
 
     second = await make_bridge("", extra, http=True)  # the sessions restored from the durable store
-    assert await users(second, "alice", "bob", "carol") == {
+    assert await users(second, "alice", "bob", "carol", "dave") == {
         "alice": [("a1", False)],
         "bob": [("a2", False)],
         "carol": [],
+        "dave": [],
     }
     again: list[Client] = []
     try:  # alice logs in again as a2 and resumes it after the restart
