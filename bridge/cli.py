@@ -22,7 +22,7 @@ from bridge.conf.errors import ConfErrors
 from bridge.ops import ctl as ctl_commands
 from bridge.ops import init as init_command
 from bridge.ops import logs
-from bridge.ops.gcfreeze import SlowCollectionFreezer, freeze_startup, thaw_every
+from bridge.ops.gcfreeze import SlowCollectionFreezer, freeze_startup
 from bridge.ops.redact import Redactor
 from bridge.rules import Rule
 from bridge.workers import child
@@ -185,8 +185,9 @@ async def _serve(bridge: Bridge, companion: Callable[[], Coroutine[Any, Any, Non
         beside.add_done_callback(lambda _: stop.set())
     try:
         await bridge.start()
-        if _freeze_startup_objects(bridge.config["gc.freeze_after"]) and bridge.config["gc.thaw_interval"]:
-            thawing = loop.create_task(thaw_every(bridge.config["gc.thaw_interval"]))
+        freezer = _freeze_startup_objects(bridge.config["gc.freeze_after"])
+        if freezer is not None and bridge.config["gc.thaw_interval"]:
+            thawing = loop.create_task(freezer.thaw_every(bridge.config["gc.thaw_interval"]))
         if child.retire_asked:
             retire_and_stop()
         await stop.wait()

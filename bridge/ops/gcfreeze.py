@@ -19,8 +19,8 @@ subscriptions and tree nodes form no cycles when they go (the bench: 0 objects l
 million subscriptions come and go), but every asyncio socket transport refers to itself (its
 read callback is its own bound method): a connection open at a freeze leaves its transport and
 socket objects behind when it closes (about 6 objects). So every `gc.thaw_interval` (default
-1 hour) `thaw` unfreezes everything, collects once (the one long pause, logged with its length)
-and freezes what survived. `gc.freeze_after = 0` turns the freezing off.
+1 hour) `SlowCollectionFreezer.thaw` unfreezes everything, collects once (the one long pause,
+logged with its length) and freezes what survived. `gc.freeze_after = 0` turns the freezing off.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ class SlowCollectionFreezer:
         self.slow = slow
         self.freezes = 0  # how many times it froze (the log says when and how long the pause was)
         self._started = 0.0
+        self._thawing = False  # the collection in `thaw` is its own: not one to freeze after
 
     def install(self) -> None:
         if self._observe not in gc.callbacks:
@@ -64,7 +65,7 @@ class SlowCollectionFreezer:
             self._started = time.perf_counter()
             return
         took = time.perf_counter() - self._started
-        if info.get("generation") != 2 or took < self.slow:
+        if info.get("generation") != 2 or took < self.slow or self._thawing:
             return
         gc.freeze()
         self.freezes += 1
@@ -80,25 +81,27 @@ class SlowCollectionFreezer:
             gc.get_freeze_count(),
         )
 
+    def thaw(self) -> None:
+        """Unfreeze everything, collect the cycles frozen objects formed since, freeze the
+        survivors again: the one full-length pause, logged."""
+        gc.unfreeze()
+        self._thawing = True
+        started = time.perf_counter()
+        try:
+            found = gc.collect()
+        finally:
+            self._thawing = False
+        took = time.perf_counter() - started
+        gc.freeze()
+        log.info(
+            "garbage collection over every object (gc.thaw_interval): %d unreachable found, %.0f ms; %d frozen again",
+            found,
+            took * 1000,
+            gc.get_freeze_count(),
+        )
 
-def thaw() -> None:
-    """Unfreeze everything, collect the cycles frozen objects formed since, freeze the survivors
-    again: the one full-length pause, logged."""
-    gc.unfreeze()
-    started = time.perf_counter()
-    found = gc.collect()
-    took = time.perf_counter() - started
-    gc.freeze()
-    log.info(
-        "garbage collection over every object (gc.thaw_interval): %d unreachable found, %.0f ms; %d frozen again",
-        found,
-        took * 1000,
-        gc.get_freeze_count(),
-    )
-
-
-async def thaw_every(interval: float) -> None:
-    """`thaw` every `interval` seconds, for the life of the process."""
-    while True:
-        await asyncio.sleep(interval)
-        thaw()
+    async def thaw_every(self, interval: float) -> None:
+        """`thaw` every `interval` seconds, for the life of the process."""
+        while True:
+            await asyncio.sleep(interval)
+            self.thaw()

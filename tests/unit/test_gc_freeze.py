@@ -24,7 +24,7 @@ from bridge.brokers.embedded.durable import DurableStore
 from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.sessions import NEVER, Subscription
 from bridge.msgid import MsgIdGenerator
-from bridge.ops.gcfreeze import SlowCollectionFreezer, thaw
+from bridge.ops.gcfreeze import SlowCollectionFreezer
 
 MSGIDS = MsgIdGenerator("test")
 
@@ -114,13 +114,16 @@ def test_gc_freeze_after_0_freezes_start_up_only() -> None:
 def test_thaw_frees_the_cycles_frozen_objects_formed_and_freezes_the_rest_again() -> None:
     """What freezing costs (a frozen object in a reference cycle is not freed when it goes, as an
     asyncio transport of a closed connection) is given back by `thaw` (gc.thaw_interval)."""
+    freezer = SlowCollectionFreezer(0.0)
+    freezer.install()
     gone, stays = Kept(), Kept()
     gone.items.append(gone)  # a cycle, as a transport and its own read callback
     watch = weakref.ref(gone)
     gc.collect()
-    gc.freeze()
+    assert freezer.freezes == 1 and frozen(gone)
     del gone
     gc.collect(2)
     assert watch() is not None  # frozen: the collector does not look at it
-    thaw()
+    freezer.thaw()
     assert watch() is None and frozen(stays)
+    assert freezer.freezes == 2  # after the two full collections above; the thaw's own is not one to freeze after
