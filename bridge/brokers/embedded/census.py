@@ -5,7 +5,7 @@ connected, how many subscriptions they hold, how many messages are stored (each 
 queues hold it). Reading them means walking every session, its subscriptions and its queue: about
 0.4 us an item on the 2-core machine of docs/benchmarks.md, so 450 ms for 15,000 sessions holding
 1,000,000 subscriptions and 200,000 queued messages, every `$SYS` interval and every scrape, the
-whole broker waiting meanwhile (issue 37: no request may block the loop for more than a few
+whole broker waiting meanwhile (no request may block the loop for more than a few
 milliseconds).
 
 So the walk is taken in slices of `SLICE` items, one slice per loop turn, and what is shown is
