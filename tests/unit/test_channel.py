@@ -1,7 +1,7 @@
 """The embedded broker's per-client protocol (bridge/brokers/embedded/channel.py) driven with
 packets and no socket, as EMQX's emqx_channel_SUITE drives emqx_channel: every packet type a
 client sends, and the CONNECT, takeover and will paths through a real Broker (its sessions,
-routing and event lanes; the sink records the events). What the broker writes to the client is
+routing and event streams; the sink records the events). What the broker writes to the client is
 decoded back with the codec's client-side decoder and checked packet by packet."""
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ class Socketless(Channel):
 
 
 async def settle() -> None:
-    for _ in range(10):  # the event lanes and the ack queue run on the next loop turns
+    for _ in range(10):  # the event streams and the ack queue run on the next loop turns
         await asyncio.sleep(0)
 
 

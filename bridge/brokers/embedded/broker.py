@@ -116,8 +116,8 @@ class Broker(FlowsMixin):
         journal = Journal(store, self.states, interval=commit_interval) if store is not None else None
         self.journal = self.router.journal = journal
         self.expiring: dict[str, float] = {}
-        self.busy_lanes: set[EventStream] = set()  # client event lanes with events not yet at the sink
-        self.own_publisher = OwnPublisher(EventStream(sink, "(bridge)", self.busy_lanes))
+        self.busy_streams: set[EventStream] = set()  # client event streams with events not yet at the sink
+        self.own_publisher = OwnPublisher(EventStream(sink, "(bridge)", self.busy_streams))
         self.active: dict[str, Client] = {}  # clientid -> connection until its teardown ends
         self.connections: set[Client] = set()
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
@@ -270,7 +270,7 @@ class Broker(FlowsMixin):
                 clean_session=packet.clean_start or state.clean,
                 proto_ver=state.level,
             )
-            connected = state.lane.post(event, wait=True)
+            connected = state.stream.post(event, wait=True)
             conn.resend_inflight()
             conn.pump()
         assert connected is not None
@@ -355,14 +355,14 @@ class Broker(FlowsMixin):
                 old.keep_readable(verdict.permissions)
             old.permissions, old.permissions_known = verdict.permissions, True
             return old, True
-        lane = old.lane if old is not None else EventStream(self.sink, clientid, self.busy_lanes)
+        stream = old.stream if old is not None else EventStream(self.sink, clientid, self.busy_streams)
         if old is not None:
             self._discard(old)
         state = SessionState(
             clientid,
             expiry=expiry,
             username=verdict.username,
-            lane=lane,
+            stream=stream,
             limits=self.limits,
             refused=self.refused,
             level=packet.protocol_level,
@@ -379,12 +379,12 @@ class Broker(FlowsMixin):
         """A durable session read back from the store at start (durable/journal.py)."""
         if level != MQTT_5:  # broker.persistent_session_expiry as set now (its clock starts at the restart)
             expiry = self.persistent_expiry
-        lane = EventStream(self.sink, clientid, self.busy_lanes)
+        stream = EventStream(self.sink, clientid, self.busy_streams)
         state = SessionState(
             clientid,
             expiry=expiry,
             username=username,
-            lane=lane,
+            stream=stream,
             limits=self.limits,
             refused=self.refused,
             level=level,
@@ -562,7 +562,7 @@ class Broker(FlowsMixin):
                 timestamp=time.time(),
                 proto_ver=state.level,
             )
-            await state.lane.emit(event)
+            await state.stream.emit(event)
         finally:
             if conn.state is not None and self.active.get(conn.state.clientid) is conn:
                 del self.active[conn.state.clientid]

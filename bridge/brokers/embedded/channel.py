@@ -436,7 +436,7 @@ class Channel:
             payload_bytes += len(message.payload)
             room -= len(data)
             if wants(Hookpoint.MESSAGE_DELIVERED, state.clientid, message.topic):
-                state.lane.post(self._receipt(MessageDelivered, message))
+                state.stream.post(self._receipt(MessageDelivered, message))
         return out, payload_bytes
 
     def resend_inflight(self) -> None:
@@ -470,7 +470,7 @@ class Channel:
         state = self.state
         assert state is not None
         if self.broker.wants(Hookpoint.MESSAGE_ACKED, state.clientid, message.topic):
-            state.lane.post(self._receipt(kind, message))
+            state.stream.post(self._receipt(kind, message))
 
     def _receipt(self, kind: type[Any], message: Outgoing) -> Any:
         state = self.state

@@ -37,7 +37,7 @@ _QOS = (0, 1, 2)
 
 class Publisher(Protocol):
     """Who a message is published by: a client's session, or the bridge itself (OwnPublisher).
-    Its message.publish events go through its lane, in the order it published."""
+    Its message.publish events go through its event stream, in the order it published."""
 
     @property
     def clientid(self) -> str: ...
@@ -49,21 +49,21 @@ class Publisher(Protocol):
     def level(self) -> int: ...
 
     @property
-    def lane(self) -> EventStream: ...
+    def stream(self) -> EventStream: ...
 
 
 class OwnPublisher:
     """The bridge publishing in its own name (a retained delete from the API or `ctl`), through
     the path a client's PUBLISH takes, so the rules see it: its events carry an empty client id
-    and no user name, in a lane of their own."""
+    and no user name, in an event stream of their own."""
 
-    __slots__ = ("lane",)
+    __slots__ = ("stream",)
     clientid = ""
     username = None
     level = MQTT_3_1_1  # the events' ${proto_ver}: no client, no protocol of its own
 
-    def __init__(self, lane: EventStream) -> None:
-        self.lane = lane
+    def __init__(self, stream: EventStream) -> None:
+        self.stream = stream
 
 
 class Publishing:
@@ -197,13 +197,13 @@ class FlowsMixin:
         stored = asyncio.get_running_loop().create_future() if journal is not None and acked else None
         if state is None:  # the broker's own message: no event, no client to acknowledge
             return Publishing(message, ticket, stored, None)
-        lane = state.lane
+        stream = state.stream
         # Nothing takes the event (no rule for this topic, no fetch page waiting): with the
-        # lane idle, skipping it keeps the client's event order and saves a task and two loop
+        # stream idle, skipping it keeps the client's event order and saves a task and two loop
         # turns per message; the event is still counted (wants).
         taken = None
-        if not lane.idle or self.wants(Hookpoint.MESSAGE_PUBLISH, state.clientid, message.topic):
-            taken = lane.post(self._publish_event(state, peername, message), wait=True)
+        if not stream.idle or self.wants(Hookpoint.MESSAGE_PUBLISH, state.clientid, message.topic):
+            taken = stream.post(self._publish_event(state, peername, message), wait=True)
         return Publishing(message, ticket, stored, taken)
 
     async def _publish_end(self, publishing: Publishing, accepted: Callable[[Kept], Awaitable[None]] | None) -> int:
@@ -318,7 +318,7 @@ class FlowsMixin:
             send_retained=send_retained or retain_handling == 3,
             proto_ver=state.level,
         )
-        return state.lane.post(event, wait=True)
+        return state.stream.post(event, wait=True)
 
     def _remove_subscription(self, state: SessionState, topic_filter: str) -> tuple[bool, asyncio.Future[Kept]]:
         existed = self.router.unsubscribe(state, topic_filter)
@@ -331,7 +331,7 @@ class FlowsMixin:
             timestamp=time.time(),
             proto_ver=state.level,
         )
-        future = state.lane.post(event, wait=True)
+        future = state.stream.post(event, wait=True)
         assert future is not None
         return existed, future
 
