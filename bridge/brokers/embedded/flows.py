@@ -95,8 +95,8 @@ class FlowsMixin:
     expiring: dict[str, float]  # msgid -> monotonic deadline of messages published with an expiry
     own_publisher: OwnPublisher
 
-    def wants(self, hookpoint: Hookpoint, clientid: str, topic: str | None = None) -> bool:
-        raise NotImplementedError  # Broker.wants: whether the sink takes such an event
+    def should_post(self, hookpoint: Hookpoint, clientid: str, topic: str | None = None) -> bool:
+        raise NotImplementedError  # Broker.should_post: the sink wants such an event (else counted)
 
     def loaded(self, state: SessionState) -> SessionState:
         raise NotImplementedError  # Broker.loaded: a restored durable session's queue read back
@@ -136,7 +136,7 @@ class FlowsMixin:
                 item.properties,
                 item.expires,
             )
-            begins = self._publish_begin(state, conn.peername, message, item.qos > 0)
+            begins = self._publish_begin(state, conn.peer.address, message, item.qos > 0)
             if item.qos == 2 and state.durable:  # its packet id is committed with the message
                 begins.on_routed = partial(hold_incoming, state, item.packet_id)
             begun.append((item, begins))
@@ -200,9 +200,9 @@ class FlowsMixin:
         stream = state.stream
         # Nothing takes the event (no rule for this topic, no fetch page waiting): with the
         # stream idle, skipping it keeps the client's event order and saves a task and two loop
-        # turns per message; the event is still counted (wants).
+        # turns per message; the event is still counted (should_post).
         taken = None
-        if not stream.idle or self.wants(Hookpoint.MESSAGE_PUBLISH, state.clientid, message.topic):
+        if not stream.idle or self.should_post(Hookpoint.MESSAGE_PUBLISH, state.clientid, message.topic):
             taken = stream.post(self._publish_event(state, peername, message), wait=True)
         return Publishing(message, ticket, stored, taken)
 
