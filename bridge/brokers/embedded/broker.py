@@ -53,7 +53,7 @@ from bridge.brokers.embedded.sortedkeys import SortedKeys
 from bridge.brokers.embedded.stream import EventStream, Kept
 from bridge.brokers.embedded.traffic import Traffic
 from bridge.errors import HookbridgeError
-from bridge.events import ClientConnected, ClientDisconnected, Hookpoint
+from bridge.events import ClientConnected, ClientDisconnected
 from bridge.msgid import MsgIdGenerator
 
 log = logging.getLogger("bridge.brokers.embedded")
@@ -128,16 +128,6 @@ class Broker(FlowsMixin):
         # nobody reads was a tenth of the publish path.
         self._wants = getattr(sink, "wants", None)
         self._skipped = getattr(sink, "skipped", None)
-
-    def should_post(self, hookpoint: Hookpoint, clientid: str, topic: str | None = None) -> bool:
-        """Whether to build and post an event of `hookpoint`: the sink wants it. One it does not
-        want is counted here as skipped, so the sink's event counters stay whole; the one place
-        every skipped event of the broker (flows.py, channel.py) is counted."""
-        if self._wants is None or self._wants(hookpoint, clientid, topic):
-            return True
-        if self._skipped is not None:
-            self._skipped(hookpoint)
-        return False
 
     # -- connections -------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
@@ -175,6 +176,7 @@ class Channel:
         "peer",
         "publish_in",
         "publish_out",
+        "pump",
         "reason",
         "refusal",
         "send_window",
@@ -187,6 +189,10 @@ class Channel:
     def __init__(self, broker: Host, wire: Wire, peer: Peer) -> None:
         self.broker = broker
         self.wire = wire
+        # Its session has something to deliver (sessions.Link): the socket side sends it soon,
+        # as far as the socket takes it. The wire's own method, so a message queued costs no
+        # call through the channel on its way out.
+        self.pump: Callable[[], None] = wire.pump
         self.peer = peer
         self.level = 0
         self.state: SessionState | None = None
@@ -210,10 +216,6 @@ class Channel:
     def send(self, packet: Any) -> None:
         """Write one MQTT packet in the client's protocol level (a SUBACK, an UNSUBACK)."""
         self.wire.write(encode(packet, self.level))
-
-    def pump(self) -> None:
-        """Its session has something to deliver (sessions.Link): the socket side sends it soon."""
-        self.wire.pump()
 
     def close(self, reason: str, code: int | None = None) -> None:
         """End the connection; the first reason given is the one reported. `code`: the 5.0

@@ -94,9 +94,19 @@ class FlowsMixin:
     states: dict[str, SessionState]
     expiring: dict[str, float]  # msgid -> monotonic deadline of messages published with an expiry
     own_publisher: OwnPublisher
+    # The sink's Dispatcher.wants and Dispatcher.skipped (None: a sink that wants every event).
+    _wants: Callable[[Hookpoint, str, str | None], bool] | None
+    _skipped: Callable[[Hookpoint], None] | None
 
     def should_post(self, hookpoint: Hookpoint, clientid: str, topic: str | None = None) -> bool:
-        raise NotImplementedError  # Broker.should_post: the sink wants such an event (else counted)
+        """Whether to build and post an event of `hookpoint`: the sink wants it. One it does not
+        want is counted here as skipped, so the sink's event counters stay whole: the one place
+        every event the broker skips (a publish here, a delivery or an ack in channel.py) is counted."""
+        if self._wants is None or self._wants(hookpoint, clientid, topic):
+            return True
+        if self._skipped is not None:
+            self._skipped(hookpoint)
+        return False
 
     def loaded(self, state: SessionState) -> SessionState:
         raise NotImplementedError  # Broker.loaded: a restored durable session's queue read back
