@@ -20,9 +20,9 @@ from bridge.brokers.embedded.channel import (
     Channel,
     Hangup,
     Inbound,
+    Peer,
     Refusal,
 )
-from bridge.brokers.embedded.client import Peer
 from bridge.brokers.embedded.codec import (
     MQTT_3_1_1,
     MQTT_5,

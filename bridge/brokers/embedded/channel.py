@@ -29,7 +29,6 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bridge.brokers.embedded.acks import AckQueue
-from bridge.brokers.embedded.client import ClientDetails, Peer
 from bridge.brokers.embedded.codec import (
     EMPTY,
     MQTT_5,
@@ -93,6 +92,27 @@ class Host(Protocol):
     traffic: Traffic  # packets, PUBLISH packets and bytes in and out ($SYS/broker/...)
 
     def should_post(self, hookpoint: Hookpoint, clientid: str, topic: str | None = None) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """Where a client connects from: what a login (access.Login) and the logs are told."""
+
+    address: str  # host:port, [v6]:port
+    listener: str  # which listener accepted it: tcp, ssl, ws, wss
+    cert_cn: str | None = None  # TLS with peer_cert_as_username: its certificate's common name
+
+
+@dataclass(frozen=True, slots=True)
+class ClientDetails:
+    """A connected client's numbers, as the API's client details show them."""
+
+    connected_at: float  # wall-clock time of its CONNACK
+    keepalive: int  # seconds, as agreed at CONNECT
+    messages_in: int  # PUBLISH packets from it
+    messages_out: int  # PUBLISH packets to it
+    bytes_in: int  # its MQTT bytes
+    bytes_out: int
 
 
 @dataclass(slots=True)

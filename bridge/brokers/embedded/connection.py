@@ -30,8 +30,8 @@ from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from bridge.brokers.embedded.channel import AckAgain, Channel, Hangup, Host, Inbound, Refusal
-from bridge.brokers.embedded.client import Client, Peer
+from bridge.brokers.embedded.channel import AckAgain, Channel, Hangup, Host, Inbound, Peer, Refusal
+from bridge.brokers.embedded.client import Client
 from bridge.brokers.embedded.codec import Bounds, CodecError, Connect, Decoder, Subscribe, Unsubscribe
 
 if TYPE_CHECKING:
