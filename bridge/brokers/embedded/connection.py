@@ -129,11 +129,11 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
         channel = self.channel
-        peer = transport.get_extra_info("peername")
+        peer, address = transport.get_extra_info("peername"), ""
         if isinstance(peer, tuple):
             host, port = peer[0], peer[1]
             address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-            channel.peer = Peer(address, channel.peer.listener, self.certificate_name(transport))
+        channel.peer = Peer(address, channel.peer.listener, self.certificate_name(transport))
         transport.set_write_buffer_limits(high=self.broker.limits.max_output_bytes)
         if not self.broker.accept(channel):  # broker.max_connections: dropped, nothing said
             channel.reason = "refused"
