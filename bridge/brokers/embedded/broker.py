@@ -229,9 +229,11 @@ class Broker(FlowsMixin):
                 return
             state.conn = conn
             self.active[clientid] = conn
-            server_keep_alive = self._keepalive(conn, packet)
+            keepalive, server_keep_alive = self._keepalive(packet)
             connack = self._connack(packet, present, assigned, server_keep_alive)
-            conn.attach(state, packet, connack)  # CONNACK, then what was in flight again
+            keepalive_due = conn.attach(state, packet, connack, keepalive)  # CONNACK, then what was in flight again
+            if keepalive_due is not None:
+                self._deadlines.watch(conn, keepalive_due)
             traffic = self.traffic
             traffic.connections += 1
             traffic.clients_maximum = max(traffic.clients_maximum, len(self.states))  # sessions, as Mosquitto
@@ -410,15 +412,13 @@ class Broker(FlowsMixin):
                 time.monotonic() - started,
             )
 
-    def _keepalive(self, conn: Client, packet: Connect) -> int | None:
-        """Set the connection's keepalive limit; the Server Keep Alive to announce, if any."""
+    def _keepalive(self, packet: Connect) -> tuple[float, int | None]:
+        """The client's keepalive limit (seconds without a packet before it is closed: 1.5 x
+        the keep alive [MQTT-3.1.2-24]; 0: none) and the Server Keep Alive to announce, if any."""
         keepalive, cap, announced = packet.keepalive, self.limits.server_keep_alive, None
         if cap and packet.protocol_level == MQTT_5 and (keepalive == 0 or keepalive > cap):
             keepalive = announced = cap
-        due = conn.keep_alive(keepalive * 1.5)  # [MQTT-3.1.2-24]
-        if due is not None:
-            self._deadlines.watch(conn, due)
-        return announced
+        return keepalive * 1.5, announced
 
     def _connack(self, packet: Connect, present: bool, assigned: str | None, keep_alive: int | None) -> Connack:
         if packet.protocol_level != MQTT_5:

@@ -12,7 +12,7 @@ is carried out through a `Wire` (connection.Connection; a recorder in tests/unit
 which drives it with packets alone).
 
 The broker (broker.py) and the API see a client as `client.Client`, which a Channel is: they
-change it only through its methods (`attach`, `keep_alive`, `fail_connect`, `send`, `close`).
+change it only through its methods (`attach`, `fail_connect`, `send`, `close`).
 
 Acknowledgement means kept (docs/architecture.md#acknowledged-means-kept): a PUBACK / PUBREC goes
 out once every rule's action for the message is committed or spooled, in the order the messages
@@ -308,15 +308,6 @@ class Channel:
             return None
         return wire.last_packet + limit
 
-    def keep_alive(self, limit: float) -> float | None:
-        """Set its keepalive limit (seconds without a packet before it is closed; 0: none).
-        The time it falls due when the broker must now watch it (it was not watched yet)."""
-        self.keepalive_limit = limit
-        if limit and not self.watched_keepalive:
-            self.watched_keepalive = True
-            return self.wire.last_packet + limit
-        return None
-
     # -- CONNECT (the broker decides it: broker.connect) ------------------------------
 
     def speaks(self, level: int) -> None:
@@ -324,11 +315,14 @@ class Channel:
         encoded in from now on."""
         self.level = level
 
-    def attach(self, state: SessionState, packet: Connect, connack: Connack) -> None:
+    def attach(self, state: SessionState, packet: Connect, connack: Connack, keepalive: float) -> float | None:
         """The CONNECT is accepted: the session is this client's, its will is kept, its 5.0
         limits towards it apply (Receive Maximum, Maximum Packet Size), CONNACK goes out, then
-        what was in flight again [MQTT-4.4.0-1] and, soon, its queue."""
+        what was in flight again [MQTT-4.4.0-1] and, soon, its queue. Its keepalive starts
+        (`keepalive`: seconds without a packet before it is closed; 0: none): returns when it
+        falls due, for the broker's deadline wheel (None: nothing to watch)."""
         self.state, self.will = state, packet.will
+        self.keepalive_limit = keepalive
         if packet.protocol_level == MQTT_5:
             props = packet.properties
             if props.receive_maximum is not None:
@@ -339,6 +333,10 @@ class Channel:
         self.connected_at = time.time()
         self._resend_inflight()
         self.pump()
+        if not keepalive:
+            return None
+        self.watched_keepalive = True
+        return self.wire.last_packet + keepalive
 
     def fail_connect(self, code: int) -> None:
         """Refuse the CONNECT with a CONNACK carrying `code` (a 3.1.1 return code below 5.0)."""
