@@ -13,16 +13,8 @@ from typing import Any
 import pytest
 
 from bridge.brokers.embedded.broker import Broker
-from bridge.brokers.embedded.channel import (
-    RECEIVE_MAXIMUM,
-    TOPIC_ALIAS_MAXIMUM,
-    AckAgain,
-    Channel,
-    Hangup,
-    Inbound,
-    Peer,
-    Refusal,
-)
+from bridge.brokers.embedded.channel import RECEIVE_MAXIMUM, TOPIC_ALIAS_MAXIMUM, AckAgain, Channel, Refusal
+from bridge.brokers.embedded.client import Inbound, Peer
 from bridge.brokers.embedded.codec import (
     MQTT_3_1_1,
     MQTT_5,
@@ -49,6 +41,7 @@ from bridge.brokers.embedded.codec import (
     Will,
 )
 from bridge.brokers.embedded.limits import Limits
+from bridge.brokers.embedded.wire import Hangup
 from bridge.events import (
     ClientConnected,
     ClientDisconnected,

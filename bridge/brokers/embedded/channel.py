@@ -25,10 +25,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bridge.brokers.embedded.acks import AckQueue
+from bridge.brokers.embedded.client import ClientDetails, Inbound, Peer
 from bridge.brokers.embedded.codec import (
     EMPTY,
     MQTT_5,
@@ -59,6 +59,7 @@ from bridge.brokers.embedded.codec import (
 from bridge.brokers.embedded.ended import Ended
 from bridge.brokers.embedded.sessions import IncomingQos2, Outgoing
 from bridge.brokers.embedded.stream import Kept
+from bridge.brokers.embedded.wire import Hangup, Wire
 from bridge.events import Hookpoint, MessageAcked, MessageDelivered
 
 if TYPE_CHECKING:
@@ -95,42 +96,6 @@ class Host(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class Peer:
-    """Where a client connects from: what a login (access.Login) and the logs are told."""
-
-    address: str  # host:port, [v6]:port
-    listener: str  # which listener accepted it: tcp, ssl, ws, wss
-    cert_cn: str | None = None  # TLS with peer_cert_as_username: its certificate's common name
-
-
-@dataclass(frozen=True, slots=True)
-class ClientDetails:
-    """A connected client's numbers, as the API's client details show them."""
-
-    connected_at: float  # wall-clock time of its CONNACK
-    keepalive: int  # seconds, as agreed at CONNECT
-    messages_in: int  # PUBLISH packets from it
-    messages_out: int  # PUBLISH packets to it
-    bytes_in: int  # its MQTT bytes
-    bytes_out: int
-
-
-@dataclass(slots=True)
-class Inbound:
-    """An application message the client published, with the acknowledgement it is owed."""
-
-    topic: str
-    payload: bytes
-    qos: int
-    retain: bool
-    properties: Any
-    expires: float
-    ack: bytes | None = None  # PUBACK (QoS 1) or PUBREC (QoS 2), sent once the message is kept
-    packet_id: int = 0
-    refused: bool = False  # denied by the ACL (or $SYS): acknowledged, never published
-
-
-@dataclass(frozen=True, slots=True)
 class Refusal:
     """A limit the client broke mid-stream (over the receive maximum). It waits its turn in the
     inbox: what the client sent before it is handled and acknowledged first, so every message
@@ -147,33 +112,6 @@ class AckAgain:
 
     held: IncomingQos2
     ack: bytes
-
-
-class Hangup(Enum):
-    """How the socket side ends a connection the channel closed (Wire.hang_up)."""
-
-    LINGER = "linger"  # half-close, read (and drop) what still comes for a moment: the DISCONNECT is read
-    FLUSH = "flush"  # close once what is buffered is written (the PUBACK before a DISCONNECT)
-    ABORT = "abort"  # drop it now
-
-
-class Wire(Protocol):
-    """What a channel asks of its socket side (connection.Connection; a test gives a recorder):
-    bytes out, the end of the connection, and the socket's facts its deadlines are counted from."""
-
-    @property
-    def opened(self) -> float: ...  # monotonic time the socket was accepted
-    @property
-    def last_packet(self) -> float: ...  # monotonic time of its last complete packet
-    @property
-    def not_reading(self) -> bool: ...  # reading is paused: time that does not count
-    @property
-    def busy(self) -> bool: ...  # packets read and not yet handed to the broker (a CONNECT being decided)
-
-    def write(self, data: bytes, packets: int = 1) -> None: ...
-    def pump(self) -> None: ...  # deliver the session's queue soon, as far as the socket takes it (deliveries)
-    def hang_up(self, how: Hangup) -> None: ...  # the channel closed: end the socket, then the broker's teardown
-    def abandon(self) -> None: ...  # its teardown did not end within the stop's grace: cancel its task
 
 
 class Channel:

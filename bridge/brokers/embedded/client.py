@@ -1,5 +1,6 @@
-"""`Client`: what the broker (broker.py, flows.py) and the API see of one connected client (a
-channel.Channel, with the small values it hands out: channel.Peer, channel.ClientDetails).
+"""What passes between the broker (broker.py, flows.py), the API and one client: `Client`, what
+they see of it (a channel.Channel); the messages it publishes (`Inbound`); where it connects
+from (`Peer`) and its numbers (`ClientDetails`).
 
 Declared here so the broker depends on this and not on a channel's or a connection's insides:
 every attribute is read-only (a property), so mypy refuses a `conn.<attr> = ...` outside
@@ -8,14 +9,50 @@ connection.py and channel.py; the broker changes a client only through the metho
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from bridge.brokers.embedded.channel import ClientDetails, Inbound, Peer
     from bridge.brokers.embedded.codec import Connack, Connect, Will
     from bridge.brokers.embedded.ended import Ended
     from bridge.brokers.embedded.sessions import SessionState
     from bridge.brokers.embedded.stream import Kept
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """Where a client connects from: what a login (access.Login) and the logs are told."""
+
+    address: str  # host:port, [v6]:port
+    listener: str  # which listener accepted it: tcp, ssl, ws, wss
+    cert_cn: str | None = None  # TLS with peer_cert_as_username: its certificate's common name
+
+
+@dataclass(frozen=True, slots=True)
+class ClientDetails:
+    """A connected client's numbers, as the API's client details show them."""
+
+    connected_at: float  # wall-clock time of its CONNACK
+    keepalive: int  # seconds, as agreed at CONNECT
+    messages_in: int  # PUBLISH packets from it
+    messages_out: int  # PUBLISH packets to it
+    bytes_in: int  # its MQTT bytes
+    bytes_out: int
+
+
+@dataclass(slots=True)
+class Inbound:
+    """An application message the client published, with the acknowledgement it is owed."""
+
+    topic: str
+    payload: bytes
+    qos: int
+    retain: bool
+    properties: Any
+    expires: float
+    ack: bytes | None = None  # PUBACK (QoS 1) or PUBREC (QoS 2), sent once the message is kept
+    packet_id: int = 0
+    refused: bool = False  # denied by the ACL (or $SYS): acknowledged, never published
 
 
 class Client(Protocol):

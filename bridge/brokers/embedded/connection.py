@@ -30,9 +30,10 @@ from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from bridge.brokers.embedded.channel import AckAgain, Channel, Hangup, Host, Inbound, Peer, Refusal
-from bridge.brokers.embedded.client import Client
+from bridge.brokers.embedded.channel import AckAgain, Channel, Host, Refusal
+from bridge.brokers.embedded.client import Client, Inbound, Peer
 from bridge.brokers.embedded.codec import Bounds, CodecError, Connect, Decoder, Subscribe, Unsubscribe
+from bridge.brokers.embedded.wire import Hangup
 
 if TYPE_CHECKING:
     from bridge.brokers.embedded.limits import Limits

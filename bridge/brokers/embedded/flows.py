@@ -27,8 +27,7 @@ from bridge.events import Hookpoint, MessagePublish, SessionSubscribed, SessionU
 from bridge.msgid import MsgIdGenerator
 
 if TYPE_CHECKING:
-    from bridge.brokers.embedded.channel import Inbound
-    from bridge.brokers.embedded.client import Client
+    from bridge.brokers.embedded.client import Client, Inbound
 
 log = logging.getLogger("bridge.brokers.embedded")
 
