@@ -8,7 +8,7 @@ ways, its deadlines, the acknowledgements waiting for their messages to be kept)
 each packet means: `handle` answers what can be answered at once (PUBREL, PUBCOMP, PINGRESP) and
 returns what the broker must do (an `Inbound` message, a SUBSCRIBE); `deliveries` turns the
 session's queue into PUBLISH packets for the socket side to write. Its bytes go out and its end
-is carried out through a `Wire` (connection.Connection; a recorder in tests/unit/test_channel.py,
+is carried out through a `Wire` (wire.py: connection.Connection; a recorder in tests/unit/test_channel.py,
 which drives it with packets alone).
 
 The broker (broker.py) and the API see a client as `client.Client`, which a Channel is: they
