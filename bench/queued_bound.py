@@ -233,13 +233,13 @@ def choice_cost(sessions: int, results: dict[str, float], repeats: int = 3) -> N
         refused: Counter[str] = Counter()
         states: dict[str, SessionState] = {}
         queued = QueuedBytes(sessions * per_session * size, states)
-        lane: Any = None
+        stream: Any = None
         for n in range(sessions):
             states[f"c{n}"] = SessionState(
                 f"c{n}",
                 expiry=60,
                 username=None,
-                lane=lane,
+                stream=stream,
                 limits=limits,
                 refused=refused,
                 queued=queued if bounded else None,

@@ -67,6 +67,9 @@ class RedisBackend(Backend):
 
     async def connect(self) -> None:
         size = max(2, self.pool["pool_size"])
+        # Read once here, not per batch: every write's _flush uses them.
+        self.wait_replicas = int(self.pool["wait_replicas"])
+        self.request_timeout = float(self.pool["request_timeout"])
         # A request without an answer within request_timeout fails and is retried on a new
         # connection; the runner has counted the pool down by then (bridge/pipeline/runner.py).
         self.nodes: ClusterNodes | None = None
@@ -199,10 +202,10 @@ class RedisBackend(Backend):
     ) -> None:
         if not commands:
             return
-        wait = self.pool["wait_replicas"]
+        wait = self.wait_replicas
         if wait:  # the batch counts as written once `wait` replicas hold it (docs/backends/redis.md)
-            commands.append(("WAIT", wait, max(1, int(self.pool["request_timeout"] * 500))))
-        replies = await pipeline(self.redis.connection_pool, commands, self.pool["request_timeout"])
+            commands.append(("WAIT", wait, max(1, int(self.request_timeout * 500))))
+        replies = await pipeline(self.redis.connection_pool, commands, self.request_timeout)
         if wait:
             held = replies.pop()
             commands.pop()

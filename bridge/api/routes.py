@@ -242,7 +242,7 @@ class Api:
             "clientid": state.clientid,
             "username": state.username,
             "connected": state.connected,
-            "peername": conn.peername if conn is not None and state.connected else None,
+            "peername": conn.peer.address if conn is not None and state.connected else None,
             "proto_ver": state.level,
             "clean": state.clean,
             "expiry": state.expiry,

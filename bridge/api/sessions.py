@@ -47,14 +47,15 @@ def connection_details(broker: Broker, state: SessionState) -> dict[str, Any]:
         will_topic = conn.will.topic if conn.will is not None else None
     else:
         will_topic = pending.will.topic if pending is not None else None
+    numbers = conn.details() if conn is not None else None
     return {
-        "connected_at": conn.connected_at if conn is not None else None,
-        "keepalive": round(conn.keepalive_limit / 1.5) if conn is not None else None,
+        "connected_at": numbers.connected_at if numbers is not None else None,
+        "keepalive": numbers.keepalive if numbers is not None else None,
         "will_topic": will_topic,
-        "messages_in": conn.publish_in if conn is not None else 0,
-        "messages_out": conn.publish_out if conn is not None else 0,
-        "bytes_in": conn.bytes_in if conn is not None else 0,
-        "bytes_out": conn.bytes_out if conn is not None else 0,
+        "messages_in": numbers.messages_in if numbers is not None else 0,
+        "messages_out": numbers.messages_out if numbers is not None else 0,
+        "bytes_in": numbers.bytes_in if numbers is not None else 0,
+        "bytes_out": numbers.bytes_out if numbers is not None else 0,
     }
 
 

@@ -63,14 +63,15 @@ class Dispatcher:
 
     def wants(self, hookpoint: Hookpoint, clientid: str, topic: str | None = None) -> bool:
         """Whether an event of `hookpoint` for `clientid` would do anything here (a rule takes
-        it (for `topic` when given), or a fetch page waits for that client's acks). A broker may
-        skip building an event
-        that nothing wants (message.delivered and message.acked come once per message and
-        receiver); it is still counted."""
-        if self.engine.takes(hookpoint, topic) or self.pager.waits_for(clientid):
-            return True
+        it (for `topic` when given), or a fetch page waits for that client's acks). A pure
+        question: a broker may skip building an event that nothing wants (message.delivered and
+        message.acked come once per message and receiver), and then tells `skipped`."""
+        return self.engine.takes(hookpoint, topic) or self.pager.waits_for(clientid)
+
+    def skipped(self, hookpoint: Hookpoint) -> None:
+        """An event a broker did not build because nothing `wants` it: counted as if it had come
+        (the events counter of /metrics counts every event, wanted or not)."""
         self.metrics.events[hookpoint] += 1
-        return False
 
     def job_done(self, job: Job, outcome: BaseException | None) -> None:
         """A runner commit hook: `job` is committed, or failed for good (counted there), or safely

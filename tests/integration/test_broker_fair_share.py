@@ -102,7 +102,8 @@ class Peaks:
         self.output = self.inbox = self.decoder = 0
 
     def sample(self) -> None:
-        for conn in list(self.core.connections):
+        for channel in list(self.core.connections):
+            conn = channel.wire  # its Connection: the socket side
             transport = conn.transport
             if transport is not None and not transport.is_closing():
                 self.output = max(self.output, transport.get_write_buffer_size())

@@ -49,9 +49,9 @@ def paused(bridge: Bridge) -> float:
 
 def server_side(bridge: Bridge, client: RawClient) -> Any:
     """The broker's Connection for `client` (matched by the client's port)."""
-    broker = bridge.broker._broker  # the running core: its connections and their transports
+    broker = bridge.broker._broker  # the running core: its clients (channels), each on its Connection (wire)
     port = client.local_port
-    return next(c for c in broker.connections if c.peername.endswith(f":{port}"))
+    return next(c.wire for c in broker.connections if c.peer.address.endswith(f":{port}"))
 
 
 async def flooder(bridge: Bridge, client_id: str) -> tuple[RawClient, Any]:
@@ -104,7 +104,7 @@ async def test_pingreq_flood_without_reading_stays_bounded(make_bridge: BridgeFa
         # the broker stops reading once the bound is passed
         await wait_until(lambda: paused(bridge) > 0, 30, "a pause counted")
         assert not conn.transport.is_reading()  # what the flooder still sends waits in its socket
-        assert conn.reason is None  # not closed for it
+        assert conn.channel.reason is None  # not closed for it
 
         # the other clients are served meanwhile
         other, connack = await RawClient.connect(port, "other")
@@ -146,7 +146,7 @@ async def test_a_reset_mid_flood_is_logged(make_bridge: BridgeFactory, caplog: p
         flood.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         sender.cancel()
         flood.sock.close()
-        await wait_until(lambda: conn.reason is not None, 30, "the connection ended")
+        await wait_until(lambda: conn.channel.reason is not None, 30, "the connection ended")
     lines = [r.getMessage() for r in caplog.records]
     assert (
         "client 'reset-me': connection lost: Connection reset by peer (while its unread output held reading paused)"
@@ -178,7 +178,7 @@ async def test_websocket_ping_flood_without_reading_stays_bounded() -> None:
         while b"\r\n\r\n" not in response:
             response += await loop.sock_recv(raw, 1)  # byte by byte: nothing after the head is taken
         assert response.startswith(b"HTTP/1.1 101")
-        conn = next(iter(broker._broker.connections))  # the running core's only connection
+        conn = next(iter(broker._broker.connections)).wire  # the running core's only connection
         sock = conn.transport.get_extra_info("socket")
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 << 10)
@@ -191,7 +191,7 @@ async def test_websocket_ping_flood_without_reading_stays_bounded() -> None:
 
         sender = loop.create_task(loop.sock_sendall(raw, pings))
         await wait_until(lambda: (sample(), broker.output_pauses > 0)[1], 30, "a pause counted")
-        assert not conn.transport.is_reading() and conn.reason is None
+        assert not conn.transport.is_reading() and conn.channel.reason is None
         await still_serves(broker, "wsflood")
         # reading at last: every ping gets its pong
         received = 0

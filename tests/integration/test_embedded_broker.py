@@ -594,7 +594,7 @@ async def test_a_message_that_was_not_kept_is_never_acknowledged(keeping_env: En
     assert isinstance(sink, KeepingSink)
     raw = await keeping_env.raw("unkept")
     await raw.send(Publish("k/lost", b"lost", 1, packet_id=9))
-    (await sink.next_kept()).cancel()  # what the event lane hands over when the sink failed
+    (await sink.next_kept()).cancel()  # what the event stream hands over when the sink failed
     assert await raw.recv() is None  # closed without a PUBACK: the client sends it again
 
 

@@ -20,7 +20,7 @@ LIMITS = Limits(max_offline_messages=0, max_offline_bytes=1 << 40)
 
 
 class Fleet:
-    """Sessions sharing one QueuedBytes, as a Broker holds them (no connections, no lanes)."""
+    """Sessions sharing one QueuedBytes, as a Broker holds them (no connections, no event streams)."""
 
     def __init__(self, bound: int) -> None:
         self.states: dict[str, SessionState] = {}
@@ -29,8 +29,8 @@ class Fleet:
         self.serial = 0
 
     def session(self, clientid: str) -> SessionState:
-        lane: Any = None  # queueing never posts an event
-        state = SessionState(clientid, expiry=60, username=None, lane=lane, limits=LIMITS, refused=self.refused)
+        stream: Any = None  # queueing never posts an event
+        state = SessionState(clientid, expiry=60, username=None, stream=stream, limits=LIMITS, refused=self.refused)
         state._queued = self.queued  # as Broker passes it (queued=...)
         self.states[clientid] = state
         return state

@@ -126,8 +126,8 @@ _groups = st.sampled_from(["", "g", "h"])  # "": not shared
 
 def _state(clientid: str) -> SessionState:
     # Offline sessions: QoS 1 messages are queued in the outbox, where the test reads them.
-    lane = EventStream(_NoSink(), clientid)
-    return SessionState(clientid, expiry=3600, username=None, lane=lane, limits=Limits(), refused=Counter())
+    stream = EventStream(_NoSink(), clientid)
+    return SessionState(clientid, expiry=3600, username=None, stream=stream, limits=Limits(), refused=Counter())
 
 
 class _NoSink:

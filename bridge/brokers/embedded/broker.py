@@ -38,7 +38,6 @@ from bridge.brokers.embedded.codec import (
     Unsuback,
     Unsubscribe,
     Will,
-    encode,
     split_shared,
 )
 from bridge.brokers.embedded.compact import shrink_if_sparse
@@ -54,7 +53,7 @@ from bridge.brokers.embedded.sortedkeys import SortedKeys
 from bridge.brokers.embedded.stream import EventStream, Kept
 from bridge.brokers.embedded.traffic import Traffic
 from bridge.errors import HookbridgeError
-from bridge.events import ClientConnected, ClientDisconnected, Hookpoint
+from bridge.events import ClientConnected, ClientDisconnected
 from bridge.msgid import MsgIdGenerator
 
 log = logging.getLogger("bridge.brokers.embedded")
@@ -116,77 +115,51 @@ class Broker(FlowsMixin):
         journal = Journal(store, self.states, interval=commit_interval) if store is not None else None
         self.journal = self.router.journal = journal
         self.expiring: dict[str, float] = {}
-        self.busy_lanes: set[EventStream] = set()  # client event lanes with events not yet at the sink
-        self.own_publisher = OwnPublisher(EventStream(sink, "(bridge)", self.busy_lanes))
+        self.busy_streams: set[EventStream] = set()  # client event streams with events not yet at the sink
+        self.own_publisher = OwnPublisher(EventStream(sink, "(bridge)", self.busy_streams))
         self.active: dict[str, Client] = {}  # clientid -> connection until its teardown ends
         self.connections: set[Client] = set()
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._deadlines: Deadlines[Client] = Deadlines(_SWEEP_INTERVAL, time.monotonic())
         self.dropped_by_ended_sessions = 0
-        # A sink may say which per-message events it has no use for (bridge.pipeline.dispatcher.wants):
-        # building and posting a message.delivered nobody reads was a tenth of the publish path.
+        # A sink may say which per-message events it has no use for (Dispatcher.wants) and count
+        # the ones it was spared (Dispatcher.skipped): building and posting a message.delivered
+        # nobody reads was a tenth of the publish path.
         self._wants = getattr(sink, "wants", None)
-
-    def wants(self, hookpoint: Hookpoint, clientid: str, topic: str | None = None) -> bool:
-        return self._wants is None or bool(self._wants(hookpoint, clientid, topic))
+        self._skipped = getattr(sink, "skipped", None)
 
     # -- connections -------------------------------------------------------------
 
-    def accept(self, conn: Client) -> None:
+    def accept(self, conn: Client) -> bool:
+        """A socket accepted: watched for its connect timeout. False: refused at once
+        (broker.max_connections), to be dropped with nothing said."""
         self.traffic.sockets += 1  # every socket accepted, refused ones too (Mosquitto's load/sockets)
         if self.limits.max_connections and len(self.connections) >= self.limits.max_connections:
             self.refused["max_connections"] += 1
-            log.warning("connection from %s refused: %d connections open", conn.peername, len(self.connections))
-            conn.turn_away()
-            return
+            log.warning("connection from %s refused: %d connections open", conn.peer.address, len(self.connections))
+            return False
         self.connections.add(conn)
-        self._deadlines.watch(conn, conn.opened + self.limits.connect_timeout)
+        self._deadlines.watch(conn, time.monotonic() + self.limits.connect_timeout)
         if self._sweeper is None:
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+        return True
 
     async def _sweep(self) -> None:
         """Close connections past their connect timeout or keepalive; forget old expiries.
 
         Only the connections whose deadline fell due are looked at (deadlines.py): each is
-        watched at accept for its connect timeout, and from its CONNECT for its keepalive."""
+        watched at accept for its connect timeout, and from its CONNECT for its keepalive; the
+        client itself says whether it is past one (Channel.check_deadline)."""
         deadlines = self._deadlines
         while True:
             await asyncio.sleep(_SWEEP_INTERVAL)
             now = time.monotonic()
             timeout = self.limits.connect_timeout
             for conn in deadlines.due(now):
-                if conn.reason is not None:
-                    continue  # closed: it leaves the wheel here
-                if conn.state is None:
-                    if conn.inbox or now - conn.opened <= timeout:
-                        deadlines.watch(conn, max(now, conn.opened + timeout))  # its CONNECT is being handled
-                    else:
-                        self.refused["connect_timeout"] += 1
-                        if conn.decoder.level:  # its CONNECT came; deciding it took the time
-                            log.info(
-                                "connection from %s: its CONNECT was not answered within %.3g s (the login, a "
-                                "password check or the user database, was still pending): closed",
-                                conn.peername,
-                                timeout,
-                            )
-                        else:
-                            log.info("connection from %s sent no CONNECT within %.0f s: closed", conn.peername, timeout)
-                        conn.close("connect_timeout")
-                elif conn.watched_keepalive:
-                    limit = conn.keepalive_limit
-                    if not limit:
-                        conn.unwatch_keepalive()
-                    elif conn.not_reading:  # time not spent reading does not count
-                        deadlines.watch(conn, now + limit)
-                    elif now - conn.last_packet > limit:
-                        self.refused["keepalive_timeout"] += 1
-                        idle = now - conn.last_packet
-                        log.info("client %s: no packet for %.1f s, closing (keepalive)", conn.who(), idle)
-                        conn.close("keepalive_timeout", R.KEEP_ALIVE_TIMEOUT)
-                    else:
-                        deadlines.watch(conn, conn.last_packet + limit)
-                # else: its connect-timeout entry after the CONNECT; the keepalive has its own
+                due = conn.check_deadline(now, timeout)  # closes it when it is past one
+                if due is not None:
+                    deadlines.watch(conn, due)
             if self.expiring:
                 stale = [m for m, deadline in self.expiring.items() if deadline + _EXPIRED_MEMORY < now]
                 for msgid in stale:
@@ -194,8 +167,7 @@ class Broker(FlowsMixin):
 
     async def connect(self, conn: Client, packet: Connect) -> None:
         """Refuse the CONNECT, or take over / resume / create the session and send CONNACK."""
-        level = packet.protocol_level
-        conn.speaks(level)
+        level = packet.protocol_level  # the channel speaks it since it read the CONNECT
         clientid, assigned = packet.client_id, None
         code = self._connect_refusal(packet)
         if code is None and not clientid:
@@ -208,7 +180,7 @@ class Broker(FlowsMixin):
                 code = {2: R.CLIENT_IDENTIFIER_NOT_VALID}.get(code, R.UNSPECIFIED_ERROR)
             conn.fail_connect(code)
             return
-        if self._banned(conn, clientid, packet.username):  # before the login: a banned client costs no hash
+        if self._banned(conn, level, clientid, packet.username):  # before the login: a banned client costs no hash
             return
         verdict = await self._login(conn, packet, clientid)
         if verdict is None:
@@ -219,7 +191,10 @@ class Broker(FlowsMixin):
             # checked now, as Mosquitto 2 does (CONNACK 5 / 0x87), not when the will is due.
             self.refused["acl_publish_denied"] += 1
             log.info(
-                "client %r from %s may not publish its will to %r: CONNECT refused", clientid, conn.peername, will.topic
+                "client %r from %s may not publish its will to %r: CONNECT refused",
+                clientid,
+                conn.peer.address,
+                will.topic,
             )
             conn.fail_connect(R.NOT_AUTHORIZED if level == MQTT_5 else ConnectReturnCode.NOT_AUTHORIZED)
             return
@@ -233,7 +208,7 @@ class Broker(FlowsMixin):
                 log.warning("client id %r belongs to another user: CONNECT refused", clientid)
                 conn.fail_connect(R.NOT_AUTHORIZED if level == MQTT_5 else ConnectReturnCode.NOT_AUTHORIZED)
                 return
-            if self._banned(conn, clientid, verdict.username):
+            if self._banned(conn, level, clientid, verdict.username):
                 return  # by the user name its client certificate gives, or banned during its login
             previous = self.active.get(clientid)
             if previous is not None:
@@ -245,7 +220,7 @@ class Broker(FlowsMixin):
                     await self._loaded_paged(self.states.get(clientid))
                 if conn.reason is not None:
                     return  # the new connection went away meanwhile
-                if self._banned(conn, clientid, verdict.username):
+                if self._banned(conn, level, clientid, verdict.username):
                     return  # banned while the previous connection closed or the queue was read
                 state, present = self._session(clientid, packet, expiry, verdict)
             except UnreadableSession:  # logged once by the journal
@@ -254,9 +229,11 @@ class Broker(FlowsMixin):
                 return
             state.conn = conn
             self.active[clientid] = conn
-            server_keep_alive = self._keepalive(conn, packet)
+            keepalive, server_keep_alive = self._keepalive(packet)
             connack = self._connack(packet, present, assigned, server_keep_alive)
-            conn.attach(state, packet, connack, self.limits.max_inflight)
+            keepalive_due = conn.attach(state, packet, connack, keepalive)  # CONNACK, then what was in flight again
+            if keepalive_due is not None:
+                self._deadlines.watch(conn, keepalive_due)
             traffic = self.traffic
             traffic.connections += 1
             traffic.clients_maximum = max(traffic.clients_maximum, len(self.states))  # sessions, as Mosquitto
@@ -265,14 +242,12 @@ class Broker(FlowsMixin):
                 clientid=clientid,
                 username=state.username,
                 node=self.node,
-                peername=conn.peername,
+                peername=conn.peer.address,
                 timestamp=time.time(),
                 clean_session=packet.clean_start or state.clean,
                 proto_ver=state.level,
             )
-            connected = state.lane.post(event, wait=True)
-            conn.resend_inflight()
-            conn.pump()
+            connected = state.stream.post(event, wait=True)
         assert connected is not None
         await connected
 
@@ -294,24 +269,24 @@ class Broker(FlowsMixin):
 
     async def _login(self, conn: Client, packet: Connect, clientid: str) -> Verdict | None:
         """Ask the gate; on a refusal answer the CONNECT and return None."""
-        login = Login(clientid, packet.username, packet.password, conn.listener, conn.peername, conn.cert_cn)
+        peer = conn.peer
+        login = Login(clientid, packet.username, packet.password, peer.listener, peer.address, peer.cert_cn)
         verdict = await self.gate.login(login)
         if verdict.ok:
             return verdict
         self.refused[verdict.reason or "login_not_authorized"] += 1
-        log.info("client %r from %s: login refused (%s)", clientid, conn.peername, verdict.reason)
+        log.info("client %r from %s: login refused (%s)", clientid, conn.peer.address, verdict.reason)
         codes = _LOGIN_CODES.get(verdict.reason, _LOGIN_CODES["login_not_authorized"])
         conn.fail_connect(codes[1] if packet.protocol_level == MQTT_5 else codes[0])
         return None
 
-    def _banned(self, conn: Client, clientid: str, username: str | None) -> bool:
+    def _banned(self, conn: Client, level: int, clientid: str, username: str | None) -> bool:
         """A ban in force keeps this client out: CONNACK 0x8A (3.1.1: 5, not authorized), True."""
-        ban = self.bans.match(clientid, username, conn.peername)
+        ban = self.bans.match(clientid, username, conn.peer.address)
         if ban is None:
             return False
         self.refused["banned"] += 1
-        log.info("client %r from %s: banned (%s %r): CONNECT refused", clientid, conn.peername, ban.kind, ban.who)
-        level = conn.level
+        log.info("client %r from %s: banned (%s %r): CONNECT refused", clientid, conn.peer.address, ban.kind, ban.who)
         conn.fail_connect(R.BANNED if level == MQTT_5 else ConnectReturnCode.NOT_AUTHORIZED)
         return True
 
@@ -325,8 +300,8 @@ class Broker(FlowsMixin):
         for clientid, conn in list(self.active.items()):
             state = conn.state
             username = state.username if state is not None else None
-            if conn.reason is None and only.match(clientid, username, conn.peername) is not None:
-                log.info("client %r from %s: banned (%s %r): closed", clientid, conn.peername, ban.kind, ban.who)
+            if conn.reason is None and only.match(clientid, username, conn.peer.address) is not None:
+                log.info("client %r from %s: banned (%s %r): closed", clientid, conn.peer.address, ban.kind, ban.who)
                 conn.close("banned", R.ADMINISTRATIVE_ACTION)
                 kicked.append(clientid)
         return kicked
@@ -356,14 +331,14 @@ class Broker(FlowsMixin):
                 old.keep_readable(verdict.permissions)
             old.permissions, old.permissions_known = verdict.permissions, True
             return old, True
-        lane = old.lane if old is not None else EventStream(self.sink, clientid, self.busy_lanes)
+        stream = old.stream if old is not None else EventStream(self.sink, clientid, self.busy_streams)
         if old is not None:
             self._discard(old)
         state = SessionState(
             clientid,
             expiry=expiry,
             username=verdict.username,
-            lane=lane,
+            stream=stream,
             limits=self.limits,
             refused=self.refused,
             level=packet.protocol_level,
@@ -380,12 +355,12 @@ class Broker(FlowsMixin):
         """A durable session read back from the store at start (durable/journal.py)."""
         if level != MQTT_5:  # broker.persistent_session_expiry as set now (its clock starts at the restart)
             expiry = self.persistent_expiry
-        lane = EventStream(self.sink, clientid, self.busy_lanes)
+        stream = EventStream(self.sink, clientid, self.busy_streams)
         state = SessionState(
             clientid,
             expiry=expiry,
             username=username,
-            lane=lane,
+            stream=stream,
             limits=self.limits,
             refused=self.refused,
             level=level,
@@ -443,14 +418,13 @@ class Broker(FlowsMixin):
                 time.monotonic() - started,
             )
 
-    def _keepalive(self, conn: Client, packet: Connect) -> int | None:
-        """Set the connection's keepalive limit; the Server Keep Alive to announce, if any."""
+    def _keepalive(self, packet: Connect) -> tuple[float, int | None]:
+        """The client's keepalive limit (seconds without a packet before it is closed: 1.5 x
+        the keep alive [MQTT-3.1.2-24]; 0: none) and the Server Keep Alive to announce, if any."""
         keepalive, cap, announced = packet.keepalive, self.limits.server_keep_alive, None
         if cap and packet.protocol_level == MQTT_5 and (keepalive == 0 or keepalive > cap):
             keepalive = announced = cap
-        if conn.keep_alive(keepalive * 1.5):  # [MQTT-3.1.2-24]
-            self._deadlines.watch(conn, conn.last_packet + conn.keepalive_limit)
-        return announced
+        return keepalive * 1.5, announced
 
     def _connack(self, packet: Connect, present: bool, assigned: str | None, keep_alive: int | None) -> Connack:
         if packet.protocol_level != MQTT_5:
@@ -472,8 +446,8 @@ class Broker(FlowsMixin):
     async def subscribe(self, conn: Client, packet: Subscribe) -> None:
         state = conn.state
         assert state is not None
-        level, limits = conn.level, self.limits
-        v5 = level == MQTT_5
+        limits = self.limits
+        v5 = state.level == MQTT_5
         ids = packet.properties.subscription_identifier
         identifier = ids[0] if ids else 0
         # One filter repeated in a packet is subscribed once, with its last entry's options
@@ -517,7 +491,7 @@ class Broker(FlowsMixin):
                 cap,
             )
         codes = [decided[option.topic_filter] for option in packet.subscriptions]
-        conn.write(encode(Suback(packet.packet_id, codes), conn.level))
+        conn.send(Suback(packet.packet_id, codes))
         for future in pending:
             await future
 
@@ -530,7 +504,7 @@ class Broker(FlowsMixin):
             existed, future = self._remove_subscription(state, topic_filter)
             codes.append(R.SUCCESS if existed else R.NO_SUBSCRIPTION_EXISTED)
             pending.append(future)
-        conn.write(encode(Unsuback(packet.packet_id, codes), conn.level))
+        conn.send(Unsuback(packet.packet_id, codes))
         for future in pending:
             await future
 
@@ -539,7 +513,6 @@ class Broker(FlowsMixin):
     async def teardown(self, conn: Client) -> None:
         """After a connection ended: its will, its session's end or expiry, client.disconnected."""
         try:
-            conn.finish()
             state = conn.state
             if state is None or state.conn is not conn:
                 return
@@ -549,9 +522,9 @@ class Broker(FlowsMixin):
             if will is not None:
                 delay = will.properties.will_delay_interval or 0
                 if delay and state.expiry:
-                    self.delay_will(state, PendingWill(will, conn.peername), min(delay, state.expiry))
+                    self.delay_will(state, PendingWill(will, conn.peer.address), min(delay, state.expiry))
                 else:
-                    await self._publish_will(state, conn.peername, will)
+                    await self._publish_will(state, conn.peer.address, will)
             if state.clean:
                 self._discard(state)
             elif state.expiry != NEVER:
@@ -563,12 +536,12 @@ class Broker(FlowsMixin):
                 clientid=state.clientid,
                 username=state.username,
                 node=self.node,
-                peername=conn.peername,
+                peername=conn.peer.address,
                 reason=reason,
                 timestamp=time.time(),
                 proto_ver=state.level,
             )
-            await state.lane.emit(event)
+            await state.stream.emit(event)
         finally:
             if conn.state is not None and self.active.get(conn.state.clientid) is conn:
                 del self.active[conn.state.clientid]
@@ -675,8 +648,8 @@ class Broker(FlowsMixin):
             for waiter in late:
                 waiter.cancel()
             for conn in connections:
-                if not conn.done.is_set() and conn.serving is not None:
-                    conn.serving.cancel()
+                if not conn.done.is_set():
+                    conn.abandon()
 
     def describe(self) -> dict[str, Any]:
         return {"connections": len(self.connections), "sessions": len(self.states)}

@@ -1,17 +1,18 @@
 """One client's MQTT protocol in the embedded broker, with no socket: packets in; bytes to
 write, work items for the broker and events out.
 
-EMQX splits a client the same way (emqx_connection.erl holds the socket, emqx_channel.erl the
-protocol and is tested with no socket). Here `Channel` holds what the protocol knows of the
-client (its level, session, will, topic aliases, windows both ways, the acknowledgements waiting
-for their messages to be kept) and decides what each packet means: `handle` answers what can be
-answered at once (PUBREL, PUBCOMP, PINGRESP) and returns what the broker must do (an `Inbound`
-message, a SUBSCRIBE); `deliveries` turns the session's queue into PUBLISH packets. It writes
-through `write` and ends through `close`, which the socket side (connection.Connection) gives it;
-tests/unit/test_channel.py drives it with packets alone.
+EMQX splits a client the same way (emqx_connection.erl holds the socket and its emqx_channel
+state, the protocol, tested with no socket). Here a `Connection` owns one `Channel`, which holds
+what the protocol knows of the client (its level, session, will, topic aliases, windows both
+ways, its deadlines, the acknowledgements waiting for their messages to be kept) and decides what
+each packet means: `handle` answers what can be answered at once (PUBREL, PUBCOMP, PINGRESP) and
+returns what the broker must do (an `Inbound` message, a SUBSCRIBE); `deliveries` turns the
+session's queue into PUBLISH packets for the socket side to write. Its bytes go out and its end
+is carried out through a `Wire` (wire.py: connection.Connection; a recorder in tests/unit/test_channel.py,
+which drives it with packets alone).
 
-The broker (broker.py) uses a client through `Client`: it reads what it needs and changes a
-channel only through its methods (`attach`, `speaks`, `keep_alive`, `fail_connect`, `close`).
+The broker (broker.py) and the API see a client as `client.Client`, which a Channel is: they
+change it only through its methods (`attach`, `fail_connect`, `send`, `close`).
 
 Acknowledgement means kept (docs/architecture.md#acknowledged-means-kept): a PUBACK / PUBREC goes
 out once every rule's action for the message is committed or spooled, in the order the messages
@@ -22,10 +23,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bridge.brokers.embedded.acks import AckQueue
+from bridge.brokers.embedded.client import ClientDetails, Inbound, Peer
 from bridge.brokers.embedded.codec import (
     EMPTY,
     MQTT_5,
@@ -53,8 +56,10 @@ from bridge.brokers.embedded.codec import (
     encode_puback,
     encode_publish,
 )
+from bridge.brokers.embedded.ended import Ended
 from bridge.brokers.embedded.sessions import IncomingQos2, Outgoing
 from bridge.brokers.embedded.stream import Kept
+from bridge.brokers.embedded.wire import Hangup, Wire
 from bridge.events import Hookpoint, MessageAcked, MessageDelivered
 
 if TYPE_CHECKING:
@@ -80,29 +85,14 @@ R = ReasonCode
 
 class Host(Protocol):
     """What a channel asks of the broker (broker.Broker): its numbers, and whether the sink
-    wants an event at all."""
+    wants an event at all (counted as skipped when not)."""
 
     node: str
     limits: Limits
     refused: Counter[str]
     traffic: Traffic  # packets, PUBLISH packets and bytes in and out ($SYS/broker/...)
 
-    def wants(self, hookpoint: Hookpoint, clientid: str, topic: str | None = None) -> bool: ...
-
-
-@dataclass(slots=True)
-class Inbound:
-    """An application message the client published, with the acknowledgement it is owed."""
-
-    topic: str
-    payload: bytes
-    qos: int
-    retain: bool
-    properties: Any
-    expires: float
-    ack: bytes | None = None  # PUBACK (QoS 1) or PUBREC (QoS 2), sent once the message is kept
-    packet_id: int = 0
-    refused: bool = False  # denied by the ACL (or $SYS): acknowledged, never published
+    def should_post(self, hookpoint: Hookpoint, clientid: str, topic: str | None = None) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,102 +116,175 @@ class AckAgain:
 
 class Channel:
     """One client's protocol state and what each of its packets means (see the module's text).
-
-    The socket side provides `write`, `close` and `pump` (connection.Connection)."""
+    What the broker uses of it is `client.Client`; its socket side is a `Wire`."""
 
     __slots__ = (
         "acks",
         "aliases",
         "broker",
+        "bytes_in",
+        "bytes_out",
         "client_max_packet",
         "connacked",
         "connected_at",
+        "done",
         "incoming_unacked",
         "keepalive_limit",
         "level",
-        "peername",
+        "peer",
         "publish_in",
         "publish_out",
+        "pump",
         "reason",
         "refusal",
         "send_window",
         "state",
         "watched_keepalive",
         "will",
+        "wire",
     )
 
-    def __init__(self, broker: Host) -> None:
+    def __init__(self, broker: Host, wire: Wire, peer: Peer) -> None:
         self.broker = broker
+        self.wire = wire
+        # Its session has something to deliver (sessions.Link): the socket side sends it soon,
+        # as far as the socket takes it. The wire's own method, so a message queued costs no
+        # call through the channel on its way out.
+        self.pump: Callable[[], None] = wire.pump
+        self.peer = peer
         self.level = 0
         self.state: SessionState | None = None
         self.will: Will | None = None
-        self.peername = ""
         self.reason: str | None = None  # why the connection ended; None while it is open
+        self.done = Ended()  # set by the broker once its teardown is over
         self.refusal: Refusal | None = None  # queued in the inbox: nothing read after it is handled
         self.keepalive_limit = 0.0
-        self.watched_keepalive = False  # in the broker's deadlines for its keepalive (broker._sweep)
+        self.watched_keepalive = False  # in the broker's deadlines for its keepalive (check_deadline)
         self.acks: AckQueue | None = None  # made by the first ack waiting to be kept (acks.py)
         self.aliases: dict[int, str] | None = None  # 5.0 topic aliases, made by the first one
         self.send_window = broker.limits.max_inflight
         self.client_max_packet = 0
         self.incoming_unacked = 0  # QoS 1/2 messages from the client not yet fully acknowledged
-        # This client's own traffic (the API's client details): PUBLISH packets in and out.
+        # This client's own traffic (the API's client details): PUBLISH packets and MQTT bytes.
         self.publish_in = self.publish_out = 0
+        self.bytes_in = self.bytes_out = 0
         self.connected_at = 0.0  # wall-clock time of its CONNACK 0
         self.connacked = False
 
-    # -- what the socket side provides ------------------------------------------------
-
-    def write(self, data: bytes, packets: int = 1) -> None:
-        raise NotImplementedError
+    def send(self, packet: Any) -> None:
+        """Write one MQTT packet in the client's protocol level (a SUBACK, an UNSUBACK)."""
+        self.wire.write(encode(packet, self.level))
 
     def close(self, reason: str, code: int | None = None) -> None:
-        raise NotImplementedError
+        """End the connection; the first reason given is the one reported. `code`: the 5.0
+        DISCONNECT reason sent first (after CONNACK only; a 3.1.1 client is just closed)."""
+        if self.reason is not None:
+            return
+        self.reason = reason
+        if code is not None and self.level == MQTT_5 and self.connacked:
+            self.wire.write(encode(Disconnect(code), MQTT_5))
+            how = Hangup.LINGER
+        elif reason == "normal":
+            how = Hangup.LINGER  # the acks that still come are read (late_acks), then it closes
+        elif reason in ("closed", "refused") or code is not None:
+            how = Hangup.FLUSH
+        else:
+            how = Hangup.ABORT
+        if self.acks is not None:
+            self.acks.close()
+        self.wire.hang_up(how)
 
-    def pump(self) -> None:
-        raise NotImplementedError
+    def abandon(self) -> None:
+        self.wire.abandon()
+
+    def details(self) -> ClientDetails:
+        return ClientDetails(
+            self.connected_at,
+            round(self.keepalive_limit / 1.5),
+            self.publish_in,
+            self.publish_out,
+            self.bytes_in,
+            self.bytes_out,
+        )
+
+    # -- deadlines (the broker's wheel asks: broker._sweep) ----------------------------
+
+    def check_deadline(self, now: float, connect_timeout: float) -> float | None:
+        """Close the client if it is past its connect timeout (no CONNACK yet) or its keepalive
+        (no complete packet for 1.5 x its keep alive while reading); else when to look again.
+        None: nothing more to watch (closed, or this was the connect entry of a CONNACKed client)."""
+        if self.reason is not None:
+            return None
+        wire, refused = self.wire, self.broker.refused
+        if self.state is None:
+            if wire.busy or now - wire.opened <= connect_timeout:
+                return max(now, wire.opened + connect_timeout)  # its CONNECT is being handled
+            refused["connect_timeout"] += 1
+            if self.level:  # its CONNECT came; deciding it took the time
+                log.info(
+                    "connection from %s: its CONNECT was not answered within %.3g s (the login, a "
+                    "password check or the user database, was still pending): closed",
+                    self.peer.address,
+                    connect_timeout,
+                )
+            else:
+                log.info("connection from %s sent no CONNECT within %.0f s: closed", self.peer.address, connect_timeout)
+            self.close("connect_timeout")
+            return None
+        if not self.watched_keepalive:
+            return None  # its connect-timeout entry after the CONNECT; the keepalive has its own
+        limit = self.keepalive_limit
+        if not limit:
+            self.watched_keepalive = False
+            return None
+        if wire.not_reading:  # time not spent reading does not count
+            return now + limit
+        if now - wire.last_packet > limit:
+            refused["keepalive_timeout"] += 1
+            log.info("client %s: no packet for %.1f s, closing (keepalive)", self.who(), now - wire.last_packet)
+            self.close("keepalive_timeout", R.KEEP_ALIVE_TIMEOUT)
+            return None
+        return wire.last_packet + limit
 
     # -- CONNECT (the broker decides it: broker.connect) ------------------------------
 
     def speaks(self, level: int) -> None:
-        """The protocol level of its CONNECT: what its answers are encoded in from now on."""
+        """The protocol level of its CONNECT (read by the socket side): what its answers are
+        encoded in from now on."""
         self.level = level
 
-    def attach(self, state: SessionState, packet: Connect, connack: Connack, max_inflight: int) -> None:
+    def attach(self, state: SessionState, packet: Connect, connack: Connack, keepalive: float) -> float | None:
         """The CONNECT is accepted: the session is this client's, its will is kept, its 5.0
-        limits towards it apply (Receive Maximum, Maximum Packet Size) and CONNACK goes out."""
+        limits towards it apply (Receive Maximum, Maximum Packet Size), CONNACK goes out, then
+        what was in flight again [MQTT-4.4.0-1] and, soon, its queue. Its keepalive starts
+        (`keepalive`: seconds without a packet before it is closed; 0: none): returns when it
+        falls due, for the broker's deadline wheel (None: nothing to watch)."""
         self.state, self.will = state, packet.will
+        self.keepalive_limit = keepalive
         if packet.protocol_level == MQTT_5:
             props = packet.properties
             if props.receive_maximum is not None:
-                self.send_window = min(max_inflight, props.receive_maximum)
+                self.send_window = min(self.broker.limits.max_inflight, props.receive_maximum)
             self.client_max_packet = props.maximum_packet_size or 0
-        self.write(encode(connack, self.level))
+        self.wire.write(encode(connack, self.level))
         self.connacked = True
         self.connected_at = time.time()
-
-    def keep_alive(self, limit: float) -> bool:
-        """Set its keepalive limit (seconds without a packet before it is closed; 0: none).
-        True when the broker must now watch it (it was not watched yet)."""
-        self.keepalive_limit = limit
-        if limit and not self.watched_keepalive:
-            self.watched_keepalive = True
-            return True
-        return False
-
-    def unwatch_keepalive(self) -> None:
-        """The broker stopped watching its keepalive (it has none)."""
-        self.watched_keepalive = False
+        self._resend_inflight()
+        self.pump()
+        if not keepalive:
+            return None
+        self.watched_keepalive = True
+        return self.wire.last_packet + keepalive
 
     def fail_connect(self, code: int) -> None:
         """Refuse the CONNECT with a CONNACK carrying `code` (a 3.1.1 return code below 5.0)."""
-        self.write(encode(Connack(False, code), self.level or 4))
+        self.wire.write(encode(Connack(False, code), self.level or 4))
         self.close("refused")
 
     def who(self) -> str:
         if self.state is not None:
             return repr(self.state.clientid)
-        return self.peername or "(unknown)"
+        return self.peer.address or "(unknown)"
 
     # -- packets in --------------------------------------------------------------------
 
@@ -264,7 +327,7 @@ class Channel:
                     state.touch()
                 self._post_receipt(MessageAcked, message)
             code = 0 if message is not None else R.PACKET_IDENTIFIER_NOT_FOUND
-            self.write(encode(Pubrel(packet.packet_id, code), self.level))
+            self.wire.write(encode(Pubrel(packet.packet_id, code), self.level))
         elif kind is Pubrel:  # the message was passed on at PUBLISH: forget its id, complete
             held = state.incoming_qos2.pop(packet.packet_id, None)
             if held is not None:
@@ -272,11 +335,11 @@ class Channel:
                 if held.acked:
                     state.touch()  # a durable session's stored id goes: the client may reuse it
             code = 0 if held is not None else R.PACKET_IDENTIFIER_NOT_FOUND
-            self.write(encode(Pubcomp(packet.packet_id, code), self.level))
+            self.wire.write(encode(Pubcomp(packet.packet_id, code), self.level))
         elif kind is Pubcomp:
             state.acked(packet.packet_id)
         elif kind is Pingreq:
-            self.write(b"\xd0\x00")
+            self.wire.write(b"\xd0\x00")
         elif kind is Disconnect:
             self._on_disconnect(packet, state)
         elif kind in (Subscribe, Unsubscribe):
@@ -295,7 +358,7 @@ class Channel:
             alias = props.topic_alias
             if alias is not None:
                 if alias > TOPIC_ALIAS_MAXIMUM:
-                    return self._refuse("topic alias over the maximum", R.TOPIC_ALIAS_INVALID)
+                    return self.refuse("topic alias over the maximum", R.TOPIC_ALIAS_INVALID)
                 if topic:
                     if self.aliases is None:
                         self.aliases = {}
@@ -303,7 +366,7 @@ class Channel:
                 else:
                     topic = self.aliases.get(alias, "") if self.aliases is not None else ""
                     if not topic:
-                        return self._refuse(f"unknown topic alias {alias}", R.PROTOCOL_ERROR)
+                        return self.refuse(f"unknown topic alias {alias}", R.PROTOCOL_ERROR)
                 props = replace(props, topic_alias=None)
                 if props == EMPTY:
                     props = EMPTY
@@ -359,7 +422,8 @@ class Channel:
             state.expiry = expiry
         self.close("normal")
 
-    def _refuse(self, why: str, code: int) -> None:
+    def refuse(self, why: str, code: int) -> None:
+        """The client broke a limit mid-stream: logged, and closed with `code` (5.0 DISCONNECT)."""
         log.info("client %s: %s; closing", self.who(), why)
         self.close("closed", code)
 
@@ -402,7 +466,7 @@ class Channel:
         """Acknowledgements whose messages are kept (AckQueue): written, and the QoS 1 ones end
         their exchange (the client may send one more under the Receive Maximum)."""
         self.incoming_unacked -= pubacks
-        self.write(b"".join(acks), len(acks))
+        self.wire.write(b"".join(acks), len(acks))
 
     def _ack_lost(self) -> None:
         log.warning("client %s: a message was not kept; closing without acknowledging it", self.who())
@@ -418,7 +482,7 @@ class Channel:
         assert state is not None
         out: list[bytes] = []
         now = 0.0
-        wants = self.broker.wants
+        should_post = self.broker.should_post
         payload_bytes = 0
         while state.outbox and state.inflight.has_room(self.send_window) and room >= 0:
             message = state.pop()
@@ -435,11 +499,11 @@ class Channel:
             out.append(data)
             payload_bytes += len(message.payload)
             room -= len(data)
-            if wants(Hookpoint.MESSAGE_DELIVERED, state.clientid, message.topic):
-                state.lane.post(self._receipt(MessageDelivered, message))
+            if should_post(Hookpoint.MESSAGE_DELIVERED, state.clientid, message.topic):
+                state.stream.post(self._receipt(MessageDelivered, message))
         return out, payload_bytes
 
-    def resend_inflight(self) -> None:
+    def _resend_inflight(self) -> None:
         """[MQTT-4.4.0-1] resend unacknowledged PUBLISH (DUP) and PUBREL, in order."""
         state = self.state
         assert state is not None
@@ -453,7 +517,7 @@ class Channel:
                 self.publish_out += 1
                 self.broker.traffic.publish_bytes_sent += len(message.payload)
         if out:
-            self.write(b"".join(out), len(out))
+            self.wire.write(b"".join(out), len(out))
 
     def _publish_bytes(self, message: Outgoing, *, dup: bool, now: float) -> bytes:
         props = EMPTY
@@ -469,8 +533,8 @@ class Channel:
     def _post_receipt(self, kind: type[MessageAcked], message: Outgoing) -> None:
         state = self.state
         assert state is not None
-        if self.broker.wants(Hookpoint.MESSAGE_ACKED, state.clientid, message.topic):
-            state.lane.post(self._receipt(kind, message))
+        if self.broker.should_post(Hookpoint.MESSAGE_ACKED, state.clientid, message.topic):
+            state.stream.post(self._receipt(kind, message))
 
     def _receipt(self, kind: type[Any], message: Outgoing) -> Any:
         state = self.state

@@ -1,88 +1,80 @@
-"""`Client`: what the broker (broker.py) and the API see of one client connection.
+"""What passes between the broker (broker.py, flows.py), the API and one client: `Client`, what
+they see of it (a channel.Channel); the messages it publishes (`Inbound`); where it connects
+from (`Peer`) and its numbers (`ClientDetails`).
 
-Declared here so the broker depends on this and not on the connection's insides: every
-attribute is read-only (a property), so mypy refuses a `conn.<attr> = ...` outside
-connection.py and channel.py; the broker changes a client only through the methods below
-(channel.Channel's protocol side, connection.Connection's socket side).
+Declared here so the broker depends on this and not on a channel's or a connection's insides:
+every attribute is read-only (a property), so mypy refuses a `conn.<attr> = ...` outside
+connection.py and channel.py; the broker changes a client only through the methods below.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sized
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    import asyncio
-
-    from bridge.brokers.embedded.channel import Inbound
-    from bridge.brokers.embedded.codec import Connack, Connect, Decoder, Will
+    from bridge.brokers.embedded.codec import Connack, Connect, Will
     from bridge.brokers.embedded.ended import Ended
     from bridge.brokers.embedded.sessions import SessionState
     from bridge.brokers.embedded.stream import Kept
 
 
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """Where a client connects from: what a login (access.Login) and the logs are told."""
+
+    address: str  # host:port, [v6]:port
+    listener: str  # which listener accepted it: tcp, ssl, ws, wss
+    cert_cn: str | None = None  # TLS with peer_cert_as_username: its certificate's common name
+
+
+@dataclass(frozen=True, slots=True)
+class ClientDetails:
+    """A connected client's numbers, as the API's client details show them."""
+
+    connected_at: float  # wall-clock time of its CONNACK
+    keepalive: int  # seconds, as agreed at CONNECT
+    messages_in: int  # PUBLISH packets from it
+    messages_out: int  # PUBLISH packets to it
+    bytes_in: int  # its MQTT bytes
+    bytes_out: int
+
+
+@dataclass(slots=True)
+class Inbound:
+    """An application message the client published, with the acknowledgement it is owed."""
+
+    topic: str
+    payload: bytes
+    qos: int
+    retain: bool
+    properties: Any
+    expires: float
+    ack: bytes | None = None  # PUBACK (QoS 1) or PUBREC (QoS 2), sent once the message is kept
+    packet_id: int = 0
+    refused: bool = False  # denied by the ACL (or $SYS): acknowledged, never published
+
+
 class Client(Protocol):
     """One client connection, as the broker uses it."""
 
-    # -- who it is and where it is --------------------------------------------------------
     @property
-    def peername(self) -> str: ...
+    def peer(self) -> Peer: ...
     @property
-    def listener(self) -> str: ...  # tcp, ssl, ws, wss
-    @property
-    def cert_cn(self) -> str | None: ...
-    @property
-    def level(self) -> int: ...
-    @property
-    def state(self) -> SessionState | None: ...
+    def state(self) -> SessionState | None: ...  # its session once CONNACKed
     @property
     def will(self) -> Will | None: ...
     @property
     def reason(self) -> str | None: ...  # why it ended; None while open
     @property
-    def done(self) -> Ended: ...  # set once its teardown is over
+    def done(self) -> Ended: ...  # set once its teardown is over (a takeover waits on it)
 
-    # -- what the broker's deadlines read (connect timeout, keepalive) --------------------
-    @property
-    def opened(self) -> float: ...
-    @property
-    def last_packet(self) -> float: ...
-    @property
-    def keepalive_limit(self) -> float: ...
-    @property
-    def watched_keepalive(self) -> bool: ...
-    @property
-    def not_reading(self) -> bool: ...
-    @property
-    def inbox(self) -> Sized | None: ...
-    @property
-    def decoder(self) -> Decoder: ...
-    @property
-    def serving(self) -> asyncio.Task[None] | None: ...
-
-    # -- its numbers (the API's client details) -------------------------------------------
-    @property
-    def connected_at(self) -> float: ...
-    @property
-    def publish_in(self) -> int: ...
-    @property
-    def publish_out(self) -> int: ...
-    @property
-    def bytes_in(self) -> int: ...
-    @property
-    def bytes_out(self) -> int: ...
-
-    # -- what the broker asks of it -------------------------------------------------------
-    def turn_away(self) -> None: ...
-    def speaks(self, level: int) -> None: ...
-    def attach(self, state: SessionState, packet: Connect, connack: Connack, max_inflight: int) -> None: ...
-    def keep_alive(self, limit: float) -> bool: ...
-    def unwatch_keepalive(self) -> None: ...
+    def check_deadline(self, now: float, connect_timeout: float) -> float | None: ...
     def fail_connect(self, code: int) -> None: ...
-    def write(self, data: bytes, packets: int = 1) -> None: ...
-    def resend_inflight(self) -> None: ...
+    def attach(self, state: SessionState, packet: Connect, connack: Connack, keepalive: float) -> float | None: ...
+    def send(self, packet: object) -> None: ...
     def pump(self) -> None: ...
     async def accepted(self, item: Inbound, kept: Kept) -> None: ...
     def close(self, reason: str, code: int | None = None) -> None: ...
-    def finish(self) -> None: ...
-    def who(self) -> str: ...
+    def abandon(self) -> None: ...
+    def details(self) -> ClientDetails: ...

@@ -1,5 +1,6 @@
 """One client connection of the embedded broker: the socket side of a client (an asyncio
-protocol over the project's codec); what its packets mean is its Channel's (channel.py).
+protocol over the project's codec). It owns the client's `Channel` (channel.py: what its packets
+mean, with no socket), feeds it, writes what it returns, does the flow control and the close.
 
 Bytes come in through `data_received`, are decoded by a strict incremental `Decoder` (a bad
 packet closes the connection before any of it is handled) and become work items in `inbox`,
@@ -29,25 +30,10 @@ from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from bridge.brokers.embedded.channel import (
-    AckAgain,
-    Channel,
-    Host,
-    Inbound,
-    Refusal,
-)
-from bridge.brokers.embedded.codec import (
-    MQTT_5,
-    Bounds,
-    CodecError,
-    Connect,
-    Decoder,
-    Disconnect,
-    Subscribe,
-    Unsubscribe,
-    encode,
-)
-from bridge.brokers.embedded.ended import Ended
+from bridge.brokers.embedded.channel import AckAgain, Channel, Host, Refusal
+from bridge.brokers.embedded.client import Client, Inbound, Peer
+from bridge.brokers.embedded.codec import Bounds, CodecError, Connect, Decoder, Subscribe, Unsubscribe
+from bridge.brokers.embedded.wire import Hangup
 
 if TYPE_CHECKING:
     from bridge.brokers.embedded.limits import Limits
@@ -61,17 +47,17 @@ class Core(Host, Protocol):
 
     output_pauses: int  # times a connection's reading paused for its unsent output
 
-    def accept(self, conn: Connection) -> None: ...
+    def accept(self, conn: Client) -> bool: ...  # False: refused (broker.max_connections)
 
-    async def connect(self, conn: Connection, packet: Connect) -> None: ...
+    async def connect(self, conn: Client, packet: Connect) -> None: ...
 
-    async def publish_inbound(self, conn: Connection, items: Sequence[Inbound]) -> None: ...
+    async def publish_inbound(self, conn: Client, items: Sequence[Inbound]) -> None: ...
 
-    async def subscribe(self, conn: Connection, packet: Subscribe) -> None: ...
+    async def subscribe(self, conn: Client, packet: Subscribe) -> None: ...
 
-    async def unsubscribe(self, conn: Connection, packet: Unsubscribe) -> None: ...
+    async def unsubscribe(self, conn: Client, packet: Unsubscribe) -> None: ...
 
-    async def teardown(self, conn: Connection) -> None: ...
+    async def teardown(self, conn: Client) -> None: ...
 
 
 # Work items waiting for the connection's task before reading from the socket pauses.
@@ -93,24 +79,21 @@ _LINGER = 1.0
 END = None  # the inbox item that ends the connection's task
 
 
-class Connection(Channel, asyncio.Protocol):
-    """The socket side of one client: reading, its turn's budget, writing, closing. Its
-    protocol is the Channel it is (channel.py).
+class Connection(asyncio.Protocol):
+    """The socket side of one client: reading, its turn's budget, writing, closing; the `Wire`
+    of its `channel` (channel.py), which the broker sees as the client (client.Client).
 
     Slots, and the queues below made only while they hold something: a fleet's idle
     connection costs what it holds, not a dict and four empty deques (docs/benchmarks.md#fleet-scale)."""
 
     __slots__ = (
         "_pump_soon",
-        "bytes_in",
-        "bytes_out",
-        "cert_cn",
+        "broker",
+        "channel",
         "decoder",
-        "done",
         "inbox",
         "last_packet",
         "lingering",
-        "listener",
         "opened",
         "output_logged",
         "raw_pending",
@@ -124,19 +107,15 @@ class Connection(Channel, asyncio.Protocol):
     )
 
     def __init__(self, broker: Core, listener: str = "tcp") -> None:
-        Channel.__init__(self, broker)
-        self.broker: Core = broker
-        self.listener = listener  # which listener accepted it: tcp, ssl, ws, wss
-        self.cert_cn: str | None = None  # TLS: the client certificate's common name
+        self.broker = broker
+        self.channel = Channel(broker, self, Peer("", listener))
         limits = broker.limits
         self.transport: asyncio.Transport | None = None
         self.decoder = Decoder(limits.max_packet_size, bounds=_bounds(limits))
         self.inbox: deque[Any] | None = None  # made by _queue, dropped by _serve once empty
         self.raw_pending = 0  # packets queued undecided until the session exists
         self.serving: asyncio.Task[None] | None = None
-        self.done = Ended()
         self.opened = self.last_packet = time.monotonic()
-        self.bytes_in = self.bytes_out = 0  # this client's MQTT bytes (the API's client details)
         self.reading_paused = self.writing_paused = False  # the inbox is full / the output buffer is
         self.turn_spent = False  # this turn's budget is spent: reading waits for the next turn
         # Packets handled and bytes written since its last pause for a turn: a connection yields
@@ -146,31 +125,34 @@ class Connection(Channel, asyncio.Protocol):
         self._pump_soon = False
         self.lingering = False  # half-closed after a DISCONNECT, aborted after _LINGER
 
-    def turn_away(self) -> None:
-        """Refused as soon as accepted (broker.max_connections): dropped, nothing said."""
-        assert self.transport is not None
-        self.transport.abort()
-        self.reason = "refused"
-
     # -- asyncio protocol --------------------------------------------------------
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
-        peer = transport.get_extra_info("peername")
+        channel = self.channel
+        peer, address = transport.get_extra_info("peername"), ""
         if isinstance(peer, tuple):
             host, port = peer[0], peer[1]
-            self.peername = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        channel.peer = Peer(address, channel.peer.listener, self.certificate_name(transport))
         transport.set_write_buffer_limits(high=self.broker.limits.max_output_bytes)
-        self.broker.accept(self)
+        if not self.broker.accept(channel):  # broker.max_connections: dropped, nothing said
+            channel.reason = "refused"
+            transport.abort()
+
+    def certificate_name(self, transport: Any) -> str | None:
+        """The client certificate's common name offered as its user name (listeners.CertConnection)."""
+        return None
 
     def data_received(self, data: bytes) -> None:
-        if self.reason is not None:
-            if self.reason == "normal":  # after its DISCONNECT: the acks that still come
+        channel = self.channel
+        if channel.reason is not None:
+            if channel.reason == "normal":  # after its DISCONNECT: the acks that still come
                 with contextlib.suppress(CodecError):
-                    self.late_acks(self.decoder.feed(data))
+                    channel.late_acks(self.decoder.feed(data))
             return  # closing: nothing else that still comes is read
         self.broker.traffic.bytes_received += len(data)
-        self.bytes_in += len(data)
+        channel.bytes_in += len(data)
         if self.not_reading:  # handed more while paused (the frames of one WebSocket read): later
             self.decoder.keep(data)
             return
@@ -184,7 +166,7 @@ class Connection(Channel, asyncio.Protocol):
         except CodecError as error:
             for packet in error.packets:  # the whole packets read before the bad one
                 self._on_packet(packet)
-            self.refuse_bad_packet(error)
+            self.channel.refuse_bad_packet(error)
             return
         if packets:
             self.broker.traffic.packets_received += len(packets)
@@ -197,7 +179,7 @@ class Connection(Channel, asyncio.Protocol):
 
     def _spend_turn(self) -> None:
         """This turn's budget is spent: stop reading until the next loop turn (_next_turn)."""
-        if self.turn_spent or self.reason is not None:
+        if self.turn_spent or self.channel.reason is not None:
             return
         self.turn_spent = True
         self._reading()
@@ -212,16 +194,16 @@ class Connection(Channel, asyncio.Protocol):
         return False  # close the transport: MQTT has no half-closed connections
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if exc is not None and self.reason is None:
+        if exc is not None and self.channel.reason is None:
             # A reset or a failed write (ECONNRESET, EPIPE, ETIMEDOUT): asyncio logs these only
             # in debug mode, so without this line a client cut off mid-flood left no trace.
             log.info(
                 "client %s: connection lost: %s%s",
-                self.who(),
+                self.channel.who(),
                 exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc),
                 " (while its unread output held reading paused)" if self.writing_paused else "",
             )
-        self.close("closed")
+        self.channel.close("closed")
 
     def pause_writing(self) -> None:
         """The client has not taken `max_output_bytes`: stop delivering to it and stop reading
@@ -236,7 +218,7 @@ class Connection(Channel, asyncio.Protocol):
             log.info(
                 "client %s: %d bytes written and not read by the client (broker.max_output_bytes): "
                 "reading from it paused until it reads",
-                self.who(),
+                self.channel.who(),
                 self.transport.get_write_buffer_size() if self.transport is not None else 0,
             )
         self._reading()
@@ -248,6 +230,10 @@ class Connection(Channel, asyncio.Protocol):
         self.pump()
 
     @property
+    def busy(self) -> bool:
+        return bool(self.inbox)
+
+    @property
     def not_reading(self) -> bool:
         """Reading from the socket is paused (full inbox, output the client has not taken, or
         this turn's budget spent): time that does not count against the keepalive."""
@@ -257,11 +243,11 @@ class Connection(Channel, asyncio.Protocol):
         """Read from the socket unless the inbox is full, the client does not take its output or
         this turn's budget is spent; what an earlier turn left in the decoder goes first."""
         transport = self.transport
-        if transport is None or self.reason is not None:
+        if transport is None or self.channel.reason is not None:
             return
         if not self.not_reading and self.decoder.held:
             self._take(b"")  # may spend the budget or fill the inbox again: then reading stays paused
-            if self.reason is not None:
+            if self.channel.reason is not None:
                 return
         if self.not_reading:
             transport.pause_reading()
@@ -271,14 +257,17 @@ class Connection(Channel, asyncio.Protocol):
     # -- reading -----------------------------------------------------------------
 
     def _on_packet(self, packet: Any) -> None:
-        if self.reason is not None or self.refusal is not None:
+        channel = self.channel
+        if channel.reason is not None or channel.refusal is not None:
             return
-        if self.state is None or self.raw_pending:
-            if type(packet) is not Connect:
+        if channel.state is None or self.raw_pending:
+            if type(packet) is Connect:
+                channel.speaks(packet.protocol_level)
+            else:
                 self.raw_pending += 1
             self._queue(packet)
             return
-        item = self.handle(packet)
+        item = channel.handle(packet)
         if item is not None:
             self._queue(item)
 
@@ -295,12 +284,12 @@ class Connection(Channel, asyncio.Protocol):
 
     async def _serve(self) -> None:
         """Hand the inbox to the broker, one item at a time, in arrival order."""
-        broker = self.broker
+        broker, channel = self.broker, self.channel
         inbox = self.inbox
         try:
             while inbox:
                 item = inbox.popleft()
-                if self.reading_paused and len(inbox) < INBOX_SIZE // 2 and self.reason is None:
+                if self.reading_paused and len(inbox) < INBOX_SIZE // 2 and channel.reason is None:
                     self.reading_paused = False
                     self.last_packet = time.monotonic()  # time not spent reading does not count
                     self._reading()
@@ -309,28 +298,29 @@ class Connection(Channel, asyncio.Protocol):
                     run = [item]
                     while inbox and type(inbox[0]) is Inbound and len(run) < PUBLISH_RUN:
                         run.append(inbox.popleft())
-                    await broker.publish_inbound(self, run)
+                    await broker.publish_inbound(channel, run)
                 elif item is END:
-                    await broker.teardown(self)
+                    self._finish()
+                    await broker.teardown(channel)
                     return
                 elif kind is Connect:
-                    await broker.connect(self, item)
+                    await broker.connect(channel, item)
                 elif kind is AckAgain:
-                    await self.ack_when_kept(item.held.kept, item.ack)
+                    await channel.ack_when_kept(item.held.kept, item.ack)
                 elif kind is Refusal:
-                    if self.acks is not None:
-                        await self.acks.drained()
-                    self._refuse(item.why, item.code)  # END is queued now, or was when the connection ended
+                    if channel.acks is not None:
+                        await channel.acks.drained()
+                    channel.refuse(item.why, item.code)  # END is queued now, or was when the connection ended
                     while inbox and inbox[0] is not END:
                         inbox.popleft()  # what came after it is not handled
                 elif kind is Subscribe:
-                    await broker.subscribe(self, item)
+                    await broker.subscribe(channel, item)
                 elif kind is Unsubscribe:
-                    await broker.unsubscribe(self, item)
+                    await broker.unsubscribe(channel, item)
                 else:  # a packet that came before the session existed
                     self.raw_pending -= 1
-                    if self.state is not None and self.reason is None:
-                        decided = self.handle(item)
+                    if channel.state is not None and channel.reason is None:
+                        decided = channel.handle(item)
                         if decided is not None:
                             inbox.appendleft(decided)
         finally:
@@ -351,28 +341,29 @@ class Connection(Channel, asyncio.Protocol):
             traffic = self.broker.traffic
             traffic.packets_sent += packets
             traffic.bytes_sent += len(data)
-            self.bytes_out += len(data)
+            self.channel.bytes_out += len(data)
             self.turn_bytes += len(data)
             if self.turn_bytes > TURN_BYTES:  # answers count against the budget too
                 self._spend_turn()
 
     def pump(self) -> None:
         """Send queued messages soon (batched: one write per loop step)."""
-        if not self._pump_soon and self.state is not None and self.connacked:
+        if not self._pump_soon and self.channel.connacked:
             self._pump_soon = True
             asyncio.get_running_loop().call_soon(self._pump)
 
     def _pump(self) -> None:
         self._pump_soon = False
-        state, transport = self.state, self.transport
-        if state is None or transport is None or self.reason is not None or state.conn is not self:
+        channel, transport = self.channel, self.transport
+        state = channel.state
+        if state is None or transport is None or channel.reason is not None or state.conn is not channel:
             return
         if self.writing_paused:
             return  # resume_writing pumps again
         # Not paused means the transport holds at most max_output_bytes (it pauses past it), so
         # room >= 0 and at least one message goes out each turn: the pump always moves.
         room = self.broker.limits.max_output_bytes - transport.get_write_buffer_size()
-        out, payload_bytes = self.deliveries(room)
+        out, payload_bytes = channel.deliveries(room)
         if out:
             data = b"".join(out)
             transport.write(data)
@@ -381,8 +372,8 @@ class Connection(Channel, asyncio.Protocol):
             traffic.publish_sent += len(out)
             traffic.publish_bytes_sent += payload_bytes
             traffic.bytes_sent += len(data)
-            self.publish_out += len(out)
-            self.bytes_out += len(data)
+            channel.publish_out += len(out)
+            channel.bytes_out += len(data)
             room -= len(data)
         if room < 0 and out and state.outbox and not self.writing_paused:
             # This turn's room is used up but the transport took the bytes without pausing (the
@@ -393,29 +384,21 @@ class Connection(Channel, asyncio.Protocol):
 
     # -- closing -------------------------------------------------------------------
 
-    def close(self, reason: str, code: int | None = None) -> None:
-        """End the connection; the first reason given is the one reported. `code`: the 5.0
-        DISCONNECT reason sent first (after CONNACK only; a 3.1.1 client is just closed)."""
-        if self.reason is None:
-            self.reason = reason
-            transport = self.transport
-            if transport is not None and not transport.is_closing():
-                if code is not None and self.level == MQTT_5 and self.connacked:
-                    disconnect = encode(Disconnect(code), MQTT_5)
-                    transport.write(disconnect)
-                    self.broker.traffic.packets_sent += 1
-                    self.broker.traffic.bytes_sent += len(disconnect)
-                    self.bytes_out += len(disconnect)
-                    self._linger(transport)
-                elif reason == "normal":
-                    self._linger(transport)  # late acks (see _late_acks), then close
-                elif reason in ("closed", "refused") or code is not None:
-                    transport.close()  # flush what is buffered (the PUBACK before a DISCONNECT)
-                else:
-                    transport.abort()
-            if self.acks is not None:
-                self.acks.close()
-            self._queue(END)
+    def hang_up(self, how: Hangup) -> None:
+        """The channel closed: end the socket as it says, then the broker's teardown (END)."""
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            if how is Hangup.LINGER:
+                self._linger(transport)
+            elif how is Hangup.FLUSH:
+                transport.close()
+            else:
+                transport.abort()
+        self._queue(END)
+
+    def abandon(self) -> None:
+        if self.serving is not None:
+            self.serving.cancel()
 
     def _linger(self, transport: Any) -> None:
         """Closing with unread input would reset the connection, and a reset can discard the
@@ -433,7 +416,8 @@ class Connection(Channel, asyncio.Protocol):
             transport.resume_reading()
         asyncio.get_running_loop().call_later(_LINGER, transport.abort)
 
-    def finish(self) -> None:
+    def _finish(self) -> None:
+        """Before the broker's teardown: the socket closed, unless it lingers for a DISCONNECT."""
         transport = self.transport
         if transport is not None and not transport.is_closing() and not self.lingering:
             transport.close()

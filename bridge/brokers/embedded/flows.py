@@ -27,8 +27,7 @@ from bridge.events import Hookpoint, MessagePublish, SessionSubscribed, SessionU
 from bridge.msgid import MsgIdGenerator
 
 if TYPE_CHECKING:
-    from bridge.brokers.embedded.channel import Inbound
-    from bridge.brokers.embedded.client import Client
+    from bridge.brokers.embedded.client import Client, Inbound
 
 log = logging.getLogger("bridge.brokers.embedded")
 
@@ -37,7 +36,7 @@ _QOS = (0, 1, 2)
 
 class Publisher(Protocol):
     """Who a message is published by: a client's session, or the bridge itself (OwnPublisher).
-    Its message.publish events go through its lane, in the order it published."""
+    Its message.publish events go through its event stream, in the order it published."""
 
     @property
     def clientid(self) -> str: ...
@@ -49,21 +48,21 @@ class Publisher(Protocol):
     def level(self) -> int: ...
 
     @property
-    def lane(self) -> EventStream: ...
+    def stream(self) -> EventStream: ...
 
 
 class OwnPublisher:
     """The bridge publishing in its own name (a retained delete from the API or `ctl`), through
     the path a client's PUBLISH takes, so the rules see it: its events carry an empty client id
-    and no user name, in a lane of their own."""
+    and no user name, in an event stream of their own."""
 
-    __slots__ = ("lane",)
+    __slots__ = ("stream",)
     clientid = ""
     username = None
     level = MQTT_3_1_1  # the events' ${proto_ver}: no client, no protocol of its own
 
-    def __init__(self, lane: EventStream) -> None:
-        self.lane = lane
+    def __init__(self, stream: EventStream) -> None:
+        self.stream = stream
 
 
 class Publishing:
@@ -94,9 +93,19 @@ class FlowsMixin:
     states: dict[str, SessionState]
     expiring: dict[str, float]  # msgid -> monotonic deadline of messages published with an expiry
     own_publisher: OwnPublisher
+    # The sink's Dispatcher.wants and Dispatcher.skipped (None: a sink that wants every event).
+    _wants: Callable[[Hookpoint, str, str | None], bool] | None
+    _skipped: Callable[[Hookpoint], None] | None
 
-    def wants(self, hookpoint: Hookpoint, clientid: str, topic: str | None = None) -> bool:
-        raise NotImplementedError  # Broker.wants: whether the sink takes such an event
+    def should_post(self, hookpoint: Hookpoint, clientid: str, topic: str | None = None) -> bool:
+        """Whether to build and post an event of `hookpoint`: the sink wants it. One it does not
+        want is counted here as skipped, so the sink's event counters stay whole: the one place
+        every event the broker skips (a publish here, a delivery or an ack in channel.py) is counted."""
+        if self._wants is None or self._wants(hookpoint, clientid, topic):
+            return True
+        if self._skipped is not None:
+            self._skipped(hookpoint)
+        return False
 
     def loaded(self, state: SessionState) -> SessionState:
         raise NotImplementedError  # Broker.loaded: a restored durable session's queue read back
@@ -136,7 +145,7 @@ class FlowsMixin:
                 item.properties,
                 item.expires,
             )
-            begins = self._publish_begin(state, conn.peername, message, item.qos > 0)
+            begins = self._publish_begin(state, conn.peer.address, message, item.qos > 0)
             if item.qos == 2 and state.durable:  # its packet id is committed with the message
                 begins.on_routed = partial(hold_incoming, state, item.packet_id)
             begun.append((item, begins))
@@ -197,13 +206,13 @@ class FlowsMixin:
         stored = asyncio.get_running_loop().create_future() if journal is not None and acked else None
         if state is None:  # the broker's own message: no event, no client to acknowledge
             return Publishing(message, ticket, stored, None)
-        lane = state.lane
+        stream = state.stream
         # Nothing takes the event (no rule for this topic, no fetch page waiting): with the
-        # lane idle, skipping it keeps the client's event order and saves a task and two loop
-        # turns per message; the event is still counted (wants).
+        # stream idle, skipping it keeps the client's event order and saves a task and two loop
+        # turns per message; the event is still counted (should_post).
         taken = None
-        if not lane.idle or self.wants(Hookpoint.MESSAGE_PUBLISH, state.clientid, message.topic):
-            taken = lane.post(self._publish_event(state, peername, message), wait=True)
+        if not stream.idle or self.should_post(Hookpoint.MESSAGE_PUBLISH, state.clientid, message.topic):
+            taken = stream.post(self._publish_event(state, peername, message), wait=True)
         return Publishing(message, ticket, stored, taken)
 
     async def _publish_end(self, publishing: Publishing, accepted: Callable[[Kept], Awaitable[None]] | None) -> int:
@@ -318,7 +327,7 @@ class FlowsMixin:
             send_retained=send_retained or retain_handling == 3,
             proto_ver=state.level,
         )
-        return state.lane.post(event, wait=True)
+        return state.stream.post(event, wait=True)
 
     def _remove_subscription(self, state: SessionState, topic_filter: str) -> tuple[bool, asyncio.Future[Kept]]:
         existed = self.router.unsubscribe(state, topic_filter)
@@ -331,7 +340,7 @@ class FlowsMixin:
             timestamp=time.time(),
             proto_ver=state.level,
         )
-        future = state.lane.post(event, wait=True)
+        future = state.stream.post(event, wait=True)
         assert future is not None
         return existed, future
 

@@ -184,9 +184,8 @@ class CertConnection(Connection):
 
     __slots__ = ()
 
-    def connection_made(self, transport: Any) -> None:
-        self.cert_cn = peer_common_name(transport)
-        super().connection_made(transport)
+    def certificate_name(self, transport: Any) -> str | None:
+        return peer_common_name(transport)
 
 
 def protocol_factory(listener: Listener, broker: Core) -> Callable[[], asyncio.Protocol]:

@@ -130,7 +130,6 @@ class SessionState:
         "incoming_qos2",
         "inflight",
         "journal",
-        "lane",
         "level",
         "limits",
         "outbox",
@@ -140,6 +139,7 @@ class SessionState:
         "permissions_known",
         "persisted",
         "position",
+        "stream",
         "subscriptions",
         "unloaded",
         "username",
@@ -152,7 +152,7 @@ class SessionState:
         *,
         expiry: int,
         username: str | None,
-        lane: EventStream,
+        stream: EventStream,
         limits: Limits,
         refused: Counter[str],
         level: int = MQTT_3_1_1,
@@ -162,7 +162,7 @@ class SessionState:
         self.expiry = expiry  # seconds the session outlives its connection; 0: ends with it
         self.username = username
         self.level = level
-        self.lane = lane
+        self.stream = stream  # this client's events, in order, to the bridge's sink (stream.py)
         self.limits = limits
         self._refused = refused
         self._queued = queued  # the broker-wide bound; None: none

@@ -221,15 +221,15 @@ class EmbeddedBroker(BrokerSource):
         await broker.close_all(_STOP_TIMEOUT)
         await self._close_servers()
         await broker.gate.close()
-        lanes = [state.lane for state in broker.states.values()]
-        if lanes:
-            drained = asyncio.gather(*(lane.drain() for lane in lanes), return_exceptions=True)
+        streams = [state.stream for state in broker.states.values()]
+        if streams:
+            drained = asyncio.gather(*(stream.drain() for stream in streams), return_exceptions=True)
             try:
                 await asyncio.wait_for(drained, _STOP_TIMEOUT)
             except TimeoutError:
                 log.warning("event sink did not take the last events within %.0f s", _STOP_TIMEOUT)
-                for lane in lanes:
-                    lane.cancel()
+                for stream in streams:
+                    stream.cancel()
         if broker.journal is not None:
             broker.journal.close()
 
@@ -255,16 +255,16 @@ class EmbeddedBroker(BrokerSource):
 
     async def idle(self) -> None:
         broker = self._broker
-        while broker is not None and (broker.busy_lanes or _tearing_down(broker)):
+        while broker is not None and (broker.busy_streams or _tearing_down(broker)):
             # A connection that has ended (its DISCONNECT read, its socket closed) emits
-            # client.disconnected only in its teardown: wait for that before the lanes.
+            # client.disconnected only in its teardown: wait for that before the event streams.
             await _teardowns_over(broker)
-            await asyncio.gather(*(lane.drain() for lane in list(broker.busy_lanes)))
+            await asyncio.gather(*(stream.drain() for stream in list(broker.busy_streams)))
 
     @property
     def busy(self) -> bool:
         broker = self._broker
-        return broker is not None and bool(broker.busy_lanes or _tearing_down(broker))
+        return broker is not None and bool(broker.busy_streams or _tearing_down(broker))
 
     @property
     def sys_topics(self) -> SysTopics | None:

@@ -36,10 +36,10 @@ class EventStream:
     def __init__(self, sink: EventSink, clientid: str, busy: set[EventStream] | None = None) -> None:
         self._sink = sink
         self._clientid = clientid
-        # The broker's set of lanes with events in flight; a lane outlives a
+        # The broker's set of streams with events in flight; a stream outlives a
         # discarded session until its last event (client.disconnected) is out.
         self._busy = busy if busy is not None else set()
-        # Made when an event comes and dropped when the lane is idle again: an empty deque costs
+        # Made when an event comes and dropped when the stream is idle again: an empty deque costs
         # about 600 bytes, and most of a fleet's connections are idle (docs/benchmarks.md#fleet-scale: 3 KB each).
         self._queue: deque[tuple[Event, asyncio.Future[Kept] | None]] | None = None
         self._pump: asyncio.Task[None] | None = None

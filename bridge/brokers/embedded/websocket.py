@@ -83,10 +83,10 @@ class WebSocketProtocol(asyncio.Protocol):
                 if event.opcode in _DATA:
                     payload = event.data  # bytes: websockets unmasks into a new bytes object
                     self.conn.data_received(payload if isinstance(payload, bytes) else bytes(payload))
-                elif event.opcode is Opcode.TEXT and self.conn.reason is None:
+                elif event.opcode is Opcode.TEXT and self.conn.channel.reason is None:
                     self.ws.fail(1003, "MQTT is sent in binary frames")  # [MQTT-6.0.0-1]
                     self._refuse("malformed", "a text frame")
-        if ws.parser_exc is not None and self.conn.reason is None:
+        if ws.parser_exc is not None and self.conn.channel.reason is None:
             too_big = isinstance(ws.parser_exc, PayloadTooBig)
             self._refuse("packet_too_large" if too_big else "malformed", str(ws.parser_exc))
         self.flush()
@@ -114,13 +114,13 @@ class WebSocketProtocol(asyncio.Protocol):
         self.ws.send_response(response)
         self.responded = True
         if response.status_code != 101:
-            log.info("WebSocket upgrade from %s refused: %d", self.conn.peername, response.status_code)
+            log.info("WebSocket upgrade from %s refused: %d", self.conn.channel.peer.address, response.status_code)
 
     def _refuse(self, reason: str, why: str) -> None:
-        conn = self.conn
-        conn.broker.refused[reason] += 1
-        log.info("client %s: WebSocket %s; closing", conn.who(), why)
-        conn.close("closed")
+        channel = self.conn.channel
+        channel.broker.refused[reason] += 1
+        log.info("client %s: WebSocket %s; closing", channel.who(), why)
+        channel.close("closed")
 
     def flush(self) -> None:
         """Write what the WebSocket layer has to send; close the TCP connection at its end."""
