@@ -271,7 +271,7 @@ async def test_the_channel_answers_and_skips_an_answer_given_up_on(monkeypatch: 
     ours, theirs = socket.socketpair()
     metrics = Metrics()
     metrics.events["message.publish"] = 7
-    served = asyncio.create_task(channel.answer_supervisor(theirs, metrics.families, lambda: (True, {"x": 1})))
+    served = asyncio.create_task(channel.answer_supervisor(theirs, metrics.fresh_families, lambda: (True, {"x": 1})))
     end = channel.SupervisorEnd(ours)
     assert await end.ask("health") == {"ready": True, "detail": {"x": 1}}
     [events, *_] = families_from_json(await end.ask("metrics"))
