@@ -115,9 +115,10 @@ CORE: dict[str, Setting] = {
     ),
     "gc.thaw_interval": Setting(
         p.duration_in(0, 7 * 86400),
-        3600.0,
+        0.0,
         "with `gc.freeze_after`: every this interval the frozen objects are unfrozen and collected once (one "
-        "full-length pause, logged), so what closed connections left in reference cycles is freed; 0: never",
+        "full-length pause, logged), so whatever frozen objects left in reference cycles is freed; 0 (default): "
+        "never (the broker's connections, sessions and subscriptions leave none)",
         example="1h",
     ),
     "log.level": Setting(p.enum_of("debug", "info", "warning", "error"), "info", "log level"),

@@ -16,11 +16,12 @@ the next full collection walks only what came after them. A full collection then
 What it costs: a frozen object that becomes garbage inside a reference cycle is not freed (one
 freed by its reference count, as nearly everything, still is). The broker's sessions,
 subscriptions and tree nodes form no cycles when they go (the bench: 0 objects left after a
-million subscriptions come and go), but every asyncio socket transport refers to itself (its
-read callback is its own bound method): a connection open at a freeze leaves its transport and
-socket objects behind when it closes (about 6 objects). So every `gc.thaw_interval` (default
-1 hour) `SlowCollectionFreezer.thaw` unfreezes everything, collects once (the one long pause,
-logged with its length) and freezes what survived. `gc.freeze_after = 0` turns the freezing off.
+million subscriptions come and go), and neither do its connections
+(tests/integration/test_gc_frozen_connections.py; asyncio's client transports do, which is why a
+client in the broker's process once looked like a leak of the broker's). For whatever else
+might, `gc.thaw_interval` (default 0: never) has `SlowCollectionFreezer.thaw` unfreeze
+everything, collect once (the one long pause, logged with its length) and freeze what survived.
+`gc.freeze_after = 0` turns the freezing off.
 """
 
 from __future__ import annotations
