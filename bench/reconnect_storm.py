@@ -43,6 +43,7 @@ from bench.broker_bench import limit_setting, raise_fd_limit
 from bench.broker_servers import Launch, Server, hookbridge_launch, mosquitto_launch, mosquitto_version
 from bench.machine import cpu_ticks, describe, steal_since, table
 from bench.mqtt_clients import Client
+from bench.mqtt_subscribers import cpu_seconds
 from bridge.brokers.embedded.codec import MQTT_3_1_1, Pingreq, Pingresp, Puback, Publish, encode_publish
 
 FULL = {"clients": 15_000, "window": 1_000, "queued": 10}
@@ -109,6 +110,11 @@ class Storm:
     """queued messages delivered, each checked to be its device's, once and in order"""
     rss: int
     """the broker's resident bytes with the whole fleet connected"""
+    broker_cpu: float
+    """CPU seconds the broker process spent on the storm"""
+    bench_cpu: float
+    """CPU seconds this process (the fleet's clients) spent on it: on 2 cores the two share the
+    machine, and a broker that is idle while the storm lasts is waiting for retried SYNs"""
 
 
 async def open_fleet(port: int, count: int, login: Login, *, clean: bool) -> list[Client]:
@@ -129,9 +135,10 @@ async def close_all(clients: list[Client]) -> None:
     await asyncio.gather(*(client.close() for client in clients), return_exceptions=True)
 
 
-async def take_queue(client: Client, number: int, queued: int) -> None:
+async def take_queue(client: Client, number: int, queued: int) -> int:
     """Receive and acknowledge the device's `queued` messages; each must be its own, once, in
-    publish order, and nothing may follow them (the PINGREQ fence)."""
+    publish order, and nothing may follow them (the PINGREQ fence). Returns how many it took."""
+    taken = 0
     for sequence in range(queued):
         packet = await client.receive()
         expected = payload_of(number, sequence)
@@ -142,10 +149,12 @@ async def take_queue(client: Client, number: int, queued: int) -> None:
         if packet.qos != 1:
             raise RuntimeError(f"{client_id(number)}: {expected!r} arrived at QoS {packet.qos}, subscribed at 1")
         client.send(Puback(packet.packet_id))
+        taken += 1
     client.send(Pingreq())
     packet = await client.receive()
     if not isinstance(packet, Pingresp):
         raise RuntimeError(f"{client_id(number)}: {packet!r} after its {queued} queued messages (delivered twice?)")
+    return taken
 
 
 async def storm(server: Server, count: int, window: int, login: Login, *, durable: bool, queued: int) -> Storm:
@@ -153,25 +162,28 @@ async def storm(server: Server, count: int, window: int, login: Login, *, durabl
     every one is connected (and, durable, got its session and its whole queue)."""
     gate = asyncio.Semaphore(window)
     handshakes: list[float] = []
+    broker_cpu, bench_cpu = cpu_seconds(server.process.pid), time.process_time()
     started = time.perf_counter()
 
-    async def one(number: int) -> tuple[Client, float, float]:
+    async def one(number: int) -> tuple[Client, float, float, int]:
         async with gate:
             began = time.perf_counter()
             client, present = await login.connect(server.port, number, clean=not durable)
             connected = time.perf_counter()
         handshakes.append(connected - began)
+        taken = 0
         try:
             if durable and not present:
                 raise RuntimeError(f"{client_id(number)}: session present 0 after the restart (its session was lost)")
             if durable:
-                await take_queue(client, number, queued)
+                taken = await take_queue(client, number, queued)
         except BaseException:
             await close_all([client])
             raise
-        return client, connected - started, time.perf_counter() - started
+        return client, connected - started, time.perf_counter() - started, taken
 
     done = await asyncio.gather(*(one(number) for number in range(count)), return_exceptions=True)
+    broker_cpu, bench_cpu = cpu_seconds(server.process.pid) - broker_cpu, time.process_time() - bench_cpu
     clients = [result[0] for result in done if isinstance(result, tuple)]
     rss = server.rss()
     await close_all(clients)
@@ -182,12 +194,14 @@ async def storm(server: Server, count: int, window: int, login: Login, *, durabl
     handshakes.sort()
     return Storm(
         clients=count,
-        connected=max(connected for _, connected, _ in times),
-        complete=max(complete for _, _, complete in times),
+        connected=max(connected for _, connected, _, _ in times),
+        complete=max(complete for _, _, complete, _ in times),
         handshake_median=statistics.median(handshakes),
         handshake_p99=handshakes[min(len(handshakes) - 1, int(len(handshakes) * 0.99))],
-        delivered=count * queued if durable else 0,
+        delivered=sum(taken for _, _, _, taken in times),
         rss=rss,
+        broker_cpu=broker_cpu,
+        bench_cpu=bench_cpu,
     )
 
 
@@ -334,6 +348,7 @@ def main() -> None:
         "handshake median / p99 s",
         "delivered",
         "RSS MiB",
+        "CPU s broker / clients",
     )
     print(table(rows, header))
     print(steal_since(ticks))
@@ -352,6 +367,7 @@ def _row(kind: str, auth: str, name: str, found: Storm) -> tuple[str, ...]:
         f"{found.handshake_median:.3f} / {found.handshake_p99:.3f}",
         f"{found.delivered:,}" if kind == "durable" else "-",
         f"{found.rss / (1 << 20):,.0f}",
+        f"{found.broker_cpu:.1f} / {found.bench_cpu:.1f}",
     )
 
 
