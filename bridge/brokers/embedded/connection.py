@@ -102,12 +102,12 @@ class Connection(Channel, asyncio.Protocol):
     connection costs what it holds, not a dict and four empty deques (docs/benchmarks.md#fleet-scale)."""
 
     __slots__ = (
-        "_done",
         "_pump_soon",
         "bytes_in",
         "bytes_out",
         "cert_cn",
         "decoder",
+        "done",
         "inbox",
         "last_packet",
         "lingering",
@@ -135,7 +135,7 @@ class Connection(Channel, asyncio.Protocol):
         self.inbox: deque[Any] | None = None  # made by _queue, dropped by _serve once empty
         self.raw_pending = 0  # packets queued undecided until the session exists
         self.serving: asyncio.Task[None] | None = None
-        self._done: Ended | None = None  # made when first asked for: most connections end unwatched
+        self.done = Ended()
         self.opened = self.last_packet = time.monotonic()
         self.bytes_in = self.bytes_out = 0  # this client's MQTT bytes (the API's client details)
         self.reading_paused = self.writing_paused = False  # the inbox is full / the output buffer is
@@ -146,13 +146,6 @@ class Connection(Channel, asyncio.Protocol):
         self.output_logged = False
         self._pump_soon = False
         self.lingering = False  # half-closed after a DISCONNECT, aborted after _LINGER
-
-    @property
-    def done(self) -> Ended:
-        """Set once the connection's teardown is over (what a takeover or a stop waits on)."""
-        if self._done is None:
-            self._done = Ended()
-        return self._done
 
     def turn_away(self) -> None:
         """Refused as soon as accepted (broker.max_connections): dropped, nothing said."""
