@@ -43,18 +43,28 @@ class Client:
         self._packets: deque[Packet] = deque()
 
     @classmethod
-    async def connect(cls, port: int, client_id: str, *, clean: bool = True) -> tuple[Client, Connack]:
+    async def connect(
+        cls,
+        port: int,
+        client_id: str,
+        *,
+        clean: bool = True,
+        username: str | None = None,
+        password: bytes | None = None,
+    ) -> tuple[Client, Connack]:
         """A connected client and its CONNACK (accepted, or ConnectionError)."""
         reader, writer = await asyncio.open_connection(HOST, port)
         client = cls(reader, writer)
         try:
-            return client, await client.handshake(client_id, clean=clean)
+            return client, await client.handshake(client_id, clean=clean, username=username, password=password)
         except BaseException:
             writer.close()
             raise
 
-    async def handshake(self, client_id: str, *, clean: bool) -> Connack:
-        self.send(Connect(client_id=client_id, clean_start=clean, keepalive=0))
+    async def handshake(
+        self, client_id: str, *, clean: bool, username: str | None = None, password: bytes | None = None
+    ) -> Connack:
+        self.send(Connect(client_id=client_id, clean_start=clean, keepalive=0, username=username, password=password))
         connack = await self.receive()
         if not isinstance(connack, Connack) or connack.reason_code != 0:
             raise ConnectionError(f"{client_id}: {connack!r} instead of an accepted CONNACK")

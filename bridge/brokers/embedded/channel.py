@@ -329,7 +329,7 @@ class Channel:
             code = 0 if message is not None else R.PACKET_IDENTIFIER_NOT_FOUND
             self.wire.write(encode(Pubrel(packet.packet_id, code), self.level))
         elif kind is Pubrel:  # the message was passed on at PUBLISH: forget its id, complete
-            held = state.incoming_qos2.pop(packet.packet_id, None)
+            held = state.release_incoming_qos2(packet.packet_id)
             if held is not None:
                 self.incoming_unacked -= 1
                 if held.acked:
@@ -400,7 +400,7 @@ class Channel:
             return Inbound(topic, packet.payload, qos, packet.retain, props, expires, ack, packet_id, refused)
         self.incoming_unacked += 1
         if qos == 2:
-            state.incoming_qos2[packet_id] = IncomingQos2()
+            state.hold_incoming_qos2(packet_id, IncomingQos2())
         return Inbound(topic, packet.payload, qos, packet.retain, props, expires, ack, packet_id, refused)
 
     def _over_receive_maximum(self, state: SessionState, qos: int) -> bool:

@@ -198,7 +198,7 @@ class Router:
             existing.qos, existing.no_local = sub.qos, sub.no_local
             existing.retain_as_published, existing.identifier = sub.retain_as_published, sub.identifier
             return False
-        state.subscriptions[sub.filter] = sub
+        state.add_subscription(sub)
         group, topic_filter = split_shared(sub.filter)
         if group is None:
             self._subscribers.setdefault(topic_filter, {})[state.clientid] = (state, sub)
@@ -208,7 +208,7 @@ class Router:
         return True
 
     def unsubscribe(self, state: SessionState, full_filter: str) -> bool:
-        if state.subscriptions.pop(full_filter, None) is None:
+        if state.remove_subscription(full_filter) is None:
             return False
         group, topic_filter = split_shared(full_filter)
         if group is None:

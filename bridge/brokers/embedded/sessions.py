@@ -18,7 +18,9 @@ import asyncio
 import logging
 import time
 from collections import Counter, deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bridge.brokers.embedded.access import ALLOW_ALL, Permissions
@@ -38,6 +40,11 @@ _DROP_LOG_INTERVAL = 5.0
 MESSAGE_OVERHEAD = 200
 NEVER = 0xFFFFFFFF
 """A session expiry interval that never ends (MQTT 5.0 3.1.2.11.2)."""
+# What a session holds none of (its subscriptions, its QoS 2 ids), read-only and shared by all:
+# an empty dict is 64 bytes, and most of a fleet's sessions have no QoS 2 message in progress, an
+# idle client no subscription (docs/benchmarks.md#memory-per-idle-connection). Read-only, so a
+# write that forgot to go through SessionState's methods fails instead of reaching every session.
+_NONE: Mapping[Any, Any] = MappingProxyType({})
 
 
 class Link(Protocol):
@@ -167,14 +174,16 @@ class SessionState:
         self._refused = refused
         self._queued = queued  # the broker-wide bound; None: none
         self.heap_mark = 0  # QueuedBytes: its live heap entry, 0: none
-        self.subscriptions: dict[str, Subscription] = {}
+        # Read like dicts; changed only through add_subscription / remove_subscription.
+        self.subscriptions: Mapping[str, Subscription] = _NONE
         # The queue: a deque while it holds messages, the shared empty tuple while it does not
         # (an empty deque costs about 600 bytes, and most of a fleet's queues are empty); both
         # read alike (len, iteration, truth), only the methods below change it.
         self.outbox: deque[Outgoing] | tuple[()] = ()
         self.outbox_bytes = 0
         self.inflight: InflightWindow[Outgoing] = InflightWindow()  # sent, not acknowledged (inflight.py)
-        self.incoming_qos2: dict[int, IncomingQos2] = {}
+        # Changed only through hold_incoming_qos2 / release_incoming_qos2.
+        self.incoming_qos2: Mapping[int, IncomingQos2] = _NONE
         self.conn: Link | None = None
         # What the client logged in as may do (bridge/brokers/embedded/access.py), asked on
         # every subscribe, publish and delivery; replaced at each login.
@@ -197,6 +206,42 @@ class SessionState:
         self.unloaded: dict[str, Any] | None = None
         self.dropped = 0
         self._last_drop_log = 0.0
+
+    def add_subscription(self, sub: Subscription) -> None:
+        """Hold `sub` under its filter (replacing the one there)."""
+        subscriptions = self.subscriptions
+        if not isinstance(subscriptions, dict):
+            subscriptions = self.subscriptions = {}
+        subscriptions[sub.filter] = sub
+
+    def remove_subscription(self, full_filter: str) -> Subscription | None:
+        """Drop the subscription of `full_filter`; the one dropped, None if there was none."""
+        subscriptions = self.subscriptions
+        if full_filter not in subscriptions:
+            return None
+        assert isinstance(subscriptions, dict)
+        found: Subscription = subscriptions.pop(full_filter)
+        if not subscriptions:
+            self.subscriptions = _NONE
+        return found
+
+    def hold_incoming_qos2(self, packet_id: int, held: IncomingQos2) -> None:
+        """Hold a QoS 2 packet id from the client until its PUBREL."""
+        incoming = self.incoming_qos2
+        if not isinstance(incoming, dict):
+            incoming = self.incoming_qos2 = {}
+        incoming[packet_id] = held
+
+    def release_incoming_qos2(self, packet_id: int) -> IncomingQos2 | None:
+        """The PUBREL came: the packet id is free again; what was held under it, if anything."""
+        incoming = self.incoming_qos2
+        if packet_id not in incoming:
+            return None
+        assert isinstance(incoming, dict)
+        held: IncomingQos2 = incoming.pop(packet_id)
+        if not incoming:
+            self.incoming_qos2 = _NONE
+        return held
 
     @property
     def clean(self) -> bool:
@@ -331,5 +376,5 @@ class SessionState:
         self.outbox = ()
         self._forget(self.outbox_bytes)
         self.inflight.clear()
-        self.incoming_qos2.clear()
-        self.subscriptions.clear()
+        self.incoming_qos2 = _NONE
+        self.subscriptions = _NONE

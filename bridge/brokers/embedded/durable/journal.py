@@ -416,7 +416,7 @@ class Journal:
             for full, qos, live_from, no_local, rap, identifier in data["subs"]:
                 router.subscribe(state, Subscription(full, qos, live_from, no_local, rap, identifier))
             for packet_id in data["incoming"]:
-                state.incoming_qos2[packet_id] = IncomingQos2(None, acked=True)
+                state.hold_incoming_qos2(packet_id, IncomingQos2(None, acked=True))
             owed_to = data.get("owed_to", 0)
             state.unloaded = {"inflight": data["inflight"], "owed": Owed(), "owed_to": owed_to}
             filters = [full for full in state.subscriptions if not full.startswith("$share/")]
