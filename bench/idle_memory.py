@@ -10,7 +10,7 @@ keepalive, CONNACK received, then silent) opened from this process:
    starts it before `bridge.cli.main`); a snapshot before and one after the clients connected,
    compared line by line (`file:line` of the allocation, bytes per connection).
 3. **What each object is**: `sys.getsizeof` of one connection's objects (protocol, transport and
-   what it holds, socket, session, event lane, decoder...), read in the broker process.
+   what it holds, socket, session, event stream, decoder...), read in the broker process.
 
 Snapshots are asked for with SIGUSR2 (nothing else in the bridge uses it) and written beside the
 broker's log; tracemalloc slows the broker down and adds its own bookkeeping, so the RSS figure
@@ -69,7 +69,7 @@ def object_sizes() -> dict[str, str]:
     object the second one holds too is shared, and costs a connection nothing)."""
     from bridge.brokers.embedded.connection import Connection
 
-    found = [o for o in gc.get_objects() if isinstance(o, Connection) and o.state is not None][:2]
+    found = [o for o in gc.get_objects() if isinstance(o, Connection) and o.channel.state is not None][:2]
     if len(found) < 2:
         return {}
     sizes: dict[str, str] = {}
@@ -81,15 +81,18 @@ def object_sizes() -> dict[str, str]:
 
 def _held(conn: Any) -> dict[str, object]:
     """What one connection holds, by a name a reader knows it by."""
-    transport, state = conn.transport, conn.state
+    transport, channel = conn.transport, conn.channel
+    state = channel.state
     extra = getattr(transport, "_extra", None) or {}
     return {
-        "Connection (protocol + channel)": conn,
+        "Connection (the socket's side)": conn,
+        "  its Channel (the MQTT protocol)": channel,
         "  its decoder": conn.decoder,
         "  decoder's partial-packet buffer": getattr(conn.decoder, "_partial", None),
         "  decoder's bounds": getattr(conn.decoder, "_bounds", None),
-        "  its Ended": conn.done,
-        "  peername str": conn.peername,
+        "  its Ended": channel.done,
+        "  its Peer": channel.peer,
+        "  peer address str": channel.peer.address,
         "event loop transport": transport,
         "  transport __dict__ (asyncio's own loop)": getattr(transport, "__dict__", None),
         "  transport _extra dict (asyncio's own loop)": extra or None,
@@ -99,7 +102,7 @@ def _held(conn: Any) -> dict[str, object]:
         "  incoming_qos2": state.incoming_qos2,
         "  InflightWindow": state.inflight,
         "  its dict": getattr(state.inflight, "_messages", None),
-        "  EventStream (event lane)": state.lane,
+        "  EventStream (event stream)": state.stream,
         "  clientid str": state.clientid,
     }
 

@@ -25,7 +25,7 @@ async def _sink(_event: Event) -> None:
 
 def _session(clientid: str) -> SessionState:
     return SessionState(
-        clientid, expiry=0, username=None, lane=EventStream(_sink, clientid), limits=Limits(), refused=Counter()
+        clientid, expiry=0, username=None, stream=EventStream(_sink, clientid), limits=Limits(), refused=Counter()
     )
 
 
