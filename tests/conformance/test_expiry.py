@@ -46,7 +46,7 @@ async def _publish_v5(port: int, messages: list[tuple[str, bytes, int | None, bo
 
 
 async def _fetched(port: int, clientid: str, topic_filter: str, expected: int) -> list[bytes]:
-    reader = await Client(clientid, port, clean=False).connect()
+    reader = await Client(port, clientid, clean=False).connected()
     await reader.subscribe(topic_filter, qos=1)
     got = [m.payload for m in await reader.expect(expected)]
     await reader.expect_nothing()
@@ -59,7 +59,7 @@ async def test_fetch_never_delivers_an_expired_message_also_after_a_restart(
 ) -> None:
     bridge = await make_bridge(rules_for(store.db), pools=store.pool_config())
     for reader in ("r1", "r2"):  # pubsub readers from before the messages: their fetch starts there
-        client = await Client(reader, mqtt_port(bridge), clean=False).connect()
+        client = await Client(mqtt_port(bridge), reader, clean=False).connected()
         await client.subscribe("pubsub/#", qos=1)
         await client.disconnect()
     await bridge.idle()

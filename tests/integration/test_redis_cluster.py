@@ -110,7 +110,7 @@ async def test_keys_spread_over_masters_and_the_index_is_one_slot(
     make_bridge: BridgeFactory, redis_db: RedisCluster
 ) -> None:
     bridge = await make_bridge()
-    client = await Client("spread", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "spread").connected()
     for n in range(30):
         await client.publish(f"spread/{n}", f"p{n}".encode(), qos=1)
     await client.publish("spread/r", b"kept", qos=1, retain=True)
@@ -130,7 +130,7 @@ async def test_wildcard_fetch_and_retain_lookup_across_masters(
     make_bridge: BridgeFactory, redis_db: RedisCluster
 ) -> None:
     bridge = await make_bridge()
-    publisher = await Client("pub", mqtt_port(bridge)).connect()
+    publisher = await Client(mqtt_port(bridge), "pub").connected()
     for n in range(6):
         await publisher.publish(f"queue/w/{n}", f"job {n}".encode(), qos=1)
     await publisher.publish("cfg/a", b"A", qos=1, retain=True)
@@ -139,12 +139,12 @@ async def test_wildcard_fetch_and_retain_lookup_across_masters(
     await bridge.stop()  # the broker forgets its retained messages
 
     bridge = await make_bridge()
-    worker = await Client("w", mqtt_port(bridge), clean=False).connect()
+    worker = await Client(mqtt_port(bridge), "w", clean=False).connected()
     await worker.subscribe("queue/w/+", qos=1)
     got = await worker.expect(6)
     assert [m.payload for m in got] == [f"job {n}".encode() for n in range(6)]  # publish order
     await wait_until(lambda: all(redis_db.zcard(f"mqtt:msg:queue/w/{n}") == 0 for n in range(6)), what="acks")
-    viewer = await Client("v", mqtt_port(bridge)).connect()
+    viewer = await Client(mqtt_port(bridge), "v").connected()
     await viewer.subscribe("cfg/+", qos=1)
     assert sorted((m.topic, m.payload) for m in await viewer.expect(2)) == [("cfg/a", b"A"), ("cfg/b", b"B")]
     for c in (worker, viewer):
@@ -162,7 +162,7 @@ COMMANDS_RULES = (
 
 async def test_own_commands_go_to_the_master_of_their_key(make_bridge: BridgeFactory, redis_db: RedisCluster) -> None:
     bridge = await make_bridge(rules=COMMANDS_RULES)
-    client = await Client("cmd", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "cmd").connected()
     for n in range(3):
         await client.publish(f"c/{n}", f"v{n}".encode(), qos=1)
     await bridge.idle()
@@ -291,7 +291,7 @@ async def test_master_killed_under_load_nothing_acknowledged_is_lost(
 ) -> None:
     topic = "queue/load"
     bridge = await make_bridge(rules=LOAD_RULES)
-    client = await Client("cluster-load", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "cluster-load").connected()
     mids: list[int] = []
     enough = asyncio.Event()
 
@@ -325,7 +325,7 @@ async def test_master_killed_under_load_nothing_acknowledged_is_lost(
     stored.close()
     await client.disconnect()
 
-    reader = await Client("cluster-reader", mqtt_port(bridge), clean=False).connect()
+    reader = await Client(mqtt_port(bridge), "cluster-reader", clean=False).connected()
     await reader.subscribe(topic, qos=1)
     assert [m.payload for m in await reader.expect(500)] == [f"m{i}".encode() for i in range(500)]
     await reader.disconnect()

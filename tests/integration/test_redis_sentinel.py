@@ -64,7 +64,7 @@ def _all_sentinels_name(port: int) -> bool:
 
 async def test_writes_go_to_the_primary_the_sentinels_name(make_bridge: BridgeFactory, sentinel_set: None) -> None:
     bridge = await make_bridge(rules=RULES, pools=POOL)
-    client = await Client("sentinel-dev", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "sentinel-dev").connected()
     await client.publish("s/t", b"through sentinel", qos=1)
     await bridge.idle()
     primary = redis_sync.Redis(port=PORT)
@@ -94,7 +94,7 @@ async def test_primary_killed_under_load_nothing_acknowledged_is_lost(
     make_bridge: BridgeFactory, sentinel_set: None, tmp_path: Path
 ) -> None:
     bridge = await make_bridge(rules=RULES, pools=POOL)
-    client = await Client("sentinel-load", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "sentinel-load").connected()
     mids: list[int] = []
     enough = asyncio.Event()
 

@@ -7,10 +7,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from broker_suite.clients import Client
-
 from bridge.app import Bridge
 from bridge.brokers.embedded.broker import Broker
+from support.mqtt import Client
 
 T = TypeVar("T")
 
