@@ -292,18 +292,17 @@ async def test_master_killed_under_load_nothing_acknowledged_is_lost(
     topic = "queue/load"
     bridge = await make_bridge(rules=LOAD_RULES)
     client = await Client(mqtt_port(bridge), "cluster-load").connected()
-    mids: list[int] = []
+    acks: list[asyncio.Future[int]] = []  # one per PUBLISH, done once PUBACKed
     enough = asyncio.Event()
 
     async def publish() -> None:  # about 1,000 messages a second until told to stop
         while not enough.is_set():
             for _ in range(10):
-                mids.append(client.paho.publish(topic, f"m{len(mids)}".encode(), 1).mid)
+                acks.append(client.send(topic, f"m{len(acks)}".encode(), 1))
             await asyncio.sleep(0.01)
 
     def acked() -> int:
-        with client._lock:
-            return sum(1 for mid in mids if mid in client._acks)
+        return sum(1 for ack in acks if ack.done())
 
     publisher = asyncio.create_task(publish())
     await wait_until(lambda: acked() >= 500, timeout=30, what="500 PUBACKs before the kill")
@@ -314,7 +313,7 @@ async def test_master_killed_under_load_nothing_acknowledged_is_lost(
     await asyncio.sleep(1)  # load on the new master with its new replica
     enough.set()
     await publisher
-    count = len(mids)
+    count = len(acks)
     await wait_until(lambda: acked() == count, timeout=120, what="every PUBACK")
 
     stored = _client()

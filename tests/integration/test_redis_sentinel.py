@@ -95,18 +95,17 @@ async def test_primary_killed_under_load_nothing_acknowledged_is_lost(
 ) -> None:
     bridge = await make_bridge(rules=RULES, pools=POOL)
     client = await Client(mqtt_port(bridge), "sentinel-load").connected()
-    mids: list[int] = []
+    acks: list[asyncio.Future[int]] = []  # one per PUBLISH, done once PUBACKed
     enough = asyncio.Event()
 
     async def publish() -> None:  # about 1,000 messages a second until told to stop
         while not enough.is_set():
             for _ in range(10):
-                mids.append(client.paho.publish("load/t", f"m{len(mids)}".encode(), 1).mid)
+                acks.append(client.send("load/t", f"m{len(acks)}".encode(), 1))
             await asyncio.sleep(0.01)
 
     def acked() -> int:
-        with client._lock:
-            return sum(1 for mid in mids if mid in client._acks)
+        return sum(1 for ack in acks if ack.done())
 
     publisher = asyncio.create_task(publish())
     await wait_until(lambda: acked() >= 500, timeout=30, what="500 PUBACKs before the kill")
@@ -121,7 +120,7 @@ async def test_primary_killed_under_load_nothing_acknowledged_is_lost(
     await asyncio.sleep(1)  # load on the new primary with its new replica
     enough.set()
     await publisher
-    count = len(mids)
+    count = len(acks)
     await wait_until(lambda: acked() == count, timeout=120, what="every PUBACK")
 
     primary = redis_sync.Redis(port=PORT + 1)
