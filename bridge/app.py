@@ -130,7 +130,7 @@ class Bridge:
             self.status = StatusServer(
                 listener[0],
                 listener[1],
-                self.metrics.render,
+                self.metrics.render_fresh,
                 self.health,
                 self.redactor,
                 routes=api.install if api is not None else None,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
 import logging
 import os
 import signal
@@ -23,6 +22,7 @@ from bridge.conf.errors import ConfErrors
 from bridge.ops import ctl as ctl_commands
 from bridge.ops import init as init_command
 from bridge.ops import logs
+from bridge.ops.gcfreeze import SlowCollectionFreezer, freeze_startup
 from bridge.ops.redact import Redactor
 from bridge.rules import Rule
 from bridge.workers import child
@@ -177,6 +177,7 @@ async def _serve(bridge: Bridge, companion: Callable[[], Coroutine[Any, Any, Non
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, reload)
     beside: asyncio.Task[None] | None = None
+    thawing: asyncio.Task[None] | None = None  # frozen objects collected now and then (bridge/ops/gcfreeze.py)
     if companion is not None:
         # A worker the supervisor scales down or stops for good (bridge/workers/supervisor.py).
         loop.add_signal_handler(child.RETIRE, retire_and_stop)
@@ -184,7 +185,9 @@ async def _serve(bridge: Bridge, companion: Callable[[], Coroutine[Any, Any, Non
         beside.add_done_callback(lambda _: stop.set())
     try:
         await bridge.start()
-        _freeze_startup_objects()
+        freezer = _freeze_startup_objects(bridge.config["gc.freeze_after"])
+        if freezer is not None and bridge.config["gc.thaw_interval"]:
+            thawing = loop.create_task(freezer.thaw_every(bridge.config["gc.thaw_interval"]))
         if child.retire_asked:
             retire_and_stop()
         await stop.wait()
@@ -196,18 +199,26 @@ async def _serve(bridge: Bridge, companion: Callable[[], Coroutine[Any, Any, Non
             log.warning(
                 "retired with unwritten actions in %s: run this worker again to write them", bridge.config["spool.dir"]
             )
+        if thawing is not None:
+            thawing.cancel()
         if beside is not None:
             beside.cancel()
             await asyncio.gather(beside, return_exceptions=True)
 
 
-def _freeze_startup_objects() -> None:
-    """Keep what start-up built (modules, rules, pools: ~50,000 objects) out of every later full
-    garbage collection. Messages in flight outlive the young generations, so full collections
-    come every few seconds under load, and each walked all of those objects: a 30-45 ms pause
-    of the event loop, in the p99 of publish-to-commit (docs/benchmarks.md#results)."""
-    gc.collect()
-    gc.freeze()
+def _freeze_startup_objects(freeze_after: float) -> SlowCollectionFreezer | None:
+    """Keep what start-up built (modules, rules, pools: ~50,000 objects; the durable sessions it
+    restored) out of every later full garbage collection. Messages in flight outlive the young
+    generations, so full collections come every few seconds under load, and each walked all of
+    those objects: a 30-45 ms pause of the event loop, in the p99 of publish-to-commit
+    (docs/benchmarks.md#results). Then, unless `gc.freeze_after` is 0, what survives a slow full
+    collection is frozen too (bridge/ops/gcfreeze.py): seconds at a million subscriptions otherwise."""
+    freeze_startup()
+    if not freeze_after:
+        return None
+    freezer = SlowCollectionFreezer(freeze_after)
+    freezer.install()
+    return freezer
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

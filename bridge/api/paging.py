@@ -8,8 +8,10 @@ the source again from the last key, so the broker may change the list between tu
 over the live structures is never kept across a turn).
 
 What a page costs: finding the cursor (a binary search in the sorted index, sortedkeys.py), then
-one step per key read. A request whose filter skips most keys (`?user=`, `?connected=`,
-subscriptions `?filter=`) reads more keys than it returns, a few milliseconds per turn at most.
+one step per key read. A request whose filter skips most keys (`?connected=`, subscriptions
+`?filter=` of a filter a fleet shares) reads more keys than it returns, a few milliseconds per
+turn at most; `?user=` reads the user's own index (sessiontable.py) and a retained filter jumps
+over the topics it rules out (filterseek.py).
 
 The cursor is the key of the last item of a page; the next page is every key after it, so a walk
 through the pages returns each item that stays in the list throughout exactly once, in order, and

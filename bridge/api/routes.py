@@ -38,7 +38,8 @@ from bridge.api.history import History
 from bridge.api.openapi import describe
 from bridge.api.paging import Source
 from bridge.api.scopes import needed_scope
-from bridge.topics import filter_error, matches, prefix_range, topic_name_error
+from bridge.brokers.embedded.filterseek import matching_keys
+from bridge.topics import filter_error, topic_name_error
 
 if TYPE_CHECKING:
     from bridge.api.host import Host
@@ -271,8 +272,9 @@ class Api:
         self, request: web.Request, broker: Broker, render: Callable[[Broker, SessionState], dict[str, Any]]
     ) -> Source[str]:
         """The sessions by client id from the broker's sorted ids, `?prefix=` a range of them,
-        `?user=` and `?connected=` checked on each; `?connected=true` from the connections when
-        they are few (sorted per page), as subscriptions' `?filter=` takes a filter's sessions."""
+        `?user=` from the user's own sorted ids (sessiontable.py), `?connected=` checked on each;
+        `?connected=true` from the connections when they are few (sorted per page), as
+        subscriptions' `?filter=` takes a filter's sessions."""
         prefix = _mqtt_string(request.query.get("prefix", ""), "prefix")
         user = request.query.get("user")
         if user is not None:
@@ -285,7 +287,12 @@ class Api:
 
         def source(position: str | None) -> Iterator[tuple[str, Any]]:
             ids: Iterable[str]
-            if active is not None:
+            if user is not None:  # the user's sessions alone, however many others there are
+                if position is None or position < prefix:
+                    ids = broker.session_table.user_ids(user, prefix, inclusive=True)
+                else:
+                    ids = broker.session_table.user_ids(user, position)
+            elif active is not None:
                 start = max(position, prefix) if position is not None else prefix
                 ids = sorted(c for c in active if c in states and c >= start and c != position)
             elif position is None or position < prefix:
@@ -588,21 +595,14 @@ def _subscriptions_source(broker: Broker, clientid: str | None, wanted: str | No
 
 
 def _retained_source(router: Any, topic_filter: str, now: float) -> Source[str]:
-    """The retained messages a filter matches, by topic: a range of the tree's sorted topics (the
-    filter's literal levels), each checked with MQTT's matching; expired ones skipped."""
+    """The retained messages a filter matches, in topic order: the tree's sorted topics walked
+    from the cursor, jumping over every branch the filter rules out (filterseek.py), so a page
+    costs what it returns, not the store; expired ones skipped."""
     tree = router.retained
-    bounds = prefix_range(topic_filter)
-    low, high = bounds if bounds is not None else ("", None)
 
     def source(position: str | None) -> Iterator[tuple[str, Any]]:
-        if position is None or position < low:
-            topics = tree.topics.after(low, inclusive=True)
-        else:
-            topics = tree.topics.after(position)
-        for topic in topics:
-            if high is not None and topic >= high:
-                return
-            retained = tree.get(topic) if matches(topic_filter, topic) else None
+        for topic, matched in matching_keys(tree.topics, topic_filter, position):
+            retained = tree.get(topic) if matched else None
             if retained is not None and retained.expires and retained.expires <= now:
                 retained = None  # expired: removed when a subscriber or retained_for next meets it
             yield topic, Api._retained(retained) if retained is not None else None

@@ -147,6 +147,11 @@ class BrokerSource(abc.ABC):
         """The broker's own traffic and state (the embedded broker); None: a broker outside."""
         return None
 
+    async def fresh_numbers(self) -> BrokerNumbers | None:
+        """`numbers()` read from the state as it is now, over as many loop turns as that takes
+        (the embedded broker's census of a big fleet); what a scrape shows."""
+        return self.numbers()
+
     def report_bridge_status(self, read: Callable[[], Mapping[str, str]]) -> None:
         """Where the broker publishes its status (`$SYS`), also publish `read()`: the bridge's
         own (pools, spool, rules), under `$SYS/broker/hookbridge/`. Brokers outside: nothing."""

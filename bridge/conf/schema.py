@@ -105,6 +105,21 @@ CORE: dict[str, Setting] = {
         "when the spool is full: `block` (actions wait: back-pressure to the broker) or `drop_oldest` "
         "(the oldest spooled actions are deleted and counted `dropped`)",
     ),
+    "gc.freeze_after": Setting(
+        p.duration_in(0, 60),
+        0.05,
+        "after a full garbage collection that paused the process this long or longer, its surviving "
+        "objects are frozen (gc.freeze()): no later collection walks them again, so pauses stay short at a "
+        "million subscriptions (docs/operations.md); 0: never (CPython's own collector alone)",
+        example="50ms",
+    ),
+    "gc.thaw_interval": Setting(
+        p.duration_in(0, 7 * 86400),
+        3600.0,
+        "with `gc.freeze_after`: every this interval the frozen objects are unfrozen and collected once (one "
+        "full-length pause, logged), so what closed connections left in reference cycles is freed; 0: never",
+        example="1h",
+    ),
     "log.level": Setting(p.enum_of("debug", "info", "warning", "error"), "info", "log level"),
     "log.format": Setting(p.enum_of("text", "json"), "text", "log line format on stderr"),
 }

@@ -143,6 +143,11 @@ class BrokerMetrics:
         self.source = source
         self.numbers: BrokerNumbers | None = None
 
+    async def take_fresh(self) -> None:
+        """Before a scrape: the numbers walked from the state now (census.py), so that the sync
+        `refresh` right after reads them rather than the walk before."""
+        self.numbers = await self.source.fresh_numbers()
+
     def refresh(self) -> None:
         self.numbers = self.source.numbers()
 
@@ -156,6 +161,7 @@ class BrokerMetrics:
         return samples
 
     def register(self, metrics: Metrics) -> None:
+        metrics.before_scrape_awaited(self.take_fresh)
         metrics.before_scrape(self.refresh)
         for name, kind, label, help_text, read in FAMILIES:
             if kind == "counter":

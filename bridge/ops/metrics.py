@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -116,6 +116,7 @@ class Metrics:
         self.events: dict[str, int] = defaultdict(int)
         self.spool_problems: dict[str, int] = defaultdict(int)  # torn tails, undecodable records, per pool
         self._refreshers: list[Callable[[], None]] = []
+        self._awaited_refreshers: list[Callable[[], Awaitable[None]]] = []
 
     def count(self, rule_id: str, counter: str, n: int = 1) -> None:
         counts = self.rules[rule_id]
@@ -143,6 +144,20 @@ class Metrics:
         """Call `refresh` once at the start of every scrape: for families read from one costly
         snapshot (the broker's numbers, bridge/ops/broker_metrics.py) taken once, not per family."""
         self._refreshers.append(refresh)
+
+    def before_scrape_awaited(self, refresh: Callable[[], Awaitable[None]]) -> None:
+        """As before_scrape, for a snapshot taken over several loop turns (the embedded broker's
+        census of a big fleet, census.py): awaited by `fresh_families` before the sync refreshers."""
+        self._awaited_refreshers.append(refresh)
+
+    async def fresh_families(self) -> list[Family]:
+        """`families()` after the awaited refreshers: what /metrics serves."""
+        for refresh in self._awaited_refreshers:
+            await refresh()
+        return self.families()
+
+    async def render_fresh(self) -> str:
+        return render_families(await self.fresh_families())
 
     def families(self) -> list[Family]:
         """Every metric with its samples, read now."""

@@ -16,7 +16,7 @@ import dataclasses
 import json
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bridge.ops.metrics import Family, Sample
@@ -45,7 +45,9 @@ def families_from_json(data: list[dict[str, Any]]) -> list[Family]:
 
 
 async def answer_supervisor(
-    sock: socket.socket, families: Callable[[], list[Family]], health: Callable[[], tuple[bool, dict[str, Any]]]
+    sock: socket.socket,
+    families: Callable[[], Awaitable[list[Family]]],
+    health: Callable[[], tuple[bool, dict[str, Any]]],
 ) -> None:
     """Worker side: answer until the supervisor closes its end (or dies), then return."""
     reader, writer = await asyncio.open_unix_connection(sock=sock)
@@ -53,7 +55,7 @@ async def answer_supervisor(
         while line := await reader.readline():
             number, _, request = line.decode("ascii", "replace").strip().partition(" ")
             if request == "metrics":
-                answer: Any = families_to_json(families())
+                answer: Any = families_to_json(await families())
             elif request == "health":
                 ready, detail = health()
                 answer = {"ready": ready, "detail": detail}

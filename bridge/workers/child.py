@@ -59,7 +59,7 @@ def channel_task(control_fd: int, bridge: Bridge) -> Callable[[], Coroutine[Any,
     sock = socket.socket(fileno=control_fd)
 
     async def serve() -> None:
-        await answer_supervisor(sock, bridge.metrics.families, bridge.health)
+        await answer_supervisor(sock, bridge.metrics.fresh_families, bridge.health)
         log.info("the supervisor closed the channel: stopping")
 
     return serve

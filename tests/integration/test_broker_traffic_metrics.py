@@ -4,6 +4,7 @@ dashboard in deploy/grafana/ checked against what that bridge exports."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -12,6 +13,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from bridge.app import Bridge
+from bridge.brokers.embedded.census import Census
 from bridge.brokers.embedded.source import EmbeddedBroker
 from support.bridges import BridgeFactory, mqtt_port
 from support.mqtt import V311, Client
@@ -173,3 +175,60 @@ async def test_every_dashboard_expression_names_an_exported_metric(
         names = metric_names(expr)
         assert names, expr
         assert names <= exported, (expr, names - exported)
+
+
+async def test_a_big_broker_is_counted_in_slices_and_the_numbers_stay_right(
+    make_bridge: BridgeFactory, clients: list[Client]
+) -> None:
+    """census.py: a broker too big to walk in one loop turn is walked a slice per turn, other work
+    running between slices, and the walk's numbers are the one-shot walk's. A slice of 8 items
+    makes this broker "big" (the real slice is 5,000: about 2 ms of walking)."""
+    bridge = await start(make_bridge)
+    source = bridge.broker
+    assert isinstance(source, EmbeddedBroker) and source.core is not None
+    core = source.core
+    for n in range(4):  # offline persistent sessions, each with the same 3 messages queued
+        offline = await connect(clients, bridge, f"off{n}", clean=False)
+        assert await offline.subscribe("q/#", 1) == [1]
+        ended = core.active[f"off{n}"].done
+        await offline.disconnect()
+        await ended.wait()
+    for n in range(6):
+        live = await connect(clients, bridge, f"live{n}")
+        for topic in ("a/#", f"b/{n}", "$share/g/c/#"):
+            assert await live.subscribe(topic, 0) == [0]
+    writer = await connect(clients, bridge, "w")
+    for i in range(3):
+        assert await writer.publish(f"q/{i}", b"x" * (i + 1), 1) == 0
+    assert await writer.publish("q/kept", b"kept", 1, retain=True) == 0  # retained and queued: stored once
+    await bridge.idle()
+
+    exact = source.numbers()  # this broker is small for the real census: walked at once
+    assert exact is not None
+    assert (exact.clients_connected, exact.clients_disconnected) == (7, 4)
+    assert (exact.subscriptions, exact.shared_subscriptions) == (4 + 12, 6)
+    retained = len(core.router.retained)
+    assert exact.stored_messages == retained + 3  # the 4 queues share 3 messages; q/kept counts as retained
+    census = Census(core.traffic, core.states, core.router.retained, core.refused, slice_items=8)
+    assert census.numbers() == exact  # the first time: walked now, whatever the size
+
+    late = await connect(clients, bridge, "late")
+    assert await late.subscribe("late/#", 0) == [0]
+    assert census.numbers().subscriptions == 16  # the last complete walk's, and a new one started
+    turns = 0
+
+    async def tick() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    ticker = asyncio.create_task(tick())
+    fresh = await census.fresh()
+    ticker.cancel()
+    now = source.numbers()
+    assert now is not None and fresh == now
+    assert (fresh.clients_connected, fresh.subscriptions) == (8, 17)
+    assert census.walks_sliced >= 1
+    assert turns >= 4  # 12 sessions and their 40 items, 8 a turn: the ticker ran between slices
+    census.close()

@@ -131,3 +131,53 @@ def test_every_problem_at_its_place_and_nothing_written(tmp_path: Path, capsys: 
     for start in expected:
         assert any(line.startswith(start) for line in err), (start, got)
     assert not (tmp_path / "out").exists()
+
+
+def _etc_with_redis(tmp_path: Path, emqx_conf: str | None) -> Path:
+    """An EMQX etc/ folder: plugins/emqx_backend_redis.conf and, when given, emqx.conf."""
+    plugins = tmp_path / "etc" / "plugins"
+    plugins.mkdir(parents=True)
+    shutil.copy(FIXTURES / FILES["redis"], plugins)
+    if emqx_conf is not None:
+        (tmp_path / "etc" / "emqx.conf").write_text(emqx_conf, encoding="utf-8")
+    return plugins
+
+
+@pytest.mark.parametrize(
+    ("emqx_conf", "written", "seconds"),
+    [
+        (None, "broker.persistent_session_expiry = 2h", 7200.0),  # no emqx.conf: EMQX's default
+        ("node.name = emqx@127.0.0.1\n", "broker.persistent_session_expiry = 2h", 7200.0),  # key absent
+        (
+            "zone.external.session_expiry_interval = 2h\nzone.internal.session_expiry_interval = 1d\n"
+            "zone.external.session_expiry_interval = 30m\n",  # the last one wins, the internal zone is not the devices'
+            "broker.persistent_session_expiry = 30m",
+            1800.0,
+        ),
+    ],
+)
+def test_the_session_lifetime_of_emqxs_external_zone_is_kept(
+    emqx_conf: str | None, written: str, seconds: float, tmp_path: Path
+) -> None:
+    """EMQX ended a 3.1.1 clean-session-0 session 2h (zone.external.session_expiry_interval) after its
+    client went; hookbridge's own default keeps it for ever. The import keeps EMQX's lifetime."""
+    from bridge.conf.config import parse_config
+    from bridge.emqx44.importer import convert
+
+    for source in (_etc_with_redis(tmp_path, emqx_conf), tmp_path / "etc"):  # pointed at plugins/ or etc/
+        result = convert(source, "config/bridge.conf", "rules")
+        assert result.errors == [], [str(p) for p in result.problems]
+        config = result.files["config/bridge.conf"]
+        assert written in config.splitlines()
+        assert parse_config("bridge.conf", config)["broker.persistent_session_expiry"] == seconds
+        assert (emqx_conf is not None) == (tmp_path / "etc" / "emqx.conf" in result.sources)
+
+
+def test_a_session_lifetime_hookbridge_cannot_read_is_an_error_at_its_emqx_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _etc_with_redis(tmp_path, "## zones\nzone.external.session_expiry_interval = 2w\n")
+    assert _import(tmp_path / "etc", tmp_path / "out") != 0
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'etc' / 'emqx.conf'}:2:41: " in err and "'2w'" in err
+    assert not (tmp_path / "out").exists()  # nothing written

@@ -205,3 +205,46 @@ def test_retained_set_clear_and_expiry_through_the_router(publishes, filters):
         )
         got = [(r.msgid, r.topic) for r in router.retained_for(topic_filter, now)]
         assert got == expected, topic_filter
+
+
+class _CountedReads:
+    """Permissions that count the delivery checks made of them (what a shared pick costs)."""
+
+    superuser = False
+
+    def __init__(self, readable: bool = True) -> None:
+        self.readable = readable
+        self.reads = 0
+
+    def may_publish(self, topic: str) -> bool:
+        return True
+
+    def may_subscribe(self, topic_filter: str) -> bool:
+        return True
+
+    def may_read(self, topic: str) -> bool:
+        self.reads += 1
+        return self.readable
+
+
+def test_a_shared_group_serves_its_members_in_turn_with_a_few_checks_a_message() -> None:
+    """1,000 offline members (QoS 1: queued) of one group, every third one denied by its ACL: each
+    message goes to the next member that may read it, in turn, none twice before every allowed one
+    had one; the checks a message costs stay a few, not one per member."""
+    router = Router()
+    states = [_state(f"w{n:04d}") for n in range(1000)]
+    permissions = [_CountedReads(readable=n % 3 != 0) for n in range(1000)]
+    for state, allowed in zip(states, permissions, strict=True):
+        state.permissions = allowed
+        router.subscribe(state, Subscription("$share/workers/jobs/#", 1, "0000"))
+    allowed_count = sum(p.readable for p in permissions)
+    for number in range(2 * allowed_count):
+        router.route(Message(f"9{number:05d}", "jobs/x", b"x", 1, False, "publisher"))
+    got = [len(state.outbox) for state in states]
+    assert got == [0 if n % 3 == 0 else 2 for n in range(1000)]  # the denied ones none, the others two each
+    # a message: the picked member's check, a denied member's now and then, the queue's own check
+    # when it takes the message; not one per member (1,000 a message before)
+    checks = sum(p.reads for p in permissions)
+    assert checks <= 3 * (2 * allowed_count)
+    router.route(Message("999999", "jobs/x", b"x", 0, False, "publisher"))
+    assert sum(len(state.outbox) for state in states) == 2 * allowed_count  # QoS 0 is never queued offline

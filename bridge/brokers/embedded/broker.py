@@ -349,7 +349,8 @@ class Broker(FlowsMixin):
         if old is not None and not packet.clean_start:
             self.loaded(old)
             old.cancel_timers()  # back before its expiry or will delay: neither happens
-            old.expiry, old.username, old.level = expiry, verdict.username, packet.protocol_level
+            old.expiry, old.level = expiry, packet.protocol_level
+            self._table.set_username(old, verdict.username)  # its user's index follows (sessiontable.py)
             if old.permissions is not verdict.permissions and old.outbox:
                 # queued before this login (restored from the durable store): the ACL holds
                 old.keep_readable(verdict.permissions)
@@ -409,6 +410,11 @@ class Broker(FlowsMixin):
     def session_ids(self) -> SortedKeys:
         """The client ids of `states`, in order (sortedkeys.py): the API pages sessions by them."""
         return self._table.ids
+
+    @property
+    def session_table(self) -> SessionTable:
+        """`states` with its indexes (sessiontable.py): the API pages a user's sessions by them."""
+        return self._table
 
     def loaded(self, state: SessionState) -> SessionState:
         """A session whose queue is in memory: a durable session restored at start has its queue

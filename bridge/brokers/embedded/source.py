@@ -13,12 +13,12 @@ from bridge.brokers.embedded.access import ACL_REFUSALS, LOGIN_REFUSALS, Gate
 from bridge.brokers.embedded.auth.gate import AuthGate
 from bridge.brokers.embedded.bans import Bans
 from bridge.brokers.embedded.broker import Broker
+from bridge.brokers.embedded.census import Census
 from bridge.brokers.embedded.durable import DurableStore
 from bridge.brokers.embedded.durable.health import store_health
 from bridge.brokers.embedded.limits import REFUSALS, Limits
 from bridge.brokers.embedded.listeners import Listener, serve
 from bridge.brokers.embedded.systopics import SysTopics
-from bridge.brokers.embedded.traffic import count
 from bridge.msgid import MsgIdGenerator
 
 log = logging.getLogger("bridge.brokers.embedded")
@@ -77,6 +77,7 @@ class EmbeddedBroker(BrokerSource):
         self._sys_interval = sys_interval  # $SYS/broker/... every this many seconds; 0: never
         self._bans_file = bans_file  # the banned list's file (bans.py); None: kept in memory only
         self._sys: SysTopics | None = None
+        self._census: Census | None = None
         self._bridge_status: Callable[[], Mapping[str, str]] | None = None  # $SYS/broker/hookbridge/...
         self._broker: Broker | None = None
         self._servers: list[asyncio.Server] = []
@@ -97,15 +98,18 @@ class EmbeddedBroker(BrokerSource):
     @property
     def dropped_messages(self) -> int:
         """Messages dropped from full session queues since the broker started."""
-        broker = self._broker
-        if broker is None:
+        broker, census = self._broker, self._census
+        if broker is None or census is None:
             return 0
-        return broker.dropped_by_ended_sessions + sum(state.dropped for state in broker.states.values())
+        return broker.dropped_by_ended_sessions + census.tally().dropped
 
     def numbers(self) -> BrokerNumbers | None:
-        """Connections, sessions, subscriptions, stored messages and traffic (traffic.count)."""
-        broker = self._broker
-        return None if broker is None else count(broker.traffic, broker.states, broker.router.retained, broker.refused)
+        """Connections, sessions, subscriptions, stored messages and traffic (census.py: the last
+        complete walk over the sessions when the broker is too big to walk at once)."""
+        return None if self._census is None else self._census.numbers()
+
+    async def fresh_numbers(self) -> BrokerNumbers | None:
+        return None if self._census is None else await self._census.fresh()
 
     def report_bridge_status(self, read: Callable[[], Mapping[str, str]]) -> None:
         self._bridge_status = read
@@ -122,7 +126,7 @@ class EmbeddedBroker(BrokerSource):
         if broker is None or broker.journal is None:
             return {}
         messages, sessions = broker.journal.store.counts()
-        unloaded = sum(1 for state in broker.states.values() if state.unloaded is not None)
+        unloaded = self._census.tally().unloaded if self._census is not None else 0
         return {"sessions": sessions, "messages": messages, "unloaded": unloaded}
 
     def durable_health(self) -> Mapping[str, Any] | None:
@@ -188,7 +192,8 @@ class EmbeddedBroker(BrokerSource):
                 broker.journal.close()
             raise
         self._broker = broker
-        self._sys = SysTopics(broker, self._sys_interval)
+        self._census = Census(broker.traffic, broker.states, broker.router.retained, broker.refused)
+        self._sys = SysTopics(broker, self._sys_interval, self._census)
         self._sys.bridge_status = self._bridge_status
         self._sys.start()
 
@@ -208,6 +213,9 @@ class EmbeddedBroker(BrokerSource):
         sys_topics, self._sys = self._sys, None
         if sys_topics is not None:
             await sys_topics.stop()
+        census, self._census = self._census, None
+        if census is not None:
+            census.close()
         for server in self._servers:
             server.close()
         await broker.close_all(_STOP_TIMEOUT)

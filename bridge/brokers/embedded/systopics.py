@@ -8,7 +8,7 @@ task does. As Mosquitto does, a value is published again only when it changed (u
 loads change at every interval); a late subscriber gets all of them as retained messages.
 
 The topics are the 53 Mosquitto 2.0.11 publishes (src/sys_tree.c), with its meanings: the
-numbers come from traffic.count(), which says what each counts; docs/operations.md has the
+numbers come from census.py (traffic.py says what each counter counts); docs/operations.md has the
 table and the few differences (version, uptime, heap). What only hookbridge has (pools, spool,
 rules) is under `$SYS/broker/hookbridge/`, from the bridge (BrokerSource.report_bridge_status).
 The loads are Mosquitto's: per-minute rates over the last interval folded into exponentially
@@ -26,10 +26,11 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from bridge.brokers.base import BrokerNumbers
-from bridge.brokers.embedded.traffic import QUEUE_DROP_REASONS, count
+from bridge.brokers.embedded.traffic import QUEUE_DROP_REASONS
 
 if TYPE_CHECKING:
     from bridge.brokers.embedded.broker import Broker
+    from bridge.brokers.embedded.census import Census
 
 log = logging.getLogger("bridge.brokers.embedded")
 
@@ -63,8 +64,9 @@ def version() -> str:
 class SysTopics:
     """The periodic task that publishes `$SYS/broker/...` for one broker."""
 
-    def __init__(self, broker: Broker, interval: float) -> None:
+    def __init__(self, broker: Broker, interval: float, census: Census) -> None:
         self.broker = broker
+        self.census = census
         self.interval = interval
         self.started = time.monotonic()
         self._task: asyncio.Task[None] | None = None
@@ -94,9 +96,10 @@ class SysTopics:
                 log.exception("publishing the $SYS topics failed")
             await asyncio.sleep(self.interval)
 
-    def values(self, now: float | None = None) -> dict[str, str]:
-        """Every `$SYS/broker/...` topic and its value now (loads updated since the last call)."""
-        numbers = count(self.broker.traffic, self.broker.states, self.broker.router.retained, self.broker.refused)
+    def values(self, now: float | None = None, numbers: BrokerNumbers | None = None) -> dict[str, str]:
+        """Every `$SYS/broker/...` topic and its value now (loads updated since the last call);
+        `numbers`: the broker's, when the caller has them (else the census's, census.py)."""
+        numbers = self.census.numbers() if numbers is None else numbers
         now = time.monotonic() if now is None else now
         counters = _counters(numbers)
         heap_current, heap_maximum = _memory()
@@ -159,7 +162,8 @@ class SysTopics:
         from bridge.brokers.embedded.router import Message
 
         broker = self.broker
-        changed = [(t, v) for t, v in self.values().items() if self._published.get(t) != v]
+        numbers = await self.census.fresh()  # in slices on a big broker: no stall of the others
+        changed = [(t, v) for t, v in self.values(numbers=numbers).items() if self._published.get(t) != v]
         for topic, value in changed:
             message = Message(broker.msgids.next(), topic, value.encode(), 0, True, "")
             # as any retained publish, by the broker itself; made again at every start, so not durable

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -29,6 +28,7 @@ from bridge.brokers.embedded.auth.checks import FairChecks, TooManyChecks
 from bridge.brokers.embedded.auth.hashes import PasswordHash
 from bridge.brokers.embedded.auth.passwords import PasswordFile, PasswordFileError
 from bridge.brokers.embedded.auth.users import CachedUsers
+from bridge.brokers.embedded.throttle import Throttle
 
 log = logging.getLogger("bridge.brokers.embedded.auth")
 
@@ -67,10 +67,10 @@ class AuthGate:
         self.password_hash = password_hash or PasswordHash("sha256")
         self._permissions_for = permissions_for
         self.acl = acl  # reloaded and closed with the users; permissions_for reads it
-        self._down_reports = _Throttle(DOWN_REPORT_INTERVAL)
+        self._down_reports = Throttle(DOWN_REPORT_INTERVAL)
         self.checks = checks or FairChecks()
         self.busy_delay = busy_delay
-        self._busy_reports = _Throttle(BUSY_REPORT_INTERVAL)
+        self._busy_reports = Throttle(BUSY_REPORT_INTERVAL)
 
     @property
     def authenticates(self) -> bool:
@@ -186,22 +186,3 @@ def _address(peername: str) -> str:
     """The host of a `host:port` or `[v6 host]:port` peer name: whose turn a check takes."""
     host = peername.rpartition(":")[0]
     return host.strip("[]") or peername
-
-
-class _Throttle:
-    """At most one report per `interval` seconds; the ones in between are counted, so the next
-    report can say how many it stands for."""
-
-    def __init__(self, interval: float) -> None:
-        self.interval = interval
-        self._at = -interval
-        self._skipped = 0
-
-    def due(self) -> int | None:
-        """None: not yet (this one counted); else a report is due and stands for this many more."""
-        now = time.monotonic()
-        if now - self._at < self.interval:
-            self._skipped += 1
-            return None
-        skipped, self._at, self._skipped = self._skipped, now, 0
-        return skipped

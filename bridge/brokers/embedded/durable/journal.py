@@ -73,11 +73,15 @@ from bridge.brokers.embedded.sessions import (
     Subscription,
 )
 from bridge.brokers.embedded.stream import Kept
+from bridge.brokers.embedded.throttle import Throttle
 
 log = logging.getLogger("bridge.brokers.embedded")
 
 # How often the log is trimmed below the smallest session position (one range delete).
 _TRIM_INTERVAL = 1.0
+# A store that refuses one commit (a full disk) refuses the retries too, several a second: one
+# error line per interval says how many it stands for.
+COMMIT_FAILURE_REPORT_INTERVAL = 10.0
 # Log entries read back per query when a session is loaded.
 _PAGE = 256
 # Restored sessions whose backlog one commit matches (store.Owe) after a start.
@@ -123,6 +127,7 @@ class Journal:
         self.store = store
         self.states = states
         self.commit_failures = 0
+        self._failure_reports = Throttle(COMMIT_FAILURE_REPORT_INTERVAL)
         self.last_error = ""  # why the last commit failed, for /healthz (durable/health.py); "" once one worked
         # Durable sessions whose rows cannot be read (a damaged store): client id -> why.
         self.unreadable: dict[str, str] = {}
@@ -335,7 +340,10 @@ class Journal:
             self._owe = batch.owe + self._owe  # matched again with the next commit
             self.commit_failures += 1
             self.last_error = str(error)
-            log.error("%s: not committed, the messages of this step are not acknowledged", error)
+            skipped = self._failure_reports.due()
+            if skipped is not None:
+                more = f" ({skipped} more failed commits since the last report)" if skipped else ""
+                log.error("%s: not committed, the messages of this step are not acknowledged%s", error, more)
             self._dirty |= dirty  # the sessions are written again with the next commit
             self._dirty_whole |= dirty
             if future is not None and not future.done():
