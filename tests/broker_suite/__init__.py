@@ -1,8 +1,9 @@
 """Broker behaviour suite: every feature docs/brokers.md#what-it-guarantees lists, tested with real clients over TCP.
 
-paho-mqtt v2 speaks both MQTT 3.1.1 and 5.0; gmqtt is a second 5.0 client where forwarding is
-checked; raw bytes (`tests/support/frames.py`, sent and read by `tests/support/raw.py`) only where
-a library refuses to misbehave as the test needs.
+paho-mqtt v2 (`tests/support/mqtt.py`, the one test client) speaks both MQTT 3.1.1 and 5.0;
+gmqtt is a second 5.0 client where forwarding is checked; raw bytes (`tests/support/frames.py`,
+sent and read by `tests/support/raw.py`) only where a library refuses to misbehave as the test
+needs.
 The `broker` fixture (conftest.py) runs every test against Mosquitto and against the embedded
 broker (the project's own core, bridge/brokers/embedded/): both must pass all of it.
 

@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 
-from broker_suite.clients import V5, Broker, Client
+from broker_suite.brokers import Broker
 from support.bridges import BridgeFactory, mqtt_port
 from support.mosquitto import own_mosquitto
+from support.mqtt import V5, Client
 
 # What the suite's Mosquitto announces in CONNACK (5.0); the tests read the values from the
 # CONNACK itself, these only configure Mosquitto.

@@ -12,8 +12,9 @@ from collections.abc import Callable
 
 import pytest
 
-from broker_suite.clients import V311, Broker, Client, Will, unique
+from broker_suite.brokers import Broker
 from support import frames
+from support.mqtt import V311, Client, Will, unique
 from support.raw import RawClient
 
 Clients = Callable[..., Client]
@@ -56,7 +57,7 @@ async def test_qos1_and_qos2_queued_for_an_offline_persistent_session(clients: C
         await pub.publish(f"{topic}/{n}", f"m{n}".encode(), qos)
 
     back = await connected(clients, cid, clean=False)
-    got = await back.messages_n(4)
+    got = await back.expect(4)
     # paho hands a QoS 2 message over at PUBREL, so order holds within each QoS only
     for qos in (1, 2):
         assert [(m.topic, m.payload, m.retain) for m in got if m.qos == qos] == [
@@ -149,7 +150,7 @@ async def test_retained_set_replaced_deleted_and_delivered_to_wildcards(clients:
     await pub.publish(f"{root}/b/c", b"kept", 1, retain=True)
     await pub.publish(f"{root}/d", b"soon deleted", 1, retain=True)
     await pub.publish(f"{root}/d", b"", 1, retain=True)
-    live = await early.messages_n(5)
+    live = await early.expect(5)
     # an established subscription gets them as live messages: retain flag 0 (3.1.1 section 3.3.1.3)
     assert [(m.payload, m.retain) for m in live] == [
         (b"v1", False),

@@ -11,8 +11,10 @@ from collections.abc import Callable
 
 from paho.mqtt.packettypes import PacketTypes
 
-from broker_suite.clients import Broker, Client, Message, connect_v5, props, unique
+from broker_suite.brokers import Broker
 from support import frames
+from support.mqtt import Client, Message, connect_v5, unique
+from support.mqtt_properties import props
 from support.raw import RawClient
 
 Clients = Callable[..., Client]
@@ -54,7 +56,7 @@ async def test_client_receive_maximum_bounds_what_the_broker_has_in_flight(clien
     await pub.publish(topic, b"marker", 0)
     assert len(await witness.until(topic, b"marker")) == 5  # the broker has routed all five
 
-    in_flight = await sub.messages_n(2)
+    in_flight = await sub.expect(2)
     assert [m.payload for m in in_flight] == [b"m0", b"m1"]
     # Nothing more at QoS > 0 until an ack; the QoS 0 marker may pass the held messages or wait
     # behind them (5.0 section 4.9: either is allowed).
@@ -149,7 +151,7 @@ async def test_topic_alias_from_client_to_broker(clients: Clients) -> None:
     await pub.publish("", b"uses alias 1", 1, properties=props(PacketTypes.PUBLISH, TopicAlias=1))
     await pub.publish(f"{topic}/b", b"remaps alias 1", 1, properties=props(PacketTypes.PUBLISH, TopicAlias=1))
     await pub.publish("", b"uses it again", 1, properties=props(PacketTypes.PUBLISH, TopicAlias=1))
-    got = await sub.messages_n(4)
+    got = await sub.expect(4)
     assert [(m.topic, m.payload) for m in got] == [
         (f"{topic}/a", b"sets alias 1"),
         (f"{topic}/a", b"uses alias 1"),

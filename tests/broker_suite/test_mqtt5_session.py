@@ -12,8 +12,10 @@ from collections.abc import Callable
 import pytest
 from paho.mqtt.packettypes import PacketTypes
 
-from broker_suite.clients import Broker, Client, Will, connect_v5, props, unique
+from broker_suite.brokers import Broker
 from support import frames
+from support.mqtt import Client, Will, connect_v5, unique
+from support.mqtt_properties import props
 from support.raw import RawClient
 
 Clients = Callable[..., Client]

@@ -15,7 +15,9 @@ import gmqtt
 import pytest
 from paho.mqtt.packettypes import PacketTypes
 
-from broker_suite.clients import V311, Broker, Client, connect_v5, props, unique
+from broker_suite.brokers import Broker
+from support.mqtt import V311, Client, connect_v5, unique
+from support.mqtt_properties import props
 
 Clients = Callable[..., Client]
 
@@ -51,8 +53,8 @@ async def test_retain_as_published(clients: Clients) -> None:
     pub, _ = await connect_v5(clients, unique("pub"))
     await pub.publish(topic, b"retained", 1, retain=True)
     await pub.publish(topic, b"plain", 1)
-    assert [(m.payload, m.retain) for m in await keeps.messages_n(2)] == [(b"retained", True), (b"plain", False)]
-    assert [(m.payload, m.retain) for m in await clears.messages_n(2)] == [(b"retained", False), (b"plain", False)]
+    assert [(m.payload, m.retain) for m in await keeps.expect(2)] == [(b"retained", True), (b"plain", False)]
+    assert [(m.payload, m.retain) for m in await clears.expect(2)] == [(b"retained", False), (b"plain", False)]
 
 
 @pytest.mark.parametrize(("handling", "at_first", "at_again"), [(0, True, True), (1, True, False), (2, False, False)])
@@ -104,7 +106,7 @@ async def test_shared_subscription_delivers_each_message_to_one_member(broker: B
     for payload in sent:
         await pub.publish(f"{topic}/x", payload, 1)
 
-    assert [m.payload for m in await plain.messages_n(len(sent))] == sent
+    assert [m.payload for m in await plain.expect(len(sent))] == sent
     # Each member's share ends at a marker of its own, on a topic outside the shared filter (a
     # marker under it would itself be shared out to some member).
     shared: list[bytes] = []
@@ -127,7 +129,7 @@ async def test_shared_subscription_from_a_311_client(clients: Clients) -> None:
     assert (await pub.connect()).reason == 0
     for n in range(3):
         await pub.publish(f"{topic}/x", f"m{n}".encode(), 1)
-    got = await member.messages_n(3)
+    got = await member.expect(3)
     assert [(m.topic, m.payload) for m in got] == [(f"{topic}/x", f"m{n}".encode()) for n in range(3)]
 
 

@@ -1,7 +1,7 @@
 """MQTT 5 message expiry on every backend: a stored message past its expiry is never fetched, and a
 retained one past it is not sent by a retain lookup.
 
-The publisher is an MQTT 5 client (paho) on the embedded broker: one message with a message
+The publisher is an MQTT 5 client (support.mqtt's) on the embedded broker: one message with a message
 expiry interval of 2 s, one without (and retained ones, 1 s and none). The test waits until the store says the first has expired
 (a condition, not a sleep), then a new subscriber's fetch must bring the second only; a restarted
 bridge the same.
@@ -10,43 +10,32 @@ bridge the same.
 from __future__ import annotations
 
 import asyncio
-import threading
 
-import paho.mqtt.client as paho
-from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
 
 from conformance.stores import Store, rules_for
 from support.bridges import BridgeFactory, eventually, mqtt_port
-from support.mqtt import Client
+from support.mqtt import V5, Client
+from support.mqtt_properties import props
 
 
 async def _publish_v5(port: int, messages: list[tuple[str, bytes, int | None, bool]]) -> None:
     """Publish (topic, payload, expiry or None, retain) at QoS 1 as an MQTT 5 client; return once all are acked."""
-    client = paho.Client(CallbackAPIVersion.VERSION2, client_id="pub5", protocol=paho.MQTTv5)
-    connected = threading.Event()
-    client.on_connect = lambda *_: connected.set()
-    client.connect("127.0.0.1", port)
-    client.loop_start()
+    client = await Client(port, "pub5", version=V5).connected()
     try:
-        assert await asyncio.to_thread(connected.wait, 10), "no CONNACK"
-        infos = []
+        acks = []
         for topic, payload, expiry, retain in messages:
-            properties = Properties(PacketTypes.PUBLISH)
-            if expiry is not None:
-                properties.MessageExpiryInterval = expiry
-            infos.append(client.publish(topic, payload, qos=1, retain=retain, properties=properties))
-        for info in infos:
-            await asyncio.to_thread(info.wait_for_publish, 10)
-            assert info.is_published()
+            expiry_property = {} if expiry is None else {"MessageExpiryInterval": expiry}
+            properties = props(PacketTypes.PUBLISH, **expiry_property)
+            acks.append(client.send(topic, payload, 1, retain, properties))
+        async with asyncio.timeout(10):
+            await asyncio.gather(*acks)
     finally:
-        client.disconnect()
-        client.loop_stop()
+        await client.disconnect()
 
 
 async def _fetched(port: int, clientid: str, topic_filter: str, expected: int) -> list[bytes]:
-    reader = await Client(clientid, port, clean=False).connect()
+    reader = await Client(port, clientid, clean=False).connected()
     await reader.subscribe(topic_filter, qos=1)
     got = [m.payload for m in await reader.expect(expected)]
     await reader.expect_nothing()
@@ -59,7 +48,7 @@ async def test_fetch_never_delivers_an_expired_message_also_after_a_restart(
 ) -> None:
     bridge = await make_bridge(rules_for(store.db), pools=store.pool_config())
     for reader in ("r1", "r2"):  # pubsub readers from before the messages: their fetch starts there
-        client = await Client(reader, mqtt_port(bridge), clean=False).connect()
+        client = await Client(mqtt_port(bridge), reader, clean=False).connected()
         await client.subscribe("pubsub/#", qos=1)
         await client.disconnect()
     await bridge.idle()

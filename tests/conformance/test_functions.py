@@ -11,7 +11,7 @@ NODE = "test@127.0.0.1"
 
 async def test_online_status(make_bridge: BridgeFactory, store: Store) -> None:
     bridge = await make_bridge(rules_for(store.db), pools=store.pool_config())
-    client = await Client("sub_client", mqtt_port(bridge), clean=False).connect()
+    client = await Client(mqtt_port(bridge), "sub_client", clean=False).connected()
     await bridge.idle()
     assert await store.client("sub_client") == {"state": 1, "online": True, "offline": False, "node": NODE}
     await client.disconnect()
@@ -22,9 +22,9 @@ async def test_online_status(make_bridge: BridgeFactory, store: Store) -> None:
 async def test_proxy_subscription(make_bridge: BridgeFactory, store: Store) -> None:
     await store.add_subscription("dev", "dev/downlink", 1)
     bridge = await make_bridge(rules_for(store.db), pools=store.pool_config())
-    device = await Client("dev", mqtt_port(bridge)).connect()
+    device = await Client(mqtt_port(bridge), "dev").connected()
     await bridge.idle()
-    app = await Client("app", mqtt_port(bridge)).connect()
+    app = await Client(mqtt_port(bridge), "app").connected()
     await app.publish("dev/downlink", b"reboot", qos=1)
     assert [(m.topic, m.payload) for m in await device.expect(1)] == [("dev/downlink", b"reboot")]
     for client in (device, app):
@@ -33,7 +33,7 @@ async def test_proxy_subscription(make_bridge: BridgeFactory, store: Store) -> N
 
 async def test_store_publish_qos_and_retain(make_bridge: BridgeFactory, store: Store) -> None:
     bridge = await make_bridge(rules_for(store.db), pools=store.pool_config())
-    client = await Client("pub", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "pub").connected()
     await client.publish("up/t", b"one", qos=1)
     await client.publish("up/t", b"zero", qos=0)
     await client.publish("up/t", b"two", qos=2)
@@ -49,7 +49,7 @@ async def test_store_publish_qos_and_retain(make_bridge: BridgeFactory, store: S
     lamp = await store.messages("lamp/1")
     assert await store.retained("lamp/1") == lamp[0].msgid
 
-    client = await Client("pub", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "pub").connected()
     await client.publish("lamp/1", b"off", qos=1, retain=True)
     await bridge.idle()
     assert await store.retained("lamp/1") == (await store.messages("lamp/1"))[-1].msgid
@@ -62,11 +62,11 @@ async def test_store_publish_qos_and_retain(make_bridge: BridgeFactory, store: S
 async def test_queue_and_pubsub_offline_delivery_after_restart(make_bridge: BridgeFactory, store: Store) -> None:
     bridge = await make_bridge(rules_for(store.db), pools=store.pool_config())
     port = mqtt_port(bridge)
-    reader = await Client("p1", port, clean=False).connect()
+    reader = await Client(port, "p1", clean=False).connected()
     await reader.subscribe("pubsub/#", qos=1)
     await bridge.idle()
     assert await store.offset("p1", "pubsub/#") == START
-    publisher = await Client("pub", port).connect()
+    publisher = await Client(port, "pub").connected()
     await publisher.publish("pubsub/a", b"live", qos=1)
     assert [m.payload for m in await reader.expect(1)] == [b"live"]
     await bridge.idle()
@@ -81,10 +81,10 @@ async def test_queue_and_pubsub_offline_delivery_after_restart(make_bridge: Brid
 
     bridge = await make_bridge(rules_for(store.db), pools=store.pool_config())
     port = mqtt_port(bridge)
-    reader = await Client("p1", port, clean=False).connect()
+    reader = await Client(port, "p1", clean=False).connected()
     await reader.subscribe("pubsub/#", qos=1)
     assert [m.payload for m in await reader.expect(3)] == [b"missed 0", b"missed 1", b"missed 2"]
-    worker = await Client("w1", port, clean=False).connect()
+    worker = await Client(port, "w1", clean=False).connected()
     await worker.subscribe("queue/#", qos=1)
     assert [m.payload for m in await worker.expect(3)] == [b"job 0", b"job 1", b"job 2"]
     newest = (await store.messages("pubsub/a"))[-1].msgid
@@ -99,7 +99,7 @@ async def test_queue_and_pubsub_offline_delivery_after_restart(make_bridge: Brid
 
 async def test_retain_lookup_after_restart(make_bridge: BridgeFactory, store: Store) -> None:
     bridge = await make_bridge(rules_for(store.db), pools=store.pool_config())
-    publisher = await Client("pub", mqtt_port(bridge)).connect()
+    publisher = await Client(mqtt_port(bridge), "pub").connected()
     await publisher.publish("status/a", b"A", qos=1, retain=True)
     await publisher.publish("status/b/c", b"C", qos=0, retain=True)
     await publisher.disconnect()  # returns once the broker has read up to it (the QoS 0 publish too)
@@ -108,7 +108,7 @@ async def test_retain_lookup_after_restart(make_bridge: BridgeFactory, store: St
     assert stored is not None and stored["state"] == 0
     await bridge.stop()
     bridge = await make_bridge(rules_for(store.db), pools=store.pool_config())
-    viewer = await Client("viewer", mqtt_port(bridge)).connect()
+    viewer = await Client(mqtt_port(bridge), "viewer").connected()
     await viewer.subscribe("status/#", qos=1)
     got = sorted(await viewer.expect(2), key=lambda m: m.topic)
     assert [(m.topic, m.payload, m.qos, m.retain) for m in got] == [

@@ -17,14 +17,14 @@ async def test_thousand_messages_in_order_paged_past_max_returned_count(
     make_bridge: BridgeFactory, store: Store
 ) -> None:
     bridge = await make_bridge(rules_for(store.db, max_returned_count=100), pools=store.pool_config())
-    publisher = await Client("pub", mqtt_port(bridge)).connect()
+    publisher = await Client(mqtt_port(bridge), "pub").connected()
     payloads = [f"m{n:04d}".encode() for n in range(1000)]
     await publisher.publish_many([("queue/seq", p) for p in payloads], qos=1)
     await publisher.disconnect()
     await bridge.idle()
     assert [m.payload for m in await store.messages("queue/seq")] == payloads
 
-    subscriber = await Client("s", mqtt_port(bridge), clean=False).connect()
+    subscriber = await Client(mqtt_port(bridge), "s", clean=False).connected()
     await subscriber.subscribe("queue/seq", qos=1)
     assert [m.payload for m in await subscriber.expect(1000, timeout=60)] == payloads
     await eventually(lambda: store.messages("queue/seq"), lambda m: m == [])
@@ -41,10 +41,10 @@ async def test_time_range_limits_what_a_fetch_sends(make_bridge: BridgeFactory, 
     await bridge.dispatcher(
         MessagePublish(old_id, "pub", None, "queue/w", 1, b"too old", False, "elsewhere", "127.0.0.1:1", arrived)
     )
-    publisher = await Client("pub", mqtt_port(bridge)).connect()
+    publisher = await Client(mqtt_port(bridge), "pub").connected()
     await publisher.publish("queue/w", b"recent", qos=1)
     await bridge.idle()
-    subscriber = await Client("s", mqtt_port(bridge), clean=False).connect()
+    subscriber = await Client(mqtt_port(bridge), "s", clean=False).connected()
     await subscriber.subscribe("queue/w", qos=1)
     assert [m.payload for m in await subscriber.expect(1)] == [b"recent"]
     await subscriber.expect_nothing()
@@ -56,7 +56,7 @@ async def test_time_range_limits_what_a_fetch_sends(make_bridge: BridgeFactory, 
 async def test_wildcard_fetch_merges_topics_in_publish_order(make_bridge: BridgeFactory, store: Store) -> None:
     await store.set_offset_start("s", "pubsub/+/temp")  # subscribed before, on an earlier run
     bridge = await make_bridge(rules_for(store.db, max_returned_count=7), pools=store.pool_config())
-    publishers = [await Client(f"dev{n}", mqtt_port(bridge)).connect() for n in range(3)]
+    publishers = [await Client(mqtt_port(bridge), f"dev{n}").connected() for n in range(3)]
     expected = []
     for round_ in range(10):
         for n, publisher in enumerate(publishers):
@@ -66,7 +66,7 @@ async def test_wildcard_fetch_merges_topics_in_publish_order(make_bridge: Bridge
     await publishers[0].publish("pubsub/dev0/humidity", b"not matched", qos=1)
     await bridge.idle()
 
-    subscriber = await Client("s", mqtt_port(bridge), clean=False).connect()
+    subscriber = await Client(mqtt_port(bridge), "s", clean=False).connected()
     await subscriber.subscribe("pubsub/+/temp", qos=1)
     assert [m.payload for m in await subscriber.expect(30)] == expected
     await subscriber.expect_nothing()
@@ -79,13 +79,13 @@ async def test_wildcard_fetch_merges_topics_in_publish_order(make_bridge: Bridge
 async def test_a_fetch_reaches_its_subscriber_only(make_bridge: BridgeFactory, store: Store) -> None:
     await store.set_offset_start("newcomer", "pubsub/x")
     bridge = await make_bridge(rules_for(store.db), pools=store.pool_config())
-    bystander = await Client("bystander", mqtt_port(bridge), clean=False).connect()
+    bystander = await Client(mqtt_port(bridge), "bystander", clean=False).connected()
     await bystander.subscribe("pubsub/x", qos=1)
-    publisher = await Client("pub", mqtt_port(bridge)).connect()
+    publisher = await Client(mqtt_port(bridge), "pub").connected()
     await publisher.publish("pubsub/x", b"stored", qos=1)
     assert [m.payload for m in await bystander.expect(1)] == [b"stored"]
     await bridge.idle()
-    newcomer = await Client("newcomer", mqtt_port(bridge), clean=False).connect()
+    newcomer = await Client(mqtt_port(bridge), "newcomer", clean=False).connected()
     await newcomer.subscribe("pubsub/x", qos=1)
     assert [m.payload for m in await newcomer.expect(1)] == [b"stored"]
     await bystander.expect_nothing(0.5)
@@ -161,7 +161,7 @@ HOSTILE = [
 async def test_hostile_input_is_stored_as_data(make_bridge: BridgeFactory, store: Store) -> None:
     bridge = await make_bridge(rules_for(store.db), pools=store.pool_config())
     for clientid, topic, payload in HOSTILE:
-        client = await Client(clientid, mqtt_port(bridge)).connect()
+        client = await Client(mqtt_port(bridge), clientid).connected()
         await client.publish(topic, payload, qos=1)
         await client.disconnect()
     await bridge.idle()
@@ -173,7 +173,7 @@ async def test_hostile_input_is_stored_as_data(make_bridge: BridgeFactory, store
     # a wildcard subscription of a hostile prefix matches by MQTT rules, not by LIKE / glob
     await store.set_offset_start("w", "%/#")
     bridge2 = await make_bridge(rules_for(store.db).replace("pubsub/#", "#"), pools=store.pool_config())
-    watcher = await Client("w", mqtt_port(bridge2), clean=False).connect()
+    watcher = await Client(mqtt_port(bridge2), "w", clean=False).connected()
     await watcher.subscribe("%/#", qos=1)
     assert [(m.topic, m.payload) for m in await watcher.expect(1)] == [("%/_/\\*?[x]", b"")]
     await watcher.expect_nothing()
@@ -186,7 +186,7 @@ async def test_database_restart_during_publishing_loses_nothing(make_bridge: Bri
         pools=store.pool_config(),
         extra_config=f"backend.{store.db}.pool1.retry_backoff_max = 300ms\n",
     )
-    client = await Client("pub", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "pub").connected()
     payloads = [f"{n}".encode() for n in range(600)]
     await client.publish_many([("t/outage", p) for p in payloads[:200]])
     await asyncio.to_thread(store.stop_server)

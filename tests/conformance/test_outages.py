@@ -19,7 +19,7 @@ async def test_server_down_for_30s_while_20000_messages_flow(make_bridge: Bridge
         pools=store.pool_config(),
         extra_config=f"backend.{store.db}.pool1.retry_backoff_max = 1s\n",
     )
-    publishers = [await Client(f"dev{n}", mqtt_port(bridge)).connect() for n in range(4)]
+    publishers = [await Client(mqtt_port(bridge), f"dev{n}").connected() for n in range(4)]
     sent = [[(f"fault/dev{n}", b"dev%d %05d" % (n, i)) for i in range(MESSAGES // 4)] for n in range(4)]
 
     async def flow(start: int, end: int) -> None:

@@ -1,8 +1,9 @@
 """Fixtures for integration tests against a real broker over TCP.
 
-- `paho_clients`: `support.paho.PahoClient`s, stopped at teardown.
+- `paho_clients`: `paho_clients(port, clientid, ...)` makes a `support.mqtt.Client`, stopped at teardown.
+- `clients`: a list the test's `support.mqtt.Client`s go in (`support.bridges.connected` appends
+  them), stopped at teardown.
 - `raw_connect`: `support.raw.RawClient`s (a bare socket through the project's codec), aborted at teardown.
-- `clients`: the `broker_suite.clients.Client`s a test made (`support.bridges.connected`), closed at teardown.
 """
 
 from __future__ import annotations
@@ -11,20 +12,19 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
-from broker_suite.clients import Client as SuiteClient
 
-from support.paho import PahoClient
+from support.mqtt import Client
 from support.process import BridgeProcess
 from support.raw import RawClient
 
 
 @pytest.fixture
-async def paho_clients() -> AsyncIterator[Callable[..., PahoClient]]:
-    """A factory of `PahoClient`s that are all stopped at teardown."""
-    made: list[PahoClient] = []
+async def paho_clients() -> AsyncIterator[Callable[..., Client]]:
+    """A factory of `support.mqtt.Client`s (its arguments) that are all stopped at teardown."""
+    made: list[Client] = []
 
-    def make(port: int, client_id: str, **kwargs: Any) -> PahoClient:
-        client = PahoClient(port, client_id, **kwargs)
+    def make(port: int, client_id: str, **kwargs: Any) -> Client:
+        client = Client(port, client_id, **kwargs)
         made.append(client)
         return client
 
@@ -49,9 +49,9 @@ async def raw_connect() -> AsyncIterator[Callable[..., Awaitable[tuple[RawClient
 
 
 @pytest.fixture
-async def clients() -> AsyncIterator[list[SuiteClient]]:
+async def clients() -> AsyncIterator[list[Client]]:
     """The paho clients a test made (support.bridges.connected appends them), closed at teardown."""
-    made: list[SuiteClient] = []
+    made: list[Client] = []
     yield made
     for client in made:
         await client.close()

@@ -19,12 +19,12 @@ import aiohttp
 import pytest
 import redis as redis_sync
 import yarl
-from broker_suite.clients import V5, V311, Client
 
 from actions.redis import keys
 from bridge.app import Bridge, Paths
 from bridge.cli import main
 from support.bridges import BridgeFactory, connected, core, mqtt_port
+from support.mqtt import V5, V311, Client
 from support.services import start_mosquitto
 from tests.integration.mqtt_support import MOSQUITTO_PORT, external_config
 from tests.integration.test_broker_auth_db import PG_POOL, pg_users

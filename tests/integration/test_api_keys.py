@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import redis as redis_sync
-from broker_suite.clients import V5, Client
 
+from support.mqtt import V5, Client
 from support.process import BridgeProcess
 from tests.integration.test_ctl import ctl
 

@@ -16,11 +16,11 @@ from typing import Any
 
 import aiohttp
 import pytest
-from broker_suite.clients import V311, Client
 
 from bridge.api import paging, routes
 from bridge.app import Bridge
 from support.bridges import BridgeFactory, connected, core, eventually
+from support.mqtt import V311, Client
 
 KEY = "k3y-for-the-user-index-0123456789"
 KEY_LINE = f"api.keys = ops:sha256:{hashlib.sha256(KEY.encode()).hexdigest()}\n"

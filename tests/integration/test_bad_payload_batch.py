@@ -49,8 +49,8 @@ async def test_a_deeply_nested_payload_loses_no_other_message(
 ) -> None:
     bridge = await make_bridge(RULES, pools=POOLS.format(redis=redis_port))
     port = mqtt_port(bridge)
-    bad = await Client("pv-bad", port).connect()
-    publishers = [await Client(f"pv-{n}", port).connect() for n in range(PUBLISHERS)]
+    bad = await Client(port, "pv-bad").connected()
+    publishers = [await Client(port, f"pv-{n}").connected() for n in range(PUBLISHERS)]
 
     async def send(n: int, client: Client) -> None:
         items = [(f"pv/{n}/{i}", b'{"v": "%d-%d"}' % (n, i)) for i in range(PER_PUBLISHER)]

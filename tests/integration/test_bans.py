@@ -20,7 +20,6 @@ import aiohttp
 import paho.mqtt.client as paho
 import pytest
 import redis as redis_sync
-from broker_suite.clients import V5, V311, Client
 from paho.mqtt.enums import CallbackAPIVersion
 
 from bridge.app import Bridge, Paths
@@ -28,6 +27,7 @@ from bridge.brokers.embedded.codec import MQTT_5
 from support.bridges import core, eventually, mqtt_port
 from support.cdp import browser
 from support.conf import config_text
+from support.mqtt import V5, V311, Client
 from support.process import free_port
 from support.services import ROOT
 from tests.integration.test_ctl import ctl

@@ -18,7 +18,6 @@ from typing import Any
 import asyncpg
 import pytest
 import redis as redis_sync
-from broker_suite.clients import V5, V311, Client
 from paho.mqtt.enums import MQTTProtocolVersion
 from pymongo import AsyncMongoClient
 
@@ -26,6 +25,7 @@ from actions.redis import keys
 from bridge.app import Bridge
 from bridge.brokers.embedded.codec import MQTT_3_1_1, MQTT_5, Connack, Connect, Pubcomp, Publish, Pubrec, Pubrel, Will
 from support.bridges import BridgeFactory, mqtt_port
+from support.mqtt import V5, V311, Client
 from support.raw import RawClient
 from support.services import ROOT, postgres_dsn, start_ferretdb, start_postgres
 
@@ -68,16 +68,12 @@ async def bridge(make_bridge: BridgeFactory, redis_db: redis_sync.Redis, tmp_pat
     return await make_bridge(extra_config=f"broker.acl.file = {acl}\nbroker.takeover = same_user\n")
 
 
-class AclClient(Client):
-    connack: int = 0  # the CONNACK's return code / reason code
-
-
 class Clients:
-    """`await clients(clientid, user, version, clean=...)`: a client that sent CONNECT (see .connack)."""
+    """`await clients(clientid, user, version, clean=...)`: a client that sent CONNECT (its CONNACK: .connack)."""
 
     def __init__(self, bridge: Bridge) -> None:
         self.port = mqtt_port(bridge)
-        self.made: list[AclClient] = []
+        self.made: list[Client] = []
 
     async def __call__(
         self,
@@ -86,12 +82,10 @@ class Clients:
         version: MQTTProtocolVersion = V311,
         password: str | None = None,
         **kwargs: Any,
-    ) -> AclClient:
-        client = AclClient(self.port, clientid, version=version, **kwargs)
-        if username is not None:
-            client.paho.username_pw_set(username, password)
+    ) -> Client:
+        client = Client(self.port, clientid, version=version, username=username, password=password, **kwargs)
         self.made.append(client)
-        client.connack = (await client.connect()).reason
+        await client.connect()
         return client
 
     async def refusal(
@@ -266,7 +260,7 @@ async def test_same_user_takes_over(connect: Clients) -> None:
     first = await connect("dev2", "alice", V311, clean=False)
     assert await first.subscribe("inbox/dev2", 1) == [1]
     second = await connect("dev2", "alice", V311, clean=False)
-    assert second.connack == 0
+    assert second.connack and second.connack.reason == 0
     await first.wait_disconnected()
     sender = await connect("s2", "alice")
     await sender.publish("inbox/dev2", b"to the new connection", 1)
@@ -399,7 +393,7 @@ async def test_authenticated_users_superuser_and_takeover_by_default(
         root = await connect("root1", "root", V5, password="pw-root")
         assert await root.subscribe("$SYS/#", 1) == [1]
         alice = await connect("dev7", "alice", V311, password="pw-alice", clean=False)
-        assert alice.connack == 0
+        assert alice.connack and alice.connack.reason == 0
         assert await alice.subscribe("$SYS/#", 1) == [0x80]  # `#` does not reach $SYS
         assert await alice.subscribe("inbox/dev7", 1) == [1]
         for version, code in ((V311, 5), (V5, 0x87)):

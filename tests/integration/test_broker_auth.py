@@ -21,7 +21,7 @@ from bridge.brokers.embedded.codec import MQTT_5, Connect, Disconnect
 from bridge.brokers.embedded.codec.packets import Connack
 from support.bridges import BridgeFactory, mqtt_port
 from support.conf import make_config
-from support.paho import PahoClient
+from support.mqtt import Client
 from support.process import free_port
 from support.raw import RawClient
 from support.services import start_redis, stop_redis
@@ -41,10 +41,10 @@ def passwd(path: Path, user: str, password: str, *, sha512: bool = False) -> Non
     subprocess.run(command, check=True, capture_output=True)
 
 
-async def connack(clients: Callable[..., PahoClient], port: int, user: str | None, password: str | None) -> int:
+async def connack(clients: Callable[..., Client], port: int, user: str | None, password: str | None) -> int:
     """The CONNACK return code a paho client gets (3.1.1)."""
     client = clients(port, f"c-{user}-{password}", username=user, password=password)
-    code, _ = await client.connect()
+    code = (await client.connect()).reason
     await client.close()
     return code
 
@@ -63,7 +63,7 @@ async def raw_connack(port: int, user: str | None, password: bytes | None, *, le
 
 
 async def test_password_file_users_right_and_wrong_passwords(
-    tmp_path: Path, make_bridge: BridgeFactory, paho_clients: Callable[..., PahoClient]
+    tmp_path: Path, make_bridge: BridgeFactory, paho_clients: Callable[..., Client]
 ) -> None:
     path = tmp_path / "passwd"
     passwd(path, "alice", "s3cret")  # $7$
@@ -82,7 +82,7 @@ async def test_password_file_users_right_and_wrong_passwords(
 
 
 async def test_the_password_file_is_read_again_on_reload_and_a_broken_one_keeps_the_old_users(
-    tmp_path: Path, make_bridge: BridgeFactory, paho_clients: Callable[..., PahoClient]
+    tmp_path: Path, make_bridge: BridgeFactory, paho_clients: Callable[..., Client]
 ) -> None:
     path = tmp_path / "passwd"
     passwd(path, "alice", "old-password")
@@ -125,7 +125,7 @@ HASHES = ["plain", "md5", "sha", "sha256", "sha512", "salt,sha256", "sha512,salt
 
 @pytest.mark.parametrize("setting", HASHES)
 async def test_redis_users_with_each_password_hash(
-    setting: str, redis_db: redis_sync.Redis, make_bridge: BridgeFactory, paho_clients: Callable[..., PahoClient]
+    setting: str, redis_db: redis_sync.Redis, make_bridge: BridgeFactory, paho_clients: Callable[..., Client]
 ) -> None:
     password, salt = stored(setting, "pa55-word")
     redis_db.hset("mqtt_user:alice", mapping={"password": password, "salt": salt, "is_superuser": 0})
@@ -186,7 +186,7 @@ async def test_anonymous_and_unknown_users_when_anonymous_access_is_off() -> Non
 
 
 async def test_a_user_database_that_is_down_refuses_logins_and_the_file_still_works(
-    tmp_path: Path, make_bridge: BridgeFactory, paho_clients: Callable[..., PahoClient]
+    tmp_path: Path, make_bridge: BridgeFactory, paho_clients: Callable[..., Client]
 ) -> None:
     path = tmp_path / "passwd"
     passwd(path, "local", "pw")
@@ -205,7 +205,7 @@ async def test_a_user_database_that_is_down_refuses_logins_and_the_file_still_wo
 
 
 async def test_a_redis_stopped_under_the_bridge_refuses_new_logins(
-    make_bridge: BridgeFactory, paho_clients: Callable[..., PahoClient]
+    make_bridge: BridgeFactory, paho_clients: Callable[..., Client]
 ) -> None:
     users_port = free_port()
     await asyncio.to_thread(start_redis, users_port)

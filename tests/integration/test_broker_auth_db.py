@@ -11,7 +11,7 @@ import pytest
 from pymongo import AsyncMongoClient
 
 from support.bridges import BridgeFactory, mqtt_port
-from support.paho import PahoClient
+from support.mqtt import Client
 from support.process import free_port
 from support.services import postgres_dsn, start_ferretdb, start_postgres
 from tests.integration.test_broker_auth import BAD_CREDENTIALS, HASHES, NO_RULES, SERVER_UNAVAILABLE, connack, stored
@@ -64,7 +64,7 @@ async def test_postgresql_users_with_each_password_hash(
     setting: str,
     pg_users: asyncpg.Connection,
     make_bridge: BridgeFactory,
-    paho_clients: Callable[..., PahoClient],
+    paho_clients: Callable[..., Client],
 ) -> None:
     password, salt = stored(setting, "pa55-word")
     await pg_users.execute(
@@ -83,7 +83,7 @@ async def test_postgresql_users_with_each_password_hash(
 
 @pytest.mark.parametrize("setting", HASHES)
 async def test_mongodb_users_with_each_password_hash(
-    setting: str, mongo_users: object, make_bridge: BridgeFactory, paho_clients: Callable[..., PahoClient]
+    setting: str, mongo_users: object, make_bridge: BridgeFactory, paho_clients: Callable[..., Client]
 ) -> None:
     password, salt = stored(setting, "pa55-word")
     await mongo_users.insert_one({"username": "alice", "password": password, "salt": salt, "is_superuser": False})  # type: ignore[attr-defined]
@@ -97,7 +97,7 @@ async def test_mongodb_users_with_each_password_hash(
 
 
 async def test_postgresql_lookups_are_cached(
-    pg_users: asyncpg.Connection, make_bridge: BridgeFactory, paho_clients: Callable[..., PahoClient]
+    pg_users: asyncpg.Connection, make_bridge: BridgeFactory, paho_clients: Callable[..., Client]
 ) -> None:
     await pg_users.execute("INSERT INTO mqtt_user (username, password) VALUES ('alice', 'pw')")
     bridge = await make_bridge(
@@ -112,7 +112,7 @@ async def test_postgresql_lookups_are_cached(
 
 @pytest.mark.parametrize("db", ["pgsql", "mongo"])
 async def test_a_database_that_does_not_answer_refuses_logins(
-    db: str, make_bridge: BridgeFactory, paho_clients: Callable[..., PahoClient]
+    db: str, make_bridge: BridgeFactory, paho_clients: Callable[..., Client]
 ) -> None:
     dead = free_port()
     bridge = await make_bridge(

@@ -10,13 +10,13 @@ import re
 from pathlib import Path
 
 import aiohttp
-from broker_suite.clients import V311, Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from bridge.app import Bridge
 from bridge.brokers.embedded.census import Census
 from bridge.brokers.embedded.source import EmbeddedBroker
 from support.bridges import BridgeFactory, mqtt_port
+from support.mqtt import V311, Client
 
 ROOT = Path(__file__).parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "hookbridge.json"
@@ -74,7 +74,7 @@ async def test_broker_traffic_after_known_paho_traffic(make_bridge: BridgeFactor
         assert await writer.publish(f"t/{i}", payload, 1) == 0
     assert await writer.publish("keep", b"kept", 1, retain=True) == 0
     # sub1 gets each message twice: through t/# and through its shared group
-    assert len(await live.messages_n(2 * M)) == 2 * M
+    assert len(await live.expect(2 * M)) == 2 * M
     await bridge.idle()
 
     got = await scrape(bridge)

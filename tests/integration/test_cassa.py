@@ -82,7 +82,7 @@ async def test_cql_and_template_actions_bind_every_value(make_bridge: BridgeFact
         " PRIMARY KEY (who, topic))"
     )
     bridge = await make_bridge(CQL_RULES, pools=pool(), templates={"cassa/audit.j2": AUDIT_TEMPLATE})
-    client = await Client(EVIL, mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), EVIL).connected()
     payload = b'{"text": "it\'s \\"quoted\\"; DELETE FROM audit WHERE who = \'x\'", "level": 5}'
     before = time.time()
     await client.publish(f"t/{EVIL}", payload, qos=1)
@@ -109,7 +109,7 @@ async def test_a_bad_cql_statement_fails_its_rule_only(make_bridge: BridgeFactor
         'backend.cassa.hook.client.connected.2 = {"action": {"function": "on_client_connected"}}\n'
     )
     bridge = await make_bridge(rules, pools=pool())
-    client = await Client("c1", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "c1").connected()
     await bridge.idle()
     assert bridge.metrics.rules["cassa.client.connected.1"]["failed"] == 1
     assert (await cassa.client("c1") or {}).get("state") == 1
@@ -190,7 +190,7 @@ async def test_ten_thousand_messages_fetched_in_order_across_hour_buckets(
     buckets = await cassa.rows("SELECT bucket FROM {ks}.msg_bucket WHERE topic = 'queue/a'")
     assert len(buckets) >= 5
 
-    subscriber = await Client("s", mqtt_port(bridge), clean=False).connect()
+    subscriber = await Client(mqtt_port(bridge), "s", clean=False).connected()
     await subscriber.subscribe("queue/#", qos=1)
     got = await subscriber.expect(10_000, timeout=180)
     assert [m.payload for m in got] == [f"m{n:05d}".encode() for n in range(10_000)]
@@ -206,7 +206,7 @@ async def test_event_log_and_retain_lookup_of_a_leading_wildcard(make_bridge: Br
         'backend.cassa.hook.session.subscribed.1 = {"topic": "#", "action": {"function": "on_retain_lookup"}}\n'
     )
     bridge = await make_bridge(rules, pools=pool())
-    publisher = await Client("pub", mqtt_port(bridge)).connect()
+    publisher = await Client(mqtt_port(bridge), "pub").connected()
     await publisher.publish("a/x", b"A", qos=1, retain=True)
     await publisher.publish("b/x", b"B", qos=1, retain=True)
     await publisher.publish("b/y", b"not retained", qos=1)
@@ -214,7 +214,7 @@ async def test_event_log_and_retain_lookup_of_a_leading_wildcard(make_bridge: Br
     await bridge.idle()
     await bridge.stop()  # the broker forgets its retained messages: the lookup must find them in Cassandra
     bridge = await make_bridge(rules, pools=pool())
-    viewer = await Client("viewer", mqtt_port(bridge)).connect()
+    viewer = await Client(mqtt_port(bridge), "viewer").connected()
     await viewer.subscribe("+/x", qos=1)  # a leading wildcard reads every partition of the topic index
     got = sorted((m.topic, m.payload, m.retain) for m in await viewer.expect(2))
     assert got == [("a/x", b"A", True), ("b/x", b"B", True)]

@@ -41,7 +41,7 @@ async def test_tls_with_verified_certificate(make_bridge: BridgeFactory, cassa: 
     bridge = await make_bridge(
         RULE, pools=pool(f"backend.cassa.pool1.ssl = on\nbackend.cassa.pool1.ssl.cafile = {CA}\n")
     )
-    client = await Client("tls-cassa", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "tls-cassa").connected()
     await bridge.idle()
     assert (await cassa.client("tls-cassa") or {}).get("state") == 1
     # the node's own view of its connections: the bridge's are encrypted (the store's are not)
@@ -54,7 +54,7 @@ async def test_unknown_ca_is_refused_unless_verification_is_off(make_bridge: Bri
     with pytest.raises(PermanentError, match="CERTIFICATE_VERIFY_FAILED"):
         await make_bridge(RULE, pools=pool("backend.cassa.pool1.ssl = on\n"))
     bridge = await make_bridge(RULE, pools=pool("backend.cassa.pool1.ssl = on\nbackend.cassa.pool1.ssl.verify = off\n"))
-    client = await Client("tls-noverify", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "tls-noverify").connected()
     await bridge.idle()
     assert (await cassa.client("tls-noverify") or {}).get("state") == 1
     await client.disconnect()
@@ -65,7 +65,7 @@ async def test_bridge_starts_while_cassandra_is_down_and_catches_up(make_bridge:
     await asyncio.to_thread(stop_cassandra, PORT)
     try:
         bridge = await make_bridge(RULE, pools=pool("backend.cassa.pool1.retry_backoff_max = 300ms\n"))
-        client = await Client("early", mqtt_port(bridge)).connect()
+        client = await Client(mqtt_port(bridge), "early").connected()
         await asyncio.sleep(1)
         assert not bridge.health()[0]
     finally:

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 import redis as redis_sync
-from broker_suite.clients import V5, V311, Client
 
 from bridge.app import Bridge, Paths
 from support.bridges import connected, core
 from support.conf import config_text
+from support.mqtt import V5, V311, Client
 from support.services import ROOT
 
 KEY = "ctl-k3y-for-the-tests-0123456789"

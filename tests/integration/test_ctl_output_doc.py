@@ -13,11 +13,11 @@ import shutil
 from pathlib import Path
 
 import redis as redis_sync
-from broker_suite.clients import V5, V311, Client
 
 from bridge.app import Bridge, Paths
 from support.bridges import mqtt_port
 from support.conf import config_text
+from support.mqtt import V5, V311, Client
 from support.services import ROOT
 from tests.integration.test_ctl import ctl
 

@@ -15,12 +15,12 @@ from pathlib import Path
 import aiohttp
 import pytest
 import redis as redis_sync
-from broker_suite.clients import V5, V311, Client
 
 from bridge.app import Bridge, Paths
 from support.bridges import BridgeFactory, connected
 from support.cdp import Page, browser
 from support.conf import config_text
+from support.mqtt import V5, V311, Client
 from support.services import ROOT
 
 KEY = "dashboard-k3y-0123456789"
@@ -57,7 +57,7 @@ async def test_dashboard_shows_the_bridge_and_kicks_a_client(bridge: Bridge, cli
         if sent == 14:
             victim = await connected(bridge, clients, "sensor-2", version=V311)
     assert sent == 48
-    await watcher.messages_n(48)
+    await watcher.expect(48)
 
     async with browser(height=1000) as page:
         # the page itself is static and holds no data; the API needs the key, asked for once

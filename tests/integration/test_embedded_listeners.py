@@ -35,7 +35,7 @@ from bridge.brokers.embedded.codec import (
 from bridge.brokers.embedded.listeners import Listener
 from bridge.events import ClientConnected
 from bridge.msgid import MsgIdGenerator
-from support.paho import PahoClient
+from support.mqtt import V5, V311, Client
 from support.process import BridgeProcess, free_port
 from support.sink import TIMEOUT, RecordingSink
 from support.tls import Certificates, make_certificates, make_client_certificate
@@ -106,9 +106,9 @@ def client_context(pki: Pki, cert: tuple[Path, Path] | None = None) -> ssl.SSLCo
     return context
 
 
-async def round_trip(subscriber: PahoClient, publisher: PahoClient, topic: str) -> None:
+async def round_trip(subscriber: Client, publisher: Client, topic: str) -> None:
     """Subscribe, publish at QoS 1 and 0, and read both messages back in order."""
-    assert await subscriber.subscribe((topic, 1)) == [1]
+    assert await subscriber.subscribe(topic, 1) == [1]
     await publisher.publish(topic, b"qos1 \x00\xff", 1)
     await publisher.publish(topic, b"qos0", 0)
     first, second = await subscriber.message(), await subscriber.message()
@@ -125,12 +125,12 @@ async def test_tls_listener_carries_mqtt(start: Any, paho_clients: Any, pki: Pki
         paho_clients(port, "tls-sub", tls=client_context(pki)),
         paho_clients(port, "tls-pub", tls=client_context(pki)),
     )
-    assert (await subscriber.connect())[0] == 0
-    assert (await publisher.connect())[0] == 0
+    assert (await subscriber.connect()).reason == 0
+    assert (await publisher.connect()).reason == 0
     await round_trip(subscriber, publisher, "tls/one")
     # the plain TCP listener is still there beside it
     plain = paho_clients(broker.port, "plain")
-    assert (await plain.connect())[0] == 0
+    assert (await plain.connect()).reason == 0
     await sink.wait_for(ClientConnected, clientid="plain")
 
 
@@ -142,7 +142,7 @@ async def test_client_certificate_common_name_is_offered_as_the_username(
         listener("ssl", pki, cafile=str(pki.server.ca), verify_peer=True, peer_cert_as_username=True), gate=gate
     )
     device = paho_clients(broker.port_of("ssl"), "dev-a", tls=client_context(pki, pki.device))
-    assert (await device.connect())[0] == 0
+    assert (await device.connect()).reason == 0
     connected = await sink.wait_for(ClientConnected, clientid="dev-a")
     assert connected.username == "device-42"
     assert [(login.listener, login.cert_cn, login.username) for login in gate.logins] == [("ssl", "device-42", None)]
@@ -150,7 +150,7 @@ async def test_client_certificate_common_name_is_offered_as_the_username(
     # on the plain listener, no certificate names anyone: the gate refuses (return code 5, which
     # paho reports as the 5.0 reason it stands for, 0x87 not authorized)
     plain = paho_clients(broker.port, "dev-b")
-    assert (await plain.connect())[0] == 0x87
+    assert (await plain.connect()).reason == 0x87
     assert gate.logins[-1].cert_cn is None and gate.logins[-1].listener == "tcp"
 
 
@@ -167,8 +167,8 @@ async def test_a_user_name_ban_holds_for_the_name_a_client_certificate_gives(
         bans_file=str(bans),
     )
     port = broker.port_of("ssl")
-    assert (await paho_clients(port, "dev-a", tls=client_context(pki, pki.device)).connect())[0] == 0x87
-    assert (await paho_clients(port, "dev-b", tls=client_context(pki, pki.device), v5=True).connect())[0] == 0x8A
+    assert (await paho_clients(port, "dev-a", tls=client_context(pki, pki.device)).connect()).reason == 0x87
+    assert (await paho_clients(port, "dev-b", tls=client_context(pki, pki.device), version=V5).connect()).reason == 0x8A
     assert broker.refused["banned"] == 2
 
 
@@ -176,7 +176,7 @@ async def test_certificate_is_not_a_username_unless_asked(start: Any, paho_clien
     gate = CertGate()
     broker, sink = await start(listener("ssl", pki, cafile=str(pki.server.ca), verify_peer=True), gate=gate)
     device = paho_clients(broker.port_of("ssl"), "dev-c", tls=client_context(pki, pki.device))
-    assert (await device.connect())[0] == 0
+    assert (await device.connect()).reason == 0
     connected = await sink.wait_for(ClientConnected, clientid="dev-c")
     assert connected.username is None
     assert gate.logins[0].cert_cn is None
@@ -246,11 +246,11 @@ async def test_websocket_listener_carries_mqtt(start: Any, paho_clients: Any, pk
     broker, sink = await start(listener("ws", pki), gate=gate)
     port = broker.port_of("ws")
     subscriber, publisher = (
-        paho_clients(port, "ws-sub", websocket=True, v5=v5),
-        paho_clients(port, "ws-pub", websocket=True, v5=v5),
+        paho_clients(port, "ws-sub", websocket=True, version=V5 if v5 else V311),
+        paho_clients(port, "ws-pub", websocket=True, version=V5 if v5 else V311),
     )
-    assert (await subscriber.connect())[0] == 0
-    assert (await publisher.connect())[0] == 0
+    assert (await subscriber.connect()).reason == 0
+    assert (await publisher.connect()).reason == 0
     await round_trip(subscriber, publisher, "ws/one")
     assert {login.listener for login in gate.logins} == {"ws"}
     connected = await sink.wait_for(ClientConnected, clientid="ws-pub")
@@ -268,7 +268,7 @@ async def test_websocket_over_tls_with_client_certificate(start: Any, paho_clien
         listener("wss", pki, cafile=str(pki.server.ca), verify_peer=True, peer_cert_as_username=True), gate=gate
     )
     device = paho_clients(broker.port_of("wss"), "wss-dev", websocket=True, tls=client_context(pki, pki.device))
-    assert (await device.connect())[0] == 0
+    assert (await device.connect()).reason == 0
     assert (await sink.wait_for(ClientConnected, clientid="wss-dev")).username == "device-42"
     assert [(login.listener, login.cert_cn) for login in gate.logins] == [("wss", "device-42")]
     await round_trip(device, device, "wss/one")
@@ -291,12 +291,12 @@ async def test_a_bridge_process_opens_every_configured_listener(paho_clients: An
     try:
         await asyncio.to_thread(bridge.start)
         subscriber = paho_clients(bridge.mqtt_port, "proc-sub")
-        assert (await subscriber.connect())[0] == 0
-        assert await subscriber.subscribe(("proc/#", 1)) == [1]
+        assert (await subscriber.connect()).reason == 0
+        assert await subscriber.subscribe("proc/#", 1) == [1]
         for name, port in ports.items():
             tls = client_context(pki) if name != "ws" else None
             publisher = paho_clients(port, f"proc-{name}", websocket=name != "ssl", tls=tls)
-            assert (await publisher.connect())[0] == 0, name
+            assert (await publisher.connect()).reason == 0, name
             await publisher.publish(f"proc/{name}", name.encode(), 1)
             message = await subscriber.message()
             assert (message.topic, message.payload) == (f"proc/{name}", name.encode())

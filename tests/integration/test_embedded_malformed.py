@@ -40,7 +40,7 @@ import redis as redis_sync
 
 from bridge.brokers.embedded.codec import MQTT_3_1_1, MQTT_5, Connack, Disconnect, Puback, Publish, Will, encode
 from support.bridges import eventually
-from support.paho import PahoClient
+from support.mqtt import Client
 from support.process import BridgeProcess
 from support.raw import RawClient, brief
 
@@ -125,31 +125,30 @@ class Scene:
 
     bridge: BridgeProcess
     redis: redis_sync.Redis
-    make_paho: Callable[..., PahoClient]
+    make_paho: Callable[..., Client]
     level: int
-    _watcher: PahoClient | None = None
+    _watcher: Client | None = None
     watched: tuple[str, ...] = ()
     """Filters the watcher holds besides `#` (left out of the stored filters compared)."""
     raws: list[RawClient] = field(default_factory=list)
 
     @property
-    def watcher(self) -> PahoClient:
+    def watcher(self) -> Client:
         assert self._watcher is not None, "Scene.start() first"
         return self._watcher
 
     async def start(self, *extra_filters: str) -> Scene:
         self.watched = extra_filters
         self._watcher = await self.paho("good-before")
-        await self.watcher.subscribe(("#", 1), *((topic, 1) for topic in extra_filters))
+        await self.watcher.subscribe([("#", 1), *((topic, 1) for topic in extra_filters)])
         await self.watcher.publish("good/before", b"before", 1)
         message = await self.watcher.message()
         assert (message.topic, message.payload) == ("good/before", b"before")
         return self
 
-    async def paho(self, client_id: str) -> PahoClient:
+    async def paho(self, client_id: str) -> Client:
         client = self.make_paho(self.bridge.mqtt_port, client_id)
-        code, _ = await client.connect()
-        assert code == 0
+        assert (await client.connect()).reason == 0
         return client
 
     async def open(self) -> RawClient:
@@ -190,7 +189,7 @@ class Scene:
         did, plus what the test's raw client legitimately did: `published` (topic, payload),
         `clients` connected and `filters` subscribed."""
         after = await self.paho("good-after")
-        assert await after.subscribe(("good/after", 1)) == [1]
+        assert await after.subscribe("good/after", 1) == [1]
         await after.publish("good/after", b"after", 1)
         for client in (self.watcher, after):
             message = await client.message()  # the first thing the watcher got since "before"
@@ -229,7 +228,7 @@ SceneFactory = Callable[..., Awaitable[Scene]]
 async def scene(
     bridge: BridgeProcess,
     redis_db: redis_sync.Redis,
-    paho_clients: Callable[..., PahoClient],
+    paho_clients: Callable[..., Client],
 ) -> AsyncIterator[SceneFactory]:
     """`await scene(level, *extra_watched_filters)`: a started Scene; raw clients closed at the end."""
     made: list[Scene] = []

@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 import redis as redis_sync
-from broker_suite.clients import V5, Client, ConnAck, Message, props
 from paho.mqtt.packettypes import PacketTypes
 
 from bridge.app import Bridge
 from bridge.brokers.embedded.codec import MQTT_5, Properties, Puback
 from support.bridges import BridgeFactory, mqtt_port
-from support.mqtt import wait_until
+from support.mqtt import V5, Client, ConnAck, Message, wait_until
+from support.mqtt_properties import props
 from support.services import ROOT
 
 PERSISTENT = 3600  # a session expiry interval > 0: persistent for the fetch
@@ -92,7 +92,7 @@ async def test_queue_fetch_after_restart_for_a_session_with_expiry(
     assert connack.session_present
     assert await worker.subscribe("queue/#", 1) == [1]
     await bridge.idle()
-    assert payloads(await worker.messages_n(3)) == [b"early 0", b"early 1", b"early 2"]
+    assert payloads(await worker.expect(3)) == [b"early 0", b"early 1", b"early 2"]
     await nothing_more(worker, publisher, "queue/marker")
     # the acks of a queue subscription delete the messages for everyone
     await wait_until(lambda: stored_ids(redis_db, "queue/jobs") == [], what="the queue acks to delete")
@@ -108,7 +108,7 @@ async def test_queue_fetch_after_restart_for_a_session_with_expiry(
     worker, connack = await v5.connect(bridge, "w5", expiry=PERSISTENT, clean=False)
     assert not connack.session_present
     assert await worker.subscribe("queue/#", 1) == [1]
-    got = await worker.messages_n(5)
+    got = await worker.expect(5)
     # merged over the matching topics in publish order, each once
     assert [(m.topic, m.payload) for m in got] == [
         *[("queue/jobs", f"missed {n}".encode()) for n in range(4)],
@@ -164,7 +164,7 @@ async def test_session_expiry_0_is_not_persistent(
     # the same messages do go to a session with expiry > 0 subscribing now
     other, _ = await v5.connect(bridge, "w3600", expiry=PERSISTENT, clean=False)
     await other.subscribe("queue/jobs", 1)
-    assert payloads(await other.messages_n(4)) == [f"missed {n}".encode() for n in range(4)]
+    assert payloads(await other.expect(4)) == [f"missed {n}".encode() for n in range(4)]
 
 
 # -- pubsub offsets --------------------------------------------------------------------------------
@@ -181,7 +181,7 @@ async def test_pubsub_offset_moves_with_the_acks_of_a_5_0_client(
     assert redis_db.get(key) == b"0"  # a first subscription: before everything, nothing sent
     publisher, _ = await v5.connect(bridge, "pub")
     await publisher.publish("pubsub/a", b"live", qos=1)
-    assert payloads(await reader.messages_n(1)) == [b"live"]
+    assert payloads(await reader.expect(1)) == [b"live"]
     live_id = stored_ids(redis_db, "pubsub/a")[0]
     await wait_until(lambda: redis_db.get(key) == live_id, what="the ack to move the offset")
     await reader.disconnect()
@@ -193,7 +193,7 @@ async def test_pubsub_offset_moves_with_the_acks_of_a_5_0_client(
     bridge = await make_bridge()
     reader, _ = await v5.connect(bridge, "r5", expiry=PERSISTENT, clean=False)
     await reader.subscribe("pubsub/#", 1)
-    assert payloads(await reader.messages_n(3)) == [b"missed 0", b"missed 1", b"missed 2"]
+    assert payloads(await reader.expect(3)) == [b"missed 0", b"missed 1", b"missed 2"]
     newest = stored_ids(redis_db, "pubsub/a")[-1]
     await wait_until(lambda: redis_db.get(key) == newest, what="the acks to move the offset to the newest")
     # the messages stay for other subscribers (one-to-many)
@@ -216,13 +216,11 @@ async def test_proxy_subscription_of_a_5_0_client(
     redis_db.hset("mqtt:sub:px5", mapping={"px5/downlink": 1, "queue/px5/#": 2})
     device, connack = await v5.connect(bridge, "px5", expiry=PERSISTENT, clean=False)
     assert not connack.session_present
-    assert [(m.topic, m.payload, m.qos) for m in await device.messages_n(1)] == [
-        ("queue/px5/jobs", b"stored before", 1)
-    ]
+    assert [(m.topic, m.payload, m.qos) for m in await device.expect(1)] == [("queue/px5/jobs", b"stored before", 1)]
     await bridge.idle()
     await publisher.publish("px5/downlink", b"reboot", qos=1)
     await publisher.publish("queue/px5/jobs", b"live", qos=2)
-    got = await device.messages_n(2)
+    got = await device.expect(2)
     assert [(m.topic, m.payload, m.qos) for m in got] == [
         ("px5/downlink", b"reboot", 1),
         ("queue/px5/jobs", b"live", 2),
@@ -255,7 +253,7 @@ async def test_retain_lookup_after_restart_for_a_5_0_subscriber(
     bridge = await publish_retained_then_restart(make_bridge, v5, redis_db)
     viewer, _ = await v5.connect(bridge, "viewer")
     assert await viewer.subscribe("status/lamp/+", 1, subscription_id=7) == [1]
-    got = sorted(await viewer.messages_n(2), key=lambda m: m.topic)
+    got = sorted(await viewer.expect(2), key=lambda m: m.topic)
     assert [(m.topic, m.payload, m.qos, m.retain) for m in got] == [
         ("status/lamp/1", b"on", 1, True),
         ("status/lamp/2", b"off", 1, True),
@@ -277,7 +275,7 @@ async def test_retain_lookup_keeps_retain_handling_2(
     await nothing_more(viewer, publisher, "status/marker")
     # retain handling 1 on a new subscription: sent
     assert await viewer.subscribe("status/door", 1, retain_handling=1) == [1]
-    assert [(m.payload, m.retain) for m in await viewer.messages_n(1)] == [(b"shut", True)]
+    assert [(m.payload, m.retain) for m in await viewer.expect(1)] == [(b"shut", True)]
 
 
 # -- paging ----------------------------------------------------------------------------------------
@@ -310,7 +308,7 @@ async def test_paged_fetch_for_a_5_0_session(
     bridge = await make_bridge(rules)
     reader, _ = await v5.connect(bridge, "pg5", expiry=PERSISTENT, clean=False)
     await reader.subscribe(f"{kind}/#", 1)
-    assert payloads(await reader.messages_n(12)) == sent
+    assert payloads(await reader.expect(12)) == sent
     await bridge.idle()
     fetch_rule = "redis.session.subscribed.1" if kind == "queue" else "redis.session.subscribed.2"
     assert bridge.metrics.rules[fetch_rule]["succeeded"] == 3  # pages of 5, 5 and 2
@@ -344,7 +342,7 @@ async def test_an_expired_message_is_never_fetched(
 
     worker, _ = await v5.connect(bridge, "w5", expiry=PERSISTENT, clean=False)
     await worker.subscribe("queue/#", 1)
-    got = await worker.messages_n(2)
+    got = await worker.expect(2)
     assert payloads(got) == [b"long", b"later"]
     # what is left of the expiry interval goes with the fetched message; none for one without
     assert 0 < got[0].properties["MessageExpiryInterval"] <= 600
@@ -367,7 +365,7 @@ async def test_an_expired_message_is_not_fetched_after_a_restart(
     bridge = await make_bridge()
     worker, _ = await v5.connect(bridge, "w5", expiry=PERSISTENT, clean=False)
     await worker.subscribe("queue/#", 1)
-    assert payloads(await worker.messages_n(1)) == [b"later"]
+    assert payloads(await worker.expect(1)) == [b"later"]
 
 
 async def test_an_expired_message_in_the_offline_queue_is_never_delivered(
@@ -387,7 +385,7 @@ async def test_an_expired_message_in_the_offline_queue_is_never_delivered(
 
     worker, connack = await v5.connect(bridge, "w5", expiry=PERSISTENT, clean=False)
     assert connack.session_present
-    got = await worker.messages_n(3)
+    got = await worker.expect(3)
     assert [(m.topic, m.payload) for m in got] == [
         ("queue/exp", b"long"),
         ("notes/exp", b"long"),
@@ -420,12 +418,12 @@ async def test_fetched_and_looked_up_messages_carry_the_subscription_identifier(
     bridge = await make_bridge()
     worker, _ = await v5.connect(bridge, "w5", expiry=PERSISTENT, clean=False)
     await worker.subscribe("queue/#", 1, subscription_id=11)
-    fetched = await worker.messages_n(1)
+    fetched = await worker.expect(1)
     await worker.subscribe("status/+", 1, subscription_id=12)
-    looked_up = await worker.messages_n(1)
+    looked_up = await worker.expect(1)
     publisher, _ = await v5.connect(bridge, "pub")
     await publisher.publish("queue/jobs", b"live", qos=1)
-    live = await worker.messages_n(1)
+    live = await worker.expect(1)
     assert [(m.payload, m.properties.get("SubscriptionIdentifier")) for m in fetched + looked_up + live] == [
         (b"missed", [11]),
         (b"on", [12]),
@@ -480,7 +478,7 @@ async def test_a_session_expired_in_the_broker_gets_its_queue_from_redis(
     worker, connack = await v5.connect(bridge, "w1", expiry=1, clean=False)
     assert not connack.session_present
     await worker.subscribe("queue/#", 1)
-    assert payloads(await worker.messages_n(2)) == [b"queued in the session", b"after it expired"]
+    assert payloads(await worker.expect(2)) == [b"queued in the session", b"after it expired"]
     await bridge.idle()
     await nothing_more(worker, publisher, "queue/marker")
 
@@ -508,5 +506,5 @@ async def test_a_message_published_through_a_topic_alias_is_stored_under_its_top
 
     worker, _ = await v5.connect(bridge, "w5", expiry=PERSISTENT, clean=False)
     await worker.subscribe("queue/+", 1, retain_handling=2)
-    got = await worker.messages_n(3)
+    got = await worker.expect(3)
     assert [(m.topic, m.payload) for m in got] == [("queue/aliased", p) for p in (b"first", b"second", b"kept")]

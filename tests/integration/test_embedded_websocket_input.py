@@ -21,7 +21,7 @@ from bridge.brokers.embedded.codec import MQTT_3_1_1, Connect, Pingreq, encode
 from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.listeners import Listener
 from bridge.msgid import MsgIdGenerator
-from support.paho import PahoClient
+from support.mqtt import Client
 from support.sink import TIMEOUT, RecordingSink
 from tests.integration.test_embedded_listeners import round_trip
 
@@ -111,12 +111,12 @@ class Raw:
 async def still_serves(broker: EmbeddedBroker, name: str) -> None:
     port = broker.port_of("ws")
     subscriber, publisher = (
-        PahoClient(port, f"{name}-sub", websocket=True),
-        PahoClient(port, f"{name}-pub", websocket=True),
+        Client(port, f"{name}-sub", websocket=True),
+        Client(port, f"{name}-pub", websocket=True),
     )
     try:
-        assert (await subscriber.connect())[0] == 0
-        assert (await publisher.connect())[0] == 0
+        assert (await subscriber.connect()).reason == 0
+        assert (await publisher.connect()).reason == 0
         await round_trip(subscriber, publisher, f"{name}/after")
     finally:
         await subscriber.close()

@@ -59,7 +59,7 @@ async def test_redis_file_end_to_end(
 ) -> None:
     replace = {"server = 127.0.0.1:6379": f"server = 127.0.0.1:{redis_port}"}
     bridge = await _run_import(tmp_path, "emqx_backend_redis.conf", replace, imported)
-    client = await Client("emqx44-dev", mqtt_port(bridge), clean=False).connect()
+    client = await Client(mqtt_port(bridge), "emqx44-dev", clean=False).connected()
     await client.publish("up/dev", b"hello", qos=1)
     await bridge.idle()
     assert redis_db.hget("mqtt:client:emqx44-dev", "state") == b"1"
@@ -91,7 +91,7 @@ async def test_pgsql_file_end_to_end(tmp_path: Path, imported: list[Bridge], pg:
         "password = public": "password = hookbridge",
     }
     bridge = await _run_import(tmp_path, "emqx_backend_pgsql.conf", replace, imported)
-    client = await Client("emqx44-pg", mqtt_port(bridge), clean=False).connect()
+    client = await Client(mqtt_port(bridge), "emqx44-pg", clean=False).connected()
     await client.publish("up/pg", b"row", qos=1)
     await client.publish("up/pg", b"retained", qos=1, retain=True)
     await bridge.idle()

@@ -22,7 +22,7 @@ import redis as redis_sync
 from bridge.app import Bridge, Paths
 from bridge.cli import main
 from support.bridges import BridgeFactory, mqtt_port
-from support.mqtt import Client, wait_until
+from support.mqtt import Client, ConnAck, wait_until
 from support.services import ROOT, start_redis
 
 # This module's own Redis (started by the project's script, reused when up): its tests flush it,
@@ -59,20 +59,22 @@ async def test_a_clean_session_gets_its_offline_messages_only_with_fetch_clean_s
     extra = f"backend.redis.pool1.fetch_clean_sessions = {setting}\n" if setting else ""
     bridge = await make_bridge(PUBSUB, extra)
     port = mqtt_port(bridge)
-    device = await Client("clean-device", port, clean=True).connect()
+    device = await Client(port, "clean-device", clean=True).connected()
     await device.subscribe("pubsub/#", qos=1)  # a first subscription: the offset starts here (with the setting)
     await bridge.idle()
     await device.disconnect()
 
-    publisher = await Client("app", port).connect()
+    publisher = await Client(port, "app").connected()
     for n in range(3):
         await publisher.publish("pubsub/cmd", f"while away {n}".encode(), qos=1)
     await publisher.disconnect()
     await bridge.idle()
     assert redis_db.zcard("mqtt:msg:pubsub/cmd") == 3
 
-    device = await Client("clean-device", port, clean=True).connect()
-    assert device.connack == (False, 0)  # a clean session: nothing of the broker's own is resumed
+    device = await Client(port, "clean-device", clean=True).connected()
+    assert device.connack == ConnAck(
+        reason=0, session_present=False, properties={}
+    )  # a clean session: nothing of the broker's own is resumed
     await device.subscribe("pubsub/#", qos=1)
     if setting == "on":
         got = await device.expect(3)
@@ -96,7 +98,7 @@ async def test_redis_times_in_the_pools_unit(
     scale = 1000 if unit == "milliseconds" else 1
     bridge = await make_bridge(PUBSUB, extra)
     before = int(time.time() * scale)
-    client = await Client("timed", mqtt_port(bridge), clean=False).connect()
+    client = await Client(mqtt_port(bridge), "timed", clean=False).connected()
     await client.publish("pubsub/t", b"x", qos=1)
     await bridge.idle()
     online_at = int(redis_db.hget("mqtt:client:timed", "online_at") or 0)
@@ -121,7 +123,7 @@ async def test_default_expired_time_applies_to_rules_without_expired_time(
         ' "expired_time": 60, "pool": "pool1"}\n'
     )
     bridge = await make_bridge(rules, extra)
-    client = await Client("pub", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "pub").connected()
     await client.publish("pubsub/a", b"default", qos=1)
     await client.publish("kept/a", b"its own", qos=1)
     await client.disconnect()
@@ -169,19 +171,19 @@ async def test_a_config_written_by_import_emqx_behaves_as_emqx_44(
 ) -> None:
     port = mqtt_port(imported_bridge)
     before = int(time.time() * 1000)
-    device = await Client("zh-device", port, clean=True).connect()
+    device = await Client(port, "zh-device", clean=True).connected()
     await device.subscribe("pubsub/#", qos=1)  # the page's on_message_fetch_for_pubsub: the offset starts
     await imported_bridge.idle()
     await device.disconnect()
     await imported_bridge.idle()
     assert redis_db.hget("mqtt:client:zh-device", "state") == b"0"
 
-    publisher = await Client("zh-app", port).connect()
+    publisher = await Client(port, "zh-app").connected()
     await publisher.publish("pubsub/cmd", b"while away", qos=1)
     await publisher.disconnect()
     await imported_bridge.idle()
 
-    device = await Client("zh-device", port, clean=True).connect()
+    device = await Client(port, "zh-device", clean=True).connected()
     await device.subscribe("pubsub/#", qos=1)
     assert [(m.topic, m.payload) for m in await device.expect(1)] == [("pubsub/cmd", b"while away")]
     after = int(time.time() * 1000) + 1

@@ -40,7 +40,7 @@ from bridge.events import (
 from bridge.msgid import MsgIdGenerator
 from support.bridges import eventually
 from support.conf import config_text
-from support.paho import PahoClient
+from support.mqtt import Client
 from support.services import ROOT, start_mosquitto
 from support.sink import RecordingSink
 from tests.integration.mqtt_support import MOSQUITTO_PORT, external_config
@@ -206,7 +206,7 @@ async def emqx_source(mosquitto: int, tmp_path: Path) -> AsyncIterator[tuple[Emq
 
 
 async def test_system_messages_and_rule_events_become_events(
-    emqx_source: tuple[EmqxSource, RecordingSink], paho_clients: Callable[..., PahoClient], mosquitto: int
+    emqx_source: tuple[EmqxSource, RecordingSink], paho_clients: Callable[..., Client], mosquitto: int
 ) -> None:
     _src, sink = emqx_source
     emqx = paho_clients(mosquitto, f"emqx-sim-{uuid.uuid4().hex[:6]}")
@@ -266,7 +266,7 @@ async def test_proxy_subscription_through_the_rest_api(
     redis_db: redis_sync.Redis,
     tmp_path: Path,
     emqx_api: tuple[str, list[dict[str, Any]], dict[str, Any]],
-    paho_clients: Callable[..., PahoClient],
+    paho_clients: Callable[..., Client],
 ) -> None:
     url, calls, behaviour = emqx_api
     behaviour["fail_first"] = 1

@@ -195,13 +195,13 @@ async def test_a_bridge_serves_what_emqx44_stored_in_order_with_its_own(
 
     bridge = await make_bridge()  # the shipped rules/redis.conf
     port = mqtt_port(bridge)
-    publisher = await Client("hb-pub", port).connect()
+    publisher = await Client(port, "hb-pub").connected()
     await publisher.publish("pubsub/t", b"h4", qos=1)  # stored by hookbridge after the switch
     await bridge.idle()
 
     # The returning subscriber: proxy subscription applied on connect, then its offset (acked e1)
     # gives EMQX's e2, e3 and then hookbridge's h4.
-    dev1 = await Client("dev1", port, clean=False).connect()
+    dev1 = await Client(port, "dev1", clean=False).connected()
     await wait_until(lambda: redis_db.hget("mqtt:client:dev1", "state") == b"1", what="online state")
     await dev1.subscribe("pubsub/t", qos=1)
     got = await dev1.expect(3)
@@ -210,7 +210,7 @@ async def test_a_bridge_serves_what_emqx44_stored_in_order_with_its_own(
     assert [m.payload for m in await dev1.expect(1)] == [b"to-proxy"]
 
     # A new subscriber gets the retained messages EMQX stored, whichever form their key had.
-    fresh = await Client("fresh", port).connect()
+    fresh = await Client(port, "fresh").connected()
     await fresh.subscribe("status/#", qos=1)
     got = await fresh.expect(3)
     assert sorted(m.payload for m in got) == [b"retained-by-emqx", b"retained-hash", b"retained-string"]
@@ -280,12 +280,12 @@ async def unmigrated_retained_keys_are_errors_of_their_topic(
     ids = write_as_emqx44(redis_db)  # status/s a string, status/h a hash: not migrated
     bridge = await make_bridge()  # the shipped rules/redis.conf
     port = mqtt_port(bridge)
-    publisher = await Client("hb-pub", port).connect()
+    publisher = await Client(port, "hb-pub").connected()
     await publisher.publish("status/ok", b"retained-by-hookbridge", qos=1, retain=True)
     await bridge.idle()
     lookup = "redis.session.subscribed.3"
 
-    fresh = await Client("fresh", port).connect()
+    fresh = await Client(port, "fresh").connected()
     for topic in ("status/s", "status/h", "status/ok"):
         await fresh.subscribe(topic, qos=1)
     got = await fresh.expect(1)

@@ -223,7 +223,7 @@ async def test_a_bridge_serves_what_emqx44_stored_in_order_with_its_own(
 
 async def serve(bridge: Any, mongo: Db) -> None:
     port = mqtt_port(bridge)
-    publisher = await Client("hb-pub", port).connect()
+    publisher = await Client(port, "hb-pub").connected()
     await publisher.publish("pubsub/t", b"h4", qos=1)  # stored by hookbridge after the switch
     await bridge.idle()
     ours = await mongo.mqtt_msg.find_one({"payload": b"h4"})
@@ -231,7 +231,7 @@ async def serve(bridge: Any, mongo: Db) -> None:
 
     # The returning subscriber: its proxy subscription applied on connect, then from its offset
     # (acked e1) EMQX's e2, e3 (a mongo_json document, delivered as JSON) and then hookbridge's h4.
-    dev1 = await Client("dev1", port, clean=False).connect()
+    dev1 = await Client(port, "dev1", clean=False).connected()
     await eventually(lambda: mongo.mqtt_client.find_one({"clientid": "dev1"}), lambda doc: doc["state"] == 1)
     await dev1.subscribe("pubsub/t", qos=1)
     assert [m.payload for m in await dev1.expect(3)] == [b"e2", b'{"n":3}', b"h4"]
@@ -244,7 +244,7 @@ async def serve(bridge: Any, mongo: Db) -> None:
     assert offset["mid"] == ours["seq"]
 
     # A new subscriber gets the retained message EMQX stored.
-    fresh = await Client("fresh", port).connect()
+    fresh = await Client(port, "fresh").connected()
     await fresh.subscribe("status/#", qos=1)
     got = await fresh.expect(1)
     assert got[0].payload == b"retained-by-emqx" and got[0].retain

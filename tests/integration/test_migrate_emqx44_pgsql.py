@@ -143,13 +143,13 @@ async def test_tables_migrate_then_a_bridge_serves_them_in_order(
 
 async def serve(bridge: Any, conn: asyncpg.Connection, e1: str) -> None:
     port = mqtt_port(bridge)
-    publisher = await Client("hb-pub", port).connect()
+    publisher = await Client(port, "hb-pub").connected()
     await publisher.publish("pubsub/t", b"h4", qos=1)  # stored by hookbridge after the switch
     await bridge.idle()
     ours = await conn.fetchval("SELECT msgid FROM mqtt_msg WHERE payload = 'h4'::bytea")
     assert ours > e1
 
-    dev1 = await Client("dev1", port, clean=False).connect()
+    dev1 = await Client(port, "dev1", clean=False).connected()
     await dev1.subscribe("pubsub/t", qos=1)
     assert [m.payload for m in await dev1.expect(3)] == [b"e2", b"e3", b"h4"]
     await publisher.publish("proxy/dev1", b"to-proxy", qos=1)  # the proxy subscription EMQX had
@@ -164,7 +164,7 @@ async def serve(bridge: Any, conn: asyncpg.Connection, e1: str) -> None:
         await asyncio.sleep(0.05)
     assert await online()
 
-    fresh = await Client("fresh", port).connect()
+    fresh = await Client(port, "fresh").connected()
     await fresh.subscribe("status/#", qos=1)
     got = await fresh.expect(1)
     assert got[0].payload == b"retained-by-emqx" and got[0].retain

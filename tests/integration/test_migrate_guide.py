@@ -80,15 +80,15 @@ async def test_the_guide_runs_as_written(
     await bridge.start()
     try:
         port = mqtt_port(bridge)
-        publisher = await Client("hb-pub", port).connect()
+        publisher = await Client(port, "hb-pub").connected()
         await publisher.publish("pubsub/t", b"h4", qos=1)
         await bridge.idle()
-        dev1 = await Client("dev1", port, clean=False).connect()
+        dev1 = await Client(port, "dev1", clean=False).connected()
         await dev1.subscribe("pubsub/t", qos=1)
         assert [m.payload for m in await dev1.expect(3)] == [b"e2", b"e3", b"h4"]
         await publisher.publish("proxy/dev1", b"to-proxy", qos=1)
         assert [m.payload for m in await dev1.expect(1)] == [b"to-proxy"]
-        fresh = await Client("fresh", port).connect()
+        fresh = await Client(port, "fresh").connected()
         await fresh.subscribe("status/#", qos=1)
         got = sorted(m.payload for m in await fresh.expect(3))  # one retained key in each of EMQX's forms
         assert got == [b"retained-by-emqx", b"retained-hash", b"retained-string"]

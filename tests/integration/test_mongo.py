@@ -87,7 +87,7 @@ async def test_payload_format_json_stores_documents_and_delivers_exact_bytes(
 ) -> None:
     await mongo.mqtt_acked.insert_one({"clientid": "s", "topic": "j/#", "msgid": "", "mid": 0})
     bridge = await make_bridge(JSON_RULES, pools=POOL)
-    publisher = await Client("pub", mqtt_port(bridge)).connect()
+    publisher = await Client(mqtt_port(bridge), "pub").connected()
     for n, (payload, _) in enumerate(PAYLOADS):
         await publisher.publish(f"j/{n}", payload, qos=1)
     await publisher.publish("j/nested", b'{"m": [[1, 2], [3]]}', qos=1)  # FerretDB refuses nested arrays
@@ -105,7 +105,7 @@ async def test_payload_format_json_stores_documents_and_delivers_exact_bytes(
     assert await mongo.mqtt_msg.count_documents({"payload.unit": "C"}) == 1
     assert bridge.metrics.rules["mongo.message.publish.1"]["failed"] == 0
 
-    subscriber = await Client("s", mqtt_port(bridge), clean=False).connect()
+    subscriber = await Client(mqtt_port(bridge), "s", clean=False).connected()
     await subscriber.subscribe("j/#", qos=1)
     received = {m.topic: m.payload for m in await subscriber.expect(len(PAYLOADS) + 2)}
     assert received == {
@@ -136,7 +136,7 @@ EVIL_ID = '{"$ne": null}", "admin": true, "x": "'
 
 async def test_template_actions_bind_values_as_data(make_bridge: BridgeFactory, mongo: Db) -> None:
     bridge = await make_bridge(TEMPLATE_RULES, pools=POOL, templates={"mongo/audit.j2": AUDIT_TEMPLATE})
-    client = await Client(EVIL_ID, mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), EVIL_ID).connected()
     await client.publish("t/$where", b'{"level": 5, "note": "} ] {\\"$where\\": 1}"}', qos=1)
     await client.publish("t/$where", b'{"level": 1}', qos=1)
     await client.publish("t/raw", b"\x00\xff binary", qos=1)
@@ -205,7 +205,7 @@ async def test_template_refusals_fail_only_their_action(make_bridge: BridgeFacto
     )
     rules += 'backend.mongo.hook.message.publish.9 = {"topic": "#", "action": {"function": "on_message_store"}}\n'
     bridge = await make_bridge(rules, pools=POOL, templates=REFUSED_TEMPLATES)
-    client = await Client("pub", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "pub").connected()
     await client.publish("t/x", json.dumps({"user": {"$ne": None}}).encode(), qos=1)
     await client.disconnect()
     await bridge.idle()
@@ -244,7 +244,7 @@ async def test_expired_messages_are_deleted_without_ttl_indexes(make_bridge: Bri
     bridge = await make_bridge(rules, pools=POOL, extra_config="backend.mongo.pool1.trim_interval = 300ms\n")
     backend: Any = bridge.runners["mongo.pool1"].backend
     assert backend.ttl is False  # detected: FerretDB refuses TTL indexes
-    client = await Client("pub", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "pub").connected()
     await client.publish("t/short/x", b"short-lived", qos=1)
     await client.publish("t/long/x", b"long-lived", qos=1)
     await bridge.idle()
@@ -260,7 +260,7 @@ async def test_server_down_at_start_then_up(make_bridge: BridgeFactory) -> None:
     pool = f"backend.mongo.pool1.server = 127.0.0.1:{DOWN_PORT}\nbackend.mongo.pool1.retry_backoff_max = 300ms\n"
     rules = 'backend.mongo.hook.message.publish.1 = {"topic": "#", "action": {"function": "on_message_publish"}}\n'
     bridge = await make_bridge(rules, pools=pool)  # starts anyway
-    client = await Client("pub", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "pub").connected()
     await client.publish("t/late", b"waits", qos=1)
 
     async def ready() -> bool:
@@ -292,7 +292,7 @@ async def test_ten_thousand_messages_fetched_in_order(make_bridge: BridgeFactory
     )
     await mongo.mqtt_acked.insert_one({"clientid": "s", "topic": "fleet/+/up", "msgid": "", "mid": 0})
     bridge = await make_bridge(rules, pools=POOL)
-    publishers = [await Client(f"dev{n}", mqtt_port(bridge)).connect() for n in range(4)]
+    publishers = [await Client(mqtt_port(bridge), f"dev{n}").connected() for n in range(4)]
     expected = []
     for chunk in range(10):  # 4 devices interleaved, 10,000 messages in all
         batches = [[(f"fleet/dev{n}/up", f"{chunk:02d}-{i:04d}-{n}".encode()) for i in range(250)] for n in range(4)]
@@ -306,7 +306,7 @@ async def test_ten_thousand_messages_fetched_in_order(make_bridge: BridgeFactory
     per_device = [[p for t, p in expected if t == f"fleet/dev{n}/up"] for n in range(4)]
     assert all(p == sorted(p) and len(p) == 2500 for p in per_device)  # each device's order kept
 
-    subscriber = await Client("s", mqtt_port(bridge), clean=False).connect()
+    subscriber = await Client(mqtt_port(bridge), "s", clean=False).connected()
     await subscriber.subscribe("fleet/+/up", qos=1)
     received = [(m.topic, m.payload) for m in await subscriber.expect(10_000, timeout=120)]
     assert received == expected  # every message, once, in publish order across the four topics
@@ -322,7 +322,7 @@ async def test_shipped_rules_and_template_work_uncommented(make_bridge: BridgeFa
     shipped = (ROOT / "rules" / "mongo.conf").read_text()
     rules = "\n".join(line[2:] if line.startswith("# backend.") else line for line in shipped.splitlines())
     bridge = await make_bridge(rules, pools=POOL)  # the shipped templates/ are copied in
-    device = await Client("sensor-1", mqtt_port(bridge)).connect()
+    device = await Client(mqtt_port(bridge), "sensor-1").connected()
     await device.publish("sensors/boiler", b'{"level": 4, "temp": 97}', qos=1)
     await device.publish("sensors/boiler", b'{"level": 1, "temp": 60}', qos=1)
     await device.publish("sensors/lamp", b"on", qos=1, retain=True)
@@ -376,7 +376,7 @@ async def test_tls_pool_writes_and_an_unverified_certificate_refuses_to_start(
     with pytest.raises(Exception, match="CERTIFICATE_VERIFY_FAILED"):
         await make_bridge(rules, pools=pool)  # the test CA is not trusted by default
     bridge = await make_bridge(rules, pools=pool + f"backend.mongo.pool1.ssl.cafile = {tls_server.ca}\n")
-    client = await Client("pub", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "pub").connected()
     await client.publish("t/tls", b"over TLS", qos=1)
     await client.disconnect()
     await bridge.idle()

@@ -15,7 +15,7 @@ import pytest
 from bridge.brokers.external.mqtt import MqttSource, Upstream
 from bridge.events import ClientConnected, ClientDisconnected, SessionSubscribed, SessionUnsubscribed
 from bridge.msgid import MsgIdGenerator
-from support.paho import PahoClient
+from support.mqtt import Client
 from support.services import start_mosquitto
 from support.sink import RecordingSink
 from tests.integration.mqtt_support import MOSQUITTO_PORT
@@ -43,14 +43,13 @@ async def source(mosquitto: int, tmp_path: Path) -> AsyncIterator[tuple[MqttSour
 
 async def _settle(sink: RecordingSink, port: int) -> None:
     """Wait until the bridge's log subscriptions are active: a probe client's connect shows up."""
-    from support.paho import PahoClient as Probe
 
     for _ in range(50):
-        probe = Probe(port, f"probe-{uuid.uuid4().hex[:6]}")
+        probe = Client(port, f"probe-{uuid.uuid4().hex[:6]}")
         await probe.connect()
         await probe.disconnect()
         try:
-            await sink.wait_for(ClientDisconnected, clientid=probe.client._client_id.decode(), timeout=0.3)
+            await sink.wait_for(ClientDisconnected, clientid=probe.clientid, timeout=0.3)
             return
         except TimeoutError:
             continue
@@ -58,18 +57,18 @@ async def _settle(sink: RecordingSink, port: int) -> None:
 
 
 async def test_connect_subscribe_unsubscribe_disconnect_of_real_clients(
-    source: tuple[MqttSource, RecordingSink], paho_clients: Callable[..., PahoClient], mosquitto: int
+    source: tuple[MqttSource, RecordingSink], paho_clients: Callable[..., Client], mosquitto: int
 ) -> None:
     _src, sink = source
     cid = f"dev-{uuid.uuid4().hex[:6]}"
-    dev = paho_clients(mosquitto, cid, clean_session=False, username="alice")
+    dev = paho_clients(mosquitto, cid, clean=False, username="alice")
     await dev.connect()
     connected = await sink.wait_for(ClientConnected, clientid=cid)
     assert connected.username == "alice" and connected.clean_session is False
     assert connected.proto_ver == 4  # paho speaks 3.1.1: Mosquitto logs "p2"
     assert connected.peername.startswith("127.0.0.1:") and connected.node == "n1"
 
-    await dev.subscribe(("cmd/a", 1), ("cmd/+/b", 2), ("plain", 0))
+    await dev.subscribe([("cmd/a", 1), ("cmd/+/b", 2), ("plain", 0)])
     subscribed = [await sink.wait_for(SessionSubscribed, clientid=cid, count=n) for n in (1, 2, 3)]
     assert [(e.topic, e.qos) for e in subscribed] == [("cmd/a", 1), ("cmd/+/b", 2), ("plain", 0)]
     assert all(e.username == "alice" and e.persistent and e.proto_ver == 4 for e in subscribed)
@@ -92,14 +91,14 @@ async def test_connect_subscribe_unsubscribe_disconnect_of_real_clients(
 
 
 async def test_a_dropped_connection_is_a_disconnect_with_its_reason(
-    source: tuple[MqttSource, RecordingSink], paho_clients: Callable[..., PahoClient], mosquitto: int
+    source: tuple[MqttSource, RecordingSink], paho_clients: Callable[..., Client], mosquitto: int
 ) -> None:
     _src, sink = source
     cid = f"drop-{uuid.uuid4().hex[:6]}"
     dev = paho_clients(mosquitto, cid)
     await dev.connect()
     await sink.wait_for(ClientConnected, clientid=cid)
-    dev.drop()
+    await dev.drop()
     disconnected = await sink.wait_for(ClientDisconnected, clientid=cid)
     assert disconnected.reason in ("closed", "socket_error")
 

@@ -149,10 +149,11 @@ backend.redis.hook.message.acked.1 = {"action": {"commands": ["HSET ack:${client
 async def test_embedded_broker_fills_the_fields_for_real_5_0_and_3_1_1_clients(
     make_bridge: BridgeFactory, redis_db: redis_sync.Redis
 ) -> None:
-    from broker_suite.clients import V5, V311, Client, props
     from paho.mqtt.packettypes import PacketTypes
 
     from support.bridges import eventually, mqtt_port
+    from support.mqtt import V5, V311, Client
+    from support.mqtt_properties import props
 
     bridge = await make_bridge(EMBEDDED_RULES)
     port = mqtt_port(bridge)

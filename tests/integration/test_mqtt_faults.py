@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import redis as redis_sync
 
-from support.paho import PahoClient
+from support.mqtt import Client
 from support.services import ROOT, start_mosquitto, start_redis, stop_redis
 from tests.integration.mqtt_support import MOSQUITTO_PORT, external_config
 
@@ -165,7 +165,7 @@ async def test_kill_9_mid_stream_then_restart_stores_every_message_once(
     mosquitto: int,
     crash_redis: redis_sync.Redis,
     tmp_path: Path,
-    paho_clients: Callable[..., PahoClient],
+    paho_clients: Callable[..., Client],
     bridge_processes: Callable[[Path], BridgeProcess],
 ) -> None:
     total = 20_000
@@ -175,7 +175,7 @@ async def test_kill_9_mid_stream_then_restart_stores_every_message_once(
     bridge.start()
     await _wait_subscribed(home, bridge)
     pub = paho_clients(mosquitto, f"pub-{uuid.uuid4().hex[:6]}")
-    pub.client.max_inflight_messages_set(1000)
+    pub.paho.max_inflight_messages_set(1000)
     await pub.connect()
     acks = [pub.send(f"load/{i % TOPICS}", b"%d" % i, qos=1) for i in range(total)]
     await _wait_stored(crash_redis, total // 3, 60, bridge)
@@ -210,7 +210,7 @@ async def test_stalled_database_spools_acks_and_memory_stays_bounded(
     mosquitto: int,
     stall_redis: redis_sync.Redis,
     tmp_path: Path,
-    paho_clients: Callable[..., PahoClient],
+    paho_clients: Callable[..., Client],
     bridge_processes: Callable[[Path], BridgeProcess],
 ) -> None:
     receive_maximum = 200
@@ -224,7 +224,7 @@ async def test_stalled_database_spools_acks_and_memory_stays_bounded(
     bridge.start()
     await _wait_subscribed(home, bridge)
     pub = paho_clients(mosquitto, f"pub-{uuid.uuid4().hex[:6]}")
-    pub.client.max_inflight_messages_set(1000)
+    pub.paho.max_inflight_messages_set(1000)
     await pub.connect()
     first = 2000
     await asyncio.gather(*[pub.send(f"load/{i % TOPICS}", b"%d" % i, qos=1) for i in range(first)])

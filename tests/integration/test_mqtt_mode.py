@@ -20,7 +20,7 @@ import redis as redis_sync
 from bridge.app import Bridge
 from bridge.brokers.external.mqtt import MqttSource
 from support.bridges import BridgeFactory, eventually
-from support.paho import PahoClient
+from support.mqtt import Client
 from support.services import ROOT, start_mosquitto
 from tests.integration.mqtt_support import MOSQUITTO_PORT, external_config
 
@@ -60,11 +60,11 @@ async def test_every_supported_function_end_to_end(
     make_bridge: BridgeFactory,
     redis_db: redis_sync.Redis,
     tmp_path: Path,
-    paho_clients: Callable[..., PahoClient],
+    paho_clients: Callable[..., Client],
 ) -> None:
     await _bridge(make_bridge, tmp_path)
     cid = f"dev-{uuid.uuid4().hex[:6]}"
-    dev = paho_clients(mosquitto, cid, clean_session=False)
+    dev = paho_clients(mosquitto, cid, clean=False)
     await dev.connect()
     client_key = f"mqtt:client:{cid}".encode()
 
@@ -75,7 +75,7 @@ async def test_every_supported_function_end_to_end(
     assert online[b"offline_at"] == b"undefined"
     assert redis_db.hexists(b"mqtt:node:test@127.0.0.1", cid)
 
-    await dev.subscribe(("cmd/a", 1), ("cmd/+", 2))
+    await dev.subscribe([("cmd/a", 1), ("cmd/+", 2)])
     subs = await eventually(lambda: _read(redis_db.hgetall, f"mqtt:sub:{cid}"), lambda h: len(h) == 2)
     assert subs == {b"cmd/a": b"1", b"cmd/+": b"2"}
     await dev.unsubscribe("cmd/a")
@@ -123,7 +123,7 @@ async def test_two_bridges_on_one_shared_subscription_store_every_message_once(
     make_bridge: BridgeFactory,
     redis_db: redis_sync.Redis,
     tmp_path: Path,
-    paho_clients: Callable[..., PahoClient],
+    paho_clients: Callable[..., Client],
 ) -> None:
     rules = (
         'backend.redis.hook.message.publish.1 = {"topic": "shared/#", "action": {"function": "on_message_publish"}}\n'
@@ -158,7 +158,7 @@ async def test_the_shipped_mqtt_rules_store_client_events_beside_their_hash_rule
     make_bridge: BridgeFactory,
     redis_db: redis_sync.Redis,
     tmp_path: Path,
-    paho_clients: Callable[..., PahoClient],
+    paho_clients: Callable[..., Client],
 ) -> None:
     """deploy/rules-mqtt has `message.publish` rules on `#`: `#` never matches `$SYS/...`, so the
     bridge must still subscribe to Mosquitto's log topics for the client events."""

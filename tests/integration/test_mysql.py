@@ -96,7 +96,7 @@ async def test_sql_and_template_actions_bind_every_value(make_bridge: BridgeFact
     )
     bridge = await make_bridge(SQL_RULES, pools=POOL, templates={"mysql/audit.j2": AUDIT_TEMPLATE})
     evil = "x'); DROP TABLE audit; -- \\' %s"
-    client = await Client(evil, mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), evil).connected()
     payload = b'{"text": "it\'s \\"quoted\\"; DELETE FROM audit \\\\", "level": 5}'
     before = time.time()
     await client.publish(f"t/{evil}", payload, qos=1)
@@ -126,7 +126,7 @@ async def test_sql_action_statements_share_one_transaction(make_bridge: BridgeFa
         'backend.mysql.hook.client.connected.2 = {"action": {"function": "on_client_connected"}}\n'
     )
     bridge = await make_bridge(rules, pools=POOL)
-    client = await Client("twice", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "twice").connected()
     await bridge.idle()
     assert await my.value("SELECT count(*) FROM audit") == 0  # the second insert failed: both rolled back
     assert bridge.metrics.rules["mysql.client.connected.1"]["failed"] == 1
@@ -159,7 +159,7 @@ async def test_expired_messages_are_deleted_periodically(make_bridge: BridgeFact
         '"expired_time": 3600}\n'
     )
     bridge = await make_bridge(rules, pools=POOL, extra_config="backend.mysql.pool1.trim_interval = 300ms\n")
-    client = await Client("pub", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "pub").connected()
     await client.publish("t/short/x", b"short-lived", qos=1)
     await client.publish("t/long/x", b"long-lived", qos=1)
     await bridge.idle()
@@ -200,7 +200,7 @@ async def test_bridge_starts_while_mysql_is_down_and_catches_up(make_bridge: Bri
     pools = POOL.replace(f":{PORT}\n", f":{port}\n") + "backend.mysql.pool1.retry_backoff_max = 300ms\n"
     rules = 'backend.mysql.hook.client.connected.1 = {"action": {"function": "on_client_connected"}}\n'
     bridge = await make_bridge(rules, pools=pools)
-    client = await Client("early", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "early").connected()
     await asyncio.sleep(1)
     assert not bridge.health()[0]
     try:

@@ -16,12 +16,12 @@ from urllib.parse import quote
 import aiohttp
 import pytest
 import redis as redis_sync
-from broker_suite.clients import V5, V311, Client
 from openapi_schema_validator import OAS30Validator, validate
 
 from bridge.app import Bridge, Paths
 from support.bridges import mqtt_port
 from support.conf import config_text
+from support.mqtt import V5, V311, Client
 from support.services import ROOT
 
 ADMIN, READER = "openapi-admin-0123456789", "openapi-reader-0123456789"

@@ -73,7 +73,7 @@ async def test_sql_and_template_actions_bind_every_value(make_bridge: BridgeFact
     )
     bridge = await make_bridge(SQL_RULES, pools=POOL, templates={"pgsql/audit.j2": AUDIT_TEMPLATE})
     evil = "x'); DROP TABLE audit; --"
-    client = await Client(evil, mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), evil).connected()
     payload = b'{"text": "it\'s \\"quoted\\"; DELETE FROM audit", "level": 5}'
     before = time.time()
     await client.publish(f"t/{evil}", payload, qos=1)
@@ -102,7 +102,7 @@ async def test_sql_action_statements_share_one_transaction(make_bridge: BridgeFa
         'backend.pgsql.hook.client.connected.2 = {"action": {"function": "on_client_connected"}}\n'
     )
     bridge = await make_bridge(rules, pools=POOL)
-    client = await Client("twice", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "twice").connected()
     await bridge.idle()
     assert await pg.fetchval("SELECT count(*) FROM audit") == 0  # the second insert failed: both rolled back
     assert bridge.metrics.rules["pgsql.client.connected.1"]["failed"] == 1
@@ -136,7 +136,7 @@ async def test_expired_messages_are_deleted_periodically(make_bridge: BridgeFact
         '"expired_time": 3600}\n'
     )
     bridge = await make_bridge(rules, pools=POOL, extra_config="backend.pgsql.pool1.trim_interval = 300ms\n")
-    client = await Client("pub", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "pub").connected()
     await client.publish("t/short/x", b"short-lived", qos=1)
     await client.publish("t/long/x", b"long-lived", qos=1)
     await bridge.idle()

@@ -45,7 +45,7 @@ async def test_tls_with_verified_certificate(make_bridge: BridgeFactory, tls_pos
     bridge = await make_bridge(
         RULE, pools=pool(f"backend.pgsql.pool1.ssl = on\nbackend.pgsql.pool1.ssl.cafile = {tls_postgres.ca}\n")
     )
-    client = await Client("tls-pg", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "tls-pg").connected()
     await bridge.idle()
     context = ssl.create_default_context(cafile=str(tls_postgres.ca))
     conn = await asyncpg.connect(postgres_dsn(PORT), ssl=context)
@@ -90,7 +90,7 @@ async def test_bridge_starts_while_postgres_is_down_and_catches_up(make_bridge: 
         "backend.pgsql.pool1.password = hookbridge\nbackend.pgsql.pool1.retry_backoff_max = 300ms\n"
     )
     bridge = await make_bridge(RULE, pools=pools)
-    client = await Client("early", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "early").connected()
     await asyncio.sleep(1)
     assert not bridge.health()[0]
     try:

@@ -81,7 +81,7 @@ def run_readme_command(command: str) -> str:
 
 
 async def publish(bridge: Bridge, clientid: str, topic: str, payload: bytes) -> None:
-    client = await Client(clientid, mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), clientid).connected()
     await client.publish(topic, payload, qos=1)
     await client.disconnect()
     await bridge.idle()

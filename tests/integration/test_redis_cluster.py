@@ -110,7 +110,7 @@ async def test_keys_spread_over_masters_and_the_index_is_one_slot(
     make_bridge: BridgeFactory, redis_db: RedisCluster
 ) -> None:
     bridge = await make_bridge()
-    client = await Client("spread", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "spread").connected()
     for n in range(30):
         await client.publish(f"spread/{n}", f"p{n}".encode(), qos=1)
     await client.publish("spread/r", b"kept", qos=1, retain=True)
@@ -130,7 +130,7 @@ async def test_wildcard_fetch_and_retain_lookup_across_masters(
     make_bridge: BridgeFactory, redis_db: RedisCluster
 ) -> None:
     bridge = await make_bridge()
-    publisher = await Client("pub", mqtt_port(bridge)).connect()
+    publisher = await Client(mqtt_port(bridge), "pub").connected()
     for n in range(6):
         await publisher.publish(f"queue/w/{n}", f"job {n}".encode(), qos=1)
     await publisher.publish("cfg/a", b"A", qos=1, retain=True)
@@ -139,12 +139,12 @@ async def test_wildcard_fetch_and_retain_lookup_across_masters(
     await bridge.stop()  # the broker forgets its retained messages
 
     bridge = await make_bridge()
-    worker = await Client("w", mqtt_port(bridge), clean=False).connect()
+    worker = await Client(mqtt_port(bridge), "w", clean=False).connected()
     await worker.subscribe("queue/w/+", qos=1)
     got = await worker.expect(6)
     assert [m.payload for m in got] == [f"job {n}".encode() for n in range(6)]  # publish order
     await wait_until(lambda: all(redis_db.zcard(f"mqtt:msg:queue/w/{n}") == 0 for n in range(6)), what="acks")
-    viewer = await Client("v", mqtt_port(bridge)).connect()
+    viewer = await Client(mqtt_port(bridge), "v").connected()
     await viewer.subscribe("cfg/+", qos=1)
     assert sorted((m.topic, m.payload) for m in await viewer.expect(2)) == [("cfg/a", b"A"), ("cfg/b", b"B")]
     for c in (worker, viewer):
@@ -162,7 +162,7 @@ COMMANDS_RULES = (
 
 async def test_own_commands_go_to_the_master_of_their_key(make_bridge: BridgeFactory, redis_db: RedisCluster) -> None:
     bridge = await make_bridge(rules=COMMANDS_RULES)
-    client = await Client("cmd", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "cmd").connected()
     for n in range(3):
         await client.publish(f"c/{n}", f"v{n}".encode(), qos=1)
     await bridge.idle()
@@ -291,19 +291,18 @@ async def test_master_killed_under_load_nothing_acknowledged_is_lost(
 ) -> None:
     topic = "queue/load"
     bridge = await make_bridge(rules=LOAD_RULES)
-    client = await Client("cluster-load", mqtt_port(bridge)).connect()
-    mids: list[int] = []
+    client = await Client(mqtt_port(bridge), "cluster-load").connected()
+    acks: list[asyncio.Future[int]] = []  # one per PUBLISH, done once PUBACKed
     enough = asyncio.Event()
 
     async def publish() -> None:  # about 1,000 messages a second until told to stop
         while not enough.is_set():
             for _ in range(10):
-                mids.append(client.paho.publish(topic, f"m{len(mids)}".encode(), 1).mid)
+                acks.append(client.send(topic, f"m{len(acks)}".encode(), 1))
             await asyncio.sleep(0.01)
 
     def acked() -> int:
-        with client._lock:
-            return sum(1 for mid in mids if mid in client._acks)
+        return sum(1 for ack in acks if ack.done())
 
     publisher = asyncio.create_task(publish())
     await wait_until(lambda: acked() >= 500, timeout=30, what="500 PUBACKs before the kill")
@@ -314,7 +313,7 @@ async def test_master_killed_under_load_nothing_acknowledged_is_lost(
     await asyncio.sleep(1)  # load on the new master with its new replica
     enough.set()
     await publisher
-    count = len(mids)
+    count = len(acks)
     await wait_until(lambda: acked() == count, timeout=120, what="every PUBACK")
 
     stored = _client()
@@ -325,7 +324,7 @@ async def test_master_killed_under_load_nothing_acknowledged_is_lost(
     stored.close()
     await client.disconnect()
 
-    reader = await Client("cluster-reader", mqtt_port(bridge), clean=False).connect()
+    reader = await Client(mqtt_port(bridge), "cluster-reader", clean=False).connected()
     await reader.subscribe(topic, qos=1)
     assert [m.payload for m in await reader.expect(500)] == [f"m{i}".encode() for i in range(500)]
     await reader.disconnect()

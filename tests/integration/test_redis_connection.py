@@ -83,7 +83,7 @@ async def test_password_database_and_tls(make_bridge: BridgeFactory, tls_redis: 
     # run put test_tls_without_verification_connects first, and dbsize() below saw its key).
     redis_sync.Redis(port=TLS_PORT, password=PASSWORD, ssl=True, ssl_ca_certs=str(tls_redis)).flushall()
     bridge = await make_bridge(rules, port=TLS_PORT, extra_config=extra)
-    client = await Client("tls", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "tls").connected()
     await client.publish("secure/t", b"over tls", qos=1)
     await client.disconnect()
     await bridge.idle()
@@ -128,7 +128,7 @@ async def test_tls_without_verification_connects(make_bridge: BridgeFactory, tls
         port=TLS_PORT,
         extra_config=extra,
     )
-    client = await Client("unverified", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "unverified").connected()
     await bridge.idle()
     reader = redis_sync.Redis(port=TLS_PORT, password=PASSWORD, ssl=True, ssl_ca_certs=str(tls_redis))
     assert reader.hget("mqtt:client:unverified", "state") == b"1"

@@ -10,7 +10,7 @@ from support.mqtt import Client, wait_until
 
 async def test_wildcard_retain_lookup_after_restart(make_bridge: BridgeFactory, redis_db: redis_sync.Redis) -> None:
     bridge = await make_bridge()
-    publisher = await Client("pub", mqtt_port(bridge)).connect()
+    publisher = await Client(mqtt_port(bridge), "pub").connected()
     await publisher.publish("status/lamp/1", b"on", qos=1, retain=True)
     await publisher.publish("status/lamp/2", b"off", qos=0, retain=True)
     await publisher.publish("status/door", b"shut", qos=1, retain=True)
@@ -19,7 +19,7 @@ async def test_wildcard_retain_lookup_after_restart(make_bridge: BridgeFactory, 
     await bridge.stop()  # the broker forgets its retained messages
 
     bridge = await make_bridge()
-    client = await Client("viewer", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "viewer").connected()
     await client.subscribe("status/lamp/+", qos=1)
     got = sorted(await client.expect(2), key=lambda m: m.topic)
     assert [(m.topic, m.payload, m.qos, m.retain) for m in got] == [
@@ -28,7 +28,7 @@ async def test_wildcard_retain_lookup_after_restart(make_bridge: BridgeFactory, 
     ]
     await client.expect_nothing()
     # while the broker holds the retained message itself, Redis does not send a second copy
-    publisher = await Client("pub", mqtt_port(bridge)).connect()
+    publisher = await Client(mqtt_port(bridge), "pub").connected()
     await publisher.publish("status/door", b"open", qos=1, retain=True)
     await bridge.idle()
     await client.subscribe("status/door", qos=1)
@@ -53,7 +53,7 @@ async def test_expired_messages_are_trimmed_lazily_and_periodically(
     one passes only on a machine's timing): the TTL is read back, then the hashes are removed as
     Redis removes them when it runs out."""
     bridge = await make_bridge(EXPIRY_RULES, extra_config="backend.redis.pool1.trim_interval = 500ms\n")
-    publisher = await Client("pub", mqtt_port(bridge)).connect()
+    publisher = await Client(mqtt_port(bridge), "pub").connected()
     await publisher.publish("queue/old", b"old", qos=1)
     await publisher.publish("other/old", b"old", qos=1)
     await bridge.idle()
@@ -64,7 +64,7 @@ async def test_expired_messages_are_trimmed_lazily_and_periodically(
     assert redis_db.delete(*hashes) == 2  # what Redis does when the TTL runs out
     await publisher.publish("queue/old", b"fresh", qos=1)
     await bridge.idle()
-    subscriber = await Client("s", mqtt_port(bridge), clean=False).connect()
+    subscriber = await Client(mqtt_port(bridge), "s", clean=False).connected()
     await subscriber.subscribe("queue/old", qos=1)
     assert [m.payload for m in await subscriber.expect(1)] == [b"fresh"]
     await subscriber.expect_nothing()
@@ -80,7 +80,7 @@ async def test_event_log_stream(make_bridge: BridgeFactory, redis_db: redis_sync
         for hook in ("client.connected", "client.disconnected", "session.subscribed", "message.publish")
     )
     bridge = await make_bridge(rules + "\n")
-    client = await Client("logger", mqtt_port(bridge), username="alice").connect()
+    client = await Client(mqtt_port(bridge), "logger", username="alice").connected()
     await client.subscribe("a/b", qos=1)
     await client.publish("a/b", b"12345", qos=1)
     await client.expect(1)
@@ -105,10 +105,10 @@ async def test_bad_proxy_entries_are_skipped_and_counted(
         'backend.redis.hook.client.connected.1 = {"action": {"function": "on_subscribe_lookup"}}\n'
     )
     redis_db.hset("mqtt:sub:dev", mapping={"good/topic": 1, "bad/#/topic": 1, "bad/qos": 7})
-    device = await Client("dev", mqtt_port(bridge)).connect()
+    device = await Client(mqtt_port(bridge), "dev").connected()
     await bridge.idle()
     assert bridge.metrics.rules["redis.client.connected.1"]["failed"] == 1
-    publisher = await Client("pub", mqtt_port(bridge)).connect()
+    publisher = await Client(mqtt_port(bridge), "pub").connected()
     await publisher.publish("good/topic", b"hello", qos=1)
     assert [m.payload for m in await device.expect(1)] == [b"hello"]
     for c in (device, publisher):
@@ -120,7 +120,7 @@ async def test_shipped_template(make_bridge: BridgeFactory, redis_db: redis_sync
         'backend.redis.hook.message.publish.1 = {"topic": "sensors/#", "action": {"template": "redis/last_value.j2"}}\n'
     )
     bridge = await make_bridge(rule)
-    device = await Client("d1", mqtt_port(bridge)).connect()
+    device = await Client(mqtt_port(bridge), "d1").connected()
     await device.publish("sensors/temp", b'{"level": 1, "t": 20}', qos=1)
     await device.publish("sensors/temp", b'{"level": 4, "t": 90}', qos=1)
     await device.publish("sensors/raw", b"\xff not json", qos=0)
@@ -140,7 +140,7 @@ async def test_commands_pipeline_or_one_by_one(make_bridge: BridgeFactory, redis
         '"pipeline": false}}\n'
     )
     redis_db.set("text:c1", "not a number")
-    client = await Client("c1", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "c1").connected()
     await bridge.idle()
     assert redis_db.get("after:c1") == b"1"  # pipelined: the failing INCR did not stop it
     assert redis_db.exists("after2:c1") == 0  # one by one: stopped at the INCR
@@ -160,7 +160,7 @@ async def test_retained_and_plain_messages_are_stored_with_the_same_layout(
     """A message that is not retained is stored with plain commands, a retained one by the store
     script (it must not expire a hash a retain rule keeps): both give the seed-003 layout."""
     bridge = await make_bridge(STORE_RULES)
-    publisher = await Client("pub", mqtt_port(bridge)).connect()
+    publisher = await Client(mqtt_port(bridge), "pub").connected()
     await publisher.publish("lay/plain", b"p\x00\xff", qos=1)
     await publisher.publish("lay/kept", b"k", qos=1, retain=True)
     await bridge.idle()

@@ -37,7 +37,7 @@ async def test_hostile_input_is_stored_byte_exact(make_bridge: BridgeFactory, re
     bridge = await make_bridge(COMMAND_RULES, templates={"redis/copy.j2": TEMPLATE})
     expected_keys: set[bytes] = set()
     for clientid, topic, payload in zip(HOSTILE_IDS, HOSTILE_TOPICS, PAYLOADS, strict=True):
-        client = await Client(clientid, mqtt_port(bridge)).connect()
+        client = await Client(mqtt_port(bridge), clientid).connected()
         await client.publish(topic, payload, qos=1)
         await client.disconnect()
         await bridge.idle()
@@ -66,7 +66,7 @@ async def test_hostile_input_is_stored_byte_exact(make_bridge: BridgeFactory, re
 
 async def test_json_placeholders(make_bridge: BridgeFactory, redis_db: redis_sync.Redis) -> None:
     bridge = await make_bridge(COMMAND_RULES, templates={"redis/copy.j2": TEMPLATE})
-    client = await Client("dev", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "dev").connected()
     await client.publish("t", b'{"a": {"b": "x y\\r\\nSET z 1"}}', qos=1)
     await client.disconnect()
     await bridge.idle()

@@ -106,7 +106,7 @@ async def test_wildcard_subscribe_costs_the_matching_topics_not_the_keyspace(
     assert index_of(count_db, keys.RETAIN_INDEX) == set(retained)
     assert count_db.get(keys.INDEX_BUILT) == b"1"
 
-    narrow = await Client("narrow", mqtt_port(bridge), clean=False).connect()
+    narrow = await Client(mqtt_port(bridge), "narrow", clean=False).connected()
     count_db.config_resetstat()
     await narrow.subscribe("a/+/c", qos=1)
     got = await narrow.expect(7)
@@ -121,7 +121,7 @@ async def test_wildcard_subscribe_costs_the_matching_topics_not_the_keyspace(
     assert calls["zrangebylex"] == 2, calls  # one range in each index
     assert sum(calls.values()) <= 20, calls
 
-    everything = await Client("everything", mqtt_port(bridge), clean=False).connect()
+    everything = await Client(mqtt_port(bridge), "everything", clean=False).connected()
     count_db.config_resetstat()
     await everything.subscribe("#", qos=1)
     got = await everything.expect(206 + 3)
@@ -153,7 +153,7 @@ async def test_index_follows_store_ack_retain_and_expiry(
     make_bridge: BridgeFactory, redis_db: redis_sync.Redis
 ) -> None:
     bridge = await make_bridge(IN_STEP_RULES)  # no `expired_time`: no periodic trim here
-    publisher = await Client("pub", mqtt_port(bridge)).connect()
+    publisher = await Client(mqtt_port(bridge), "pub").connected()
     for topic in ("queue/1", "queue/2", "queue/lazy", "other/1"):
         await publisher.publish(topic, b"m", qos=1)
     await publisher.publish("lamp/1", b"on", qos=1, retain=True)
@@ -162,7 +162,7 @@ async def test_index_follows_store_ack_retain_and_expiry(
     assert index_of(redis_db, keys.RETAIN_INDEX) == {"lamp/1"}
 
     # a queue ack deletes the topic's last message: the topic leaves the index
-    subscriber = await Client("s", mqtt_port(bridge), clean=False).connect()
+    subscriber = await Client(mqtt_port(bridge), "s", clean=False).connected()
     await subscriber.subscribe("queue/1", qos=1)
     await subscriber.expect(1)
     await wait_until(lambda: "queue/1" not in index_of(redis_db, keys.MSG_INDEX), what="queue/1 unindexed")
@@ -200,7 +200,7 @@ backend.redis.hook.message.publish.1 = {"topic": "#", "action": {"function": "on
 
 async def test_periodic_trim_unindexes_emptied_topics(make_bridge: BridgeFactory, redis_db: redis_sync.Redis) -> None:
     bridge = await make_bridge(TRIM_RULES, extra_config="backend.redis.pool1.trim_interval = 200ms\n")
-    publisher = await Client("pub", mqtt_port(bridge)).connect()
+    publisher = await Client(mqtt_port(bridge), "pub").connected()
     for topic in ("kept", "expired/1", "expired/2"):
         await publisher.publish(topic, b"m", qos=1)
     await bridge.idle()

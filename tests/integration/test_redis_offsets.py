@@ -26,18 +26,18 @@ async def test_a_colliding_client_cannot_move_or_drop_another_clients_offset(
 ) -> None:
     bridge = await make_bridge()
     port = mqtt_port(bridge)
-    victim = await Client(VICTIM, port, clean=False).connect()
+    victim = await Client(port, VICTIM, clean=False).connected()
     await victim.subscribe(VICTIM_FILTER, qos=1)
     await bridge.idle()
     assert redis_db.get(SHARED_KEY) == b"0"
     await victim.disconnect()
 
-    publisher = await Client("pub", port).connect()
+    publisher = await Client(port, "pub").connected()
     for n in range(3):  # missed by the victim while it is away
         await publisher.publish(VICTIM_FILTER, f"missed {n}".encode(), qos=1)
 
     # the attack: subscribe, receive and ack a newer message, unsubscribe
-    attacker = await Client(ATTACKER, port, clean=False).connect()
+    attacker = await Client(port, ATTACKER, clean=False).connected()
     await attacker.subscribe(ATTACKER_FILTER, qos=1)
     await publisher.publish(ATTACKER_FILTER, b"newer", qos=1)
     assert [m.payload for m in await attacker.expect(1)] == [b"newer"]
@@ -53,7 +53,7 @@ async def test_a_colliding_client_cannot_move_or_drop_another_clients_offset(
 
     # a restarted bridge has no broker sessions: what the victim missed comes from its offset
     bridge = await make_bridge()
-    victim = await Client(VICTIM, mqtt_port(bridge), clean=False).connect()
+    victim = await Client(mqtt_port(bridge), VICTIM, clean=False).connected()
     await victim.subscribe(VICTIM_FILTER, qos=1)
     got = await victim.expect(3)
     assert [m.payload for m in got] == [f"missed {n}".encode() for n in range(3)]
@@ -69,11 +69,11 @@ async def test_client_ids_with_a_colon_keep_working_offsets(
     bridge = await make_bridge()
     port = mqtt_port(bridge)
     key = "mqtt:acked:aa:bb:cc:dd:ee:ff:pubsub/#"
-    device = await Client("aa:bb:cc:dd:ee:ff", port, clean=False).connect()
+    device = await Client(port, "aa:bb:cc:dd:ee:ff", clean=False).connected()
     await device.subscribe("pubsub/#", qos=1)
     await bridge.idle()
     assert redis_db.get(key) == b"0"
-    publisher = await Client("pub", port).connect()
+    publisher = await Client(port, "pub").connected()
     await publisher.publish("pubsub/t", b"live", qos=1)
     assert [m.payload for m in await device.expect(1)] == [b"live"]
     newest = redis_db.zrange("mqtt:msg:pubsub/t", -1, -1)[0]
@@ -83,7 +83,7 @@ async def test_client_ids_with_a_colon_keep_working_offsets(
     assert redis_db.exists(key) == 0
     assert redis_db.hget("mqtt:acked_owner", key) is None
     # a plain pair never gets an owner entry
-    plain = await Client("plain", port, clean=False).connect()
+    plain = await Client(port, "plain", clean=False).connected()
     await plain.subscribe("pubsub/#", qos=1)
     await bridge.idle()
     assert redis_db.get("mqtt:acked:plain:pubsub/#") == newest

@@ -64,7 +64,7 @@ def _all_sentinels_name(port: int) -> bool:
 
 async def test_writes_go_to_the_primary_the_sentinels_name(make_bridge: BridgeFactory, sentinel_set: None) -> None:
     bridge = await make_bridge(rules=RULES, pools=POOL)
-    client = await Client("sentinel-dev", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "sentinel-dev").connected()
     await client.publish("s/t", b"through sentinel", qos=1)
     await bridge.idle()
     primary = redis_sync.Redis(port=PORT)
@@ -94,19 +94,18 @@ async def test_primary_killed_under_load_nothing_acknowledged_is_lost(
     make_bridge: BridgeFactory, sentinel_set: None, tmp_path: Path
 ) -> None:
     bridge = await make_bridge(rules=RULES, pools=POOL)
-    client = await Client("sentinel-load", mqtt_port(bridge)).connect()
-    mids: list[int] = []
+    client = await Client(mqtt_port(bridge), "sentinel-load").connected()
+    acks: list[asyncio.Future[int]] = []  # one per PUBLISH, done once PUBACKed
     enough = asyncio.Event()
 
     async def publish() -> None:  # about 1,000 messages a second until told to stop
         while not enough.is_set():
             for _ in range(10):
-                mids.append(client.paho.publish("load/t", f"m{len(mids)}".encode(), 1).mid)
+                acks.append(client.send("load/t", f"m{len(acks)}".encode(), 1))
             await asyncio.sleep(0.01)
 
     def acked() -> int:
-        with client._lock:
-            return sum(1 for mid in mids if mid in client._acks)
+        return sum(1 for ack in acks if ack.done())
 
     publisher = asyncio.create_task(publish())
     await wait_until(lambda: acked() >= 500, timeout=30, what="500 PUBACKs before the kill")
@@ -121,7 +120,7 @@ async def test_primary_killed_under_load_nothing_acknowledged_is_lost(
     await asyncio.sleep(1)  # load on the new primary with its new replica
     enough.set()
     await publisher
-    count = len(mids)
+    count = len(acks)
     await wait_until(lambda: acked() == count, timeout=120, what="every PUBACK")
 
     primary = redis_sync.Redis(port=PORT + 1)

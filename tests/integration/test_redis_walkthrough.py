@@ -7,7 +7,7 @@ import time
 import redis as redis_sync
 
 from support.bridges import BridgeFactory, mqtt_port
-from support.mqtt import Client, wait_until
+from support.mqtt import Client, ConnAck, wait_until
 
 NODE = "test@127.0.0.1"
 
@@ -15,7 +15,7 @@ NODE = "test@127.0.0.1"
 async def test_online_status(make_bridge: BridgeFactory, redis_db: redis_sync.Redis) -> None:
     bridge = await make_bridge()
     before = int(time.time())
-    client = await Client("sub_client", mqtt_port(bridge), clean=False).connect()
+    client = await Client(mqtt_port(bridge), "sub_client", clean=False).connected()
     await bridge.idle()
     stored = redis_db.hgetall("mqtt:client:sub_client")
     assert stored.keys() == {b"state", b"online_at", b"offline_at", b"node"}
@@ -34,7 +34,7 @@ async def test_online_status(make_bridge: BridgeFactory, redis_db: redis_sync.Re
     assert redis_db.hget(f"mqtt:node:{NODE}", "sub_client") is None
 
     # a reconnect keeps the last offline_at (it is `undefined` only before the first disconnect)
-    client = await Client("sub_client", mqtt_port(bridge), clean=False).connect()
+    client = await Client(mqtt_port(bridge), "sub_client", clean=False).connected()
     await bridge.idle()
     assert redis_db.hget("mqtt:client:sub_client", "state") == b"1"
     assert redis_db.hget("mqtt:client:sub_client", "offline_at") == stored[b"offline_at"]
@@ -45,9 +45,9 @@ async def test_proxy_subscription(make_bridge: BridgeFactory, redis_db: redis_sy
     bridge = await make_bridge()
     redis_db.hset("mqtt:sub:sub_client", "sub_client/upstream", 1)
     redis_db.hset("mqtt:sub:sub_client", "sub_client/downlink", 1)
-    client = await Client("sub_client", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "sub_client").connected()
     await bridge.idle()
-    publisher = await Client("app", mqtt_port(bridge)).connect()
+    publisher = await Client(mqtt_port(bridge), "app").connected()
     await publisher.publish("sub_client/downlink", b"reboot", qos=1)
     await publisher.publish("sub_client/upstream", b"up", qos=1)
     got = await client.expect(2)
@@ -63,7 +63,7 @@ async def test_proxy_subscription(make_bridge: BridgeFactory, redis_db: redis_sy
 
 async def test_message_list_and_details(make_bridge: BridgeFactory, redis_db: redis_sync.Redis) -> None:
     bridge = await make_bridge()
-    client = await Client("sub_client", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "sub_client").connected()
     before = int(time.time())
     await client.publish("up/upstream_topic", b'{ "cmd": "reboot" }', qos=2)
     await client.publish("up/upstream_topic", b"second", qos=1)
@@ -94,7 +94,7 @@ async def test_message_list_and_details(make_bridge: BridgeFactory, redis_db: re
 
 async def test_retained_message_set_replace_clear(make_bridge: BridgeFactory, redis_db: redis_sync.Redis) -> None:
     bridge = await make_bridge()
-    client = await Client("pub", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "pub").connected()
     await client.publish("status/lamp", b"on", qos=1, retain=True)
     await bridge.idle()
     first = redis_db.zrange("mqtt:retain:status/lamp", 0, -1)
@@ -124,27 +124,27 @@ async def test_offline_queue_and_pubsub_through_the_broker(
 ) -> None:
     bridge = await make_bridge()
     port = mqtt_port(bridge)
-    queue_sub = await Client("q1", port, clean=False).connect()
+    queue_sub = await Client(port, "q1", clean=False).connected()
     await queue_sub.subscribe("queue/#", qos=1)
-    pubsub_sub = await Client("p1", port, clean=False).connect()
+    pubsub_sub = await Client(port, "p1", clean=False).connected()
     await pubsub_sub.subscribe("pubsub/#", qos=1)
     await bridge.idle()
     assert redis_db.get("mqtt:acked:p1:pubsub/#") == b"0"  # first subscription: before everything
     await queue_sub.disconnect()
     await pubsub_sub.disconnect()
 
-    publisher = await Client("pub", port).connect()
+    publisher = await Client(port, "pub").connected()
     for n in range(5):
         await publisher.publish("queue/a", f"q{n}".encode(), qos=1)
         await publisher.publish("pubsub/a", f"p{n}".encode(), qos=1)
     await bridge.idle()
     assert redis_db.zcard("mqtt:msg:queue/a") == 5
 
-    queue_sub = await Client("q1", port, clean=False).connect()
-    assert queue_sub.connack == (True, 0)
+    queue_sub = await Client(port, "q1", clean=False).connected()
+    assert queue_sub.connack == ConnAck(reason=0, session_present=True, properties={})
     got = await queue_sub.expect(5)
     assert [m.payload for m in got] == [f"q{n}".encode() for n in range(5)]
-    pubsub_sub = await Client("p1", port, clean=False).connect()
+    pubsub_sub = await Client(port, "p1", clean=False).connected()
     got = await pubsub_sub.expect(5)
     assert [m.payload for m in got] == [f"p{n}".encode() for n in range(5)]
 
@@ -169,9 +169,9 @@ async def test_offline_messages_survive_a_bridge_restart(
     """The embedded broker keeps sessions in memory; after a restart Redis delivers what was missed."""
     bridge = await make_bridge()
     port = mqtt_port(bridge)
-    sub = await Client("p2", port, clean=False).connect()
+    sub = await Client(port, "p2", clean=False).connected()
     await sub.subscribe("pubsub/#", qos=1)
-    publisher = await Client("pub", port).connect()
+    publisher = await Client(port, "pub").connected()
     await publisher.publish("pubsub/t", b"seen live", qos=1)
     assert [m.payload for m in await sub.expect(1)] == [b"seen live"]
     await wait_until(lambda: redis_db.get("mqtt:acked:p2:pubsub/#") not in (None, b"0"), what="live ack")
@@ -182,8 +182,8 @@ async def test_offline_messages_survive_a_bridge_restart(
     await bridge.stop()
 
     bridge = await make_bridge()  # same Redis, empty broker
-    sub = await Client("p2", mqtt_port(bridge), clean=False).connect()
-    assert sub.connack == (False, 0)
+    sub = await Client(mqtt_port(bridge), "p2", clean=False).connected()
+    assert sub.connack == ConnAck(reason=0, session_present=False, properties={})
     await sub.subscribe("pubsub/#", qos=1)
     got = await sub.expect(4)
     assert [m.payload for m in got] == [f"missed {n}".encode() for n in range(4)]
@@ -198,7 +198,7 @@ async def test_queue_fetch_after_restart_and_retain_lookup(
     make_bridge: BridgeFactory, redis_db: redis_sync.Redis
 ) -> None:
     bridge = await make_bridge()
-    publisher = await Client("pub", mqtt_port(bridge)).connect()
+    publisher = await Client(mqtt_port(bridge), "pub").connected()
     await publisher.publish("queue/jobs", b"job 1", qos=1)
     await publisher.publish("queue/jobs", b"job 2", qos=2)  # delivered at the subscription's QoS 1
     await publisher.publish("queue/cfg", b"retained cfg", qos=1, retain=True)
@@ -206,7 +206,7 @@ async def test_queue_fetch_after_restart_and_retain_lookup(
     await bridge.stop()
 
     bridge = await make_bridge()
-    worker = await Client("w1", mqtt_port(bridge), clean=False).connect()
+    worker = await Client(mqtt_port(bridge), "w1", clean=False).connected()
     await worker.subscribe("queue/#", qos=1)
     got = await worker.expect(3)
     # the queue fetch sends the stored messages in publish order; the retained copy of queue/cfg is

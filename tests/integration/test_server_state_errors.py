@@ -48,7 +48,7 @@ async def test_redis_out_of_memory_keeps_acknowledged_messages_until_memory_is_f
     used = int((await own_redis.info("memory"))["used_memory"])
     await own_redis.config_set("maxmemory-policy", "noeviction")
     await own_redis.config_set("maxmemory", max(1 << 20, used + (256 << 10)))  # 1mb, or a little over what it holds
-    client = await Client("oom-pub", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "oom-pub").connected()
     payload = b"x" * 4096  # 200 x 4 KB: well past the limit
     await client.publish_many([(f"oom/{n}", payload) for n in range(MESSAGES)])  # all acknowledged
     assert not bridge.runners["redis.pool1"].healthy  # the OOM replies put the pool down
@@ -109,7 +109,7 @@ async def test_a_read_only_postgresql_keeps_acknowledged_messages_also_at_start(
         '["INSERT INTO ro (topic, payload) VALUES (${topic}, ${payload}) ON CONFLICT (topic) DO NOTHING"]}}\n'
     )
     bridge = await make_bridge(rules, pools=pools)  # starts: read-only is a state, not a refusal
-    client = await Client("ro-pub", mqtt_port(bridge)).connect()
+    client = await Client(mqtt_port(bridge), "ro-pub").connected()
     await client.publish_many([(f"ro/{n}", b"m%d" % n) for n in range(50)])  # all acknowledged
     conn = await writable_connection()
     assert await conn.fetchval("SELECT count(*) FROM ro") == 0
@@ -129,9 +129,9 @@ async def test_a_permanent_failure_lands_in_the_dead_letter_file_with_its_reason
     rules = 'backend.redis.hook.message.publish.1 = {"topic": "dl/#", "action": {"commands": ["HSET ${topic} f ${payload}"]}}\n'
     bridge = await make_bridge(rules)
     redis_db.set("dl/string", "not a hash")  # HSET on it: WRONGTYPE, an error retrying will not change
-    client = await Client("dl-pub", mqtt_port(bridge)).connect()
-    await client.publish("dl/string", b"\x00kept\xff")
-    await client.publish("dl/hash", b"fine")
+    client = await Client(mqtt_port(bridge), "dl-pub").connected()
+    await client.publish("dl/string", b"\x00kept\xff", qos=1)
+    await client.publish("dl/hash", b"fine", qos=1)
     counts = bridge.metrics.rules["redis.message.publish.1"]
 
     async def done() -> tuple[int, int]:

@@ -16,12 +16,12 @@ from typing import Any
 import aiohttp
 import pytest
 import redis as redis_sync
-from broker_suite.clients import V5, V311, Client
 
 from bridge.app import Bridge, Paths
 from support.bridges import core, eventually, mqtt_port
 from support.cdp import browser
 from support.conf import config_text
+from support.mqtt import V5, V311, Client
 from support.services import ROOT
 from tests.integration.test_bans import KEY, KEY_LINE
 from tests.integration.test_ctl import ctl

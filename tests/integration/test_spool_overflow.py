@@ -48,7 +48,7 @@ async def stored(client: aioredis.Redis, topic: str) -> list[bytes]:
 
 async def test_drop_oldest_drops_the_oldest_and_counts_them(make_bridge: BridgeFactory, down_redis: None) -> None:
     bridge = await make_bridge(RULES, pools=POOL, extra_config=SMALL_SPOOL + "spool.overflow = drop_oldest\n")
-    publisher = await Client("pub", mqtt_port(bridge)).connect()
+    publisher = await Client(mqtt_port(bridge), "pub").connected()
     sent = [b"%05d" % n + b"." * 300 for n in range(3000)]  # about 1 MB for a 256 KB spool
     await publisher.publish_many([("t/drop", payload) for payload in sent])  # never held back
     counts = bridge.metrics.rules["redis.message.publish.1"]
@@ -70,7 +70,7 @@ async def test_drop_oldest_drops_the_oldest_and_counts_them(make_bridge: BridgeF
 
 async def test_block_holds_publishers_back_until_the_spool_drains(make_bridge: BridgeFactory, down_redis: None) -> None:
     bridge = await make_bridge(RULES, pools=POOL, extra_config=SMALL_SPOOL + "backend.redis.pool1.queue_size = 100\n")
-    publisher = await Client("pub", mqtt_port(bridge)).connect()
+    publisher = await Client(mqtt_port(bridge), "pub").connected()
     sent = [b"%05d" % n + b"." * 300 for n in range(3000)]
     publishing = asyncio.create_task(publisher.publish_many([("t/block", payload) for payload in sent]))
     await asyncio.sleep(3)

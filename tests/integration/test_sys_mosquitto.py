@@ -21,11 +21,10 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from broker_suite.clients import V311, Client
-
 from bridge.brokers.embedded.source import EmbeddedBroker
 from support.bridges import BridgeFactory, mqtt_port
 from support.mosquitto import own_mosquitto
+from support.mqtt import V311, Client
 
 SYS = "$SYS/broker/"
 OWN = SYS + "hookbridge/"
@@ -140,8 +139,8 @@ async def traffic(port: int, made: list[Client], session_ended: Callable[[], Awa
     assert await writer.publish("t/ret", RETAINED, 1, retain=True) == 0
     for i in range(N):
         assert await writer.publish(f"s/{i}", SHARED, 1) == 0
-    assert [m.topic for m in await live.messages_n(M + 1)] == [*(f"t/{i}" for i in range(M)), "t/ret"]
-    assert len(await shared.messages_n(N)) == N
+    assert [m.topic for m in await live.expect(M + 1)] == [*(f"t/{i}" for i in range(M)), "t/ret"]
+    assert len(await shared.expect(N)) == N
 
 
 async def read_tree(port: int, made: list[Client], count: int, topics: list[str] | None = None) -> dict[str, str]:
@@ -159,7 +158,7 @@ async def read_tree(port: int, made: list[Client], count: int, topics: list[str]
             values[topic] = got.payload.decode()
         return values
     assert await reader.subscribe("$SYS/#", 0) == [0]
-    messages = [m for m in await reader.messages_n(count) if m.retain]
+    messages = [m for m in await reader.expect(count) if m.retain]
     assert len(messages) == count, "a round came before every retained message did"
     return {m.topic: m.payload.decode() for m in messages}
 

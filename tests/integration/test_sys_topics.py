@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-from broker_suite.clients import V5, V311, Client
 
 from bridge.app import Bridge
 from bridge.brokers.embedded.source import EmbeddedBroker
 from support.bridges import BridgeFactory, mqtt_port
+from support.mqtt import V5, V311, Client
 
 ACL = """\
 user writer
@@ -47,7 +47,7 @@ async def connect(made: list[Client], bridge: Bridge, clientid: str, user: str, 
 async def retained_sys(reader: Client, count: int) -> dict[str, str]:
     """The retained `$SYS` messages a fresh subscription gets: topic -> value."""
     assert await reader.subscribe("$SYS/#", 0) == [0]
-    got = await reader.messages_n(count)
+    got = await reader.expect(count)
     assert all(m.retain for m in got)
     return {m.topic: m.payload.decode() for m in got}
 
@@ -74,7 +74,7 @@ async def test_values_after_known_traffic_are_exact(
         assert await writer.publish(f"t/{i}", b"x" * i, 1) == 0
     for i in range(k):
         assert await writer.publish(f"r/{i}", b"kept", 1, retain=True) == 0
-    assert [msg.topic for msg in await reader.messages_n(m)] == [f"t/{i}" for i in range(m)]
+    assert [msg.topic for msg in await reader.expect(m)] == [f"t/{i}" for i in range(m)]
 
     # the round at start left the broker's own $SYS messages retained: Mosquitto counts them as
     # retained and stored messages too
@@ -151,7 +151,7 @@ async def test_only_readers_allowed_by_the_acl_get_them(
     assert got.payload.startswith(b"hookbridge version ")
     # every interval what changed, live (not retained): messages/sent grows with what this reader gets
     assert await sysreader.subscribe(SYS + "messages/sent", 0) == [0]
-    live = [m for m in await sysreader.messages_n(4) if not m.retain]
+    live = [m for m in await sysreader.expect(4) if not m.retain]
     assert live and all(m.topic == SYS + "messages/sent" for m in live)
     # the reader of "#" got the marker, and no $SYS message before it
     assert await writer.publish("end", b"marker", 1) == 0
@@ -188,7 +188,7 @@ async def test_not_written_to_the_durable_store(
     assert await writer.publish("keep/me", b"kept", 1, retain=True) == 0  # acked once committed
     sysreader = await connect(clients, bridge, "sys1", "sysreader")
     assert await sysreader.subscribe(SYS + "messages/sent", 0) == [0]
-    await sysreader.messages_n(3)  # three rounds at least
+    await sysreader.expect(3)  # three rounds at least
     with sqlite3.connect(store / FILENAME) as db:
         topics = [row[0] for row in db.execute("SELECT topic FROM retained")]
     assert topics == ["keep/me"]
@@ -213,7 +213,7 @@ async def test_the_bridges_own_status_under_the_hookbridge_prefix(
     sysreader = await connect(clients, bridge, "sys1", "sysreader")  # (its events come after the round)
     assert await sysreader.subscribe(SYS + "hookbridge/#", 0) == [0]
     own_count = sum(1 for topic in source.sys_topics.values() if topic.startswith(SYS + "hookbridge/"))
-    got = {m.topic.removeprefix(SYS + "hookbridge/"): m.payload.decode() for m in await sysreader.messages_n(own_count)}
+    got = {m.topic.removeprefix(SYS + "hookbridge/"): m.payload.decode() for m in await sysreader.expect(own_count)}
     assert got["pools/redis.pool1/up"] == "1"
     assert got["pools/redis.pool1/queue"] == "0" and got["pools/redis.pool1/spooled"] == "0"
     assert got["rules/count"] == str(len(bridge.engine.rules)) != "0"

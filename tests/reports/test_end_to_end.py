@@ -33,12 +33,12 @@ EXPECTED_EVENTS = (5 + FLAPS) + (4 + FLAPS) + 10 + 16 + 8
 
 
 async def traffic(port: int) -> None:
-    sub = await Client("sub", port, clean=False).connect()
+    sub = await Client(port, "sub", clean=False).connected()
     await sub.subscribe("fleet/#", 1)
-    lazy = await Client("lazy", port, clean=False, manual_ack=True).connect()
+    lazy = await Client(port, "lazy", clean=False, manual_ack=True).connected()
     await lazy.subscribe("fleet/a/#", 1)
-    stay = await Client("stay", port).connect()
-    pub = await Client("pub", port).connect()
+    stay = await Client(port, "stay").connected()
+    pub = await Client(port, "pub").connected()
     for _ in range(4):
         await pub.publish("fleet/a/temp", b"0123456789", qos=1)
     for _ in range(3):
@@ -49,10 +49,10 @@ async def traffic(port: int) -> None:
     await sub.expect(10)
     await lazy.expect(6)
     for _ in range(FLAPS):
-        flap = await Client("flap", port).connect()
+        flap = await Client(port, "flap").connected()
         await flap.disconnect()
-    dropper = await Client("dropper", port).connect()
-    dropper.drop()
+    dropper = await Client(port, "dropper").connected()
+    await dropper.drop()
     for client in (pub, sub, lazy):
         await client.disconnect()
     del stay  # stays connected: an open session at the window's end

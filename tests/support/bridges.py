@@ -7,10 +7,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from broker_suite.clients import Client
-
 from bridge.app import Bridge
 from bridge.brokers.embedded.broker import Broker
+from support.mqtt import Client
 
 T = TypeVar("T")
 
@@ -45,10 +44,8 @@ async def connected(
     bridge: Bridge, made: list[Client], clientid: str, *, user: str | None = None, **kwargs: Any
 ) -> Client:
     """A paho client of `bridge`'s embedded broker whose CONNECT was accepted; `made` (the
-    `clients` fixture) stops it at teardown. `kwargs`: the client's (version, clean, manual_ack)."""
-    client = Client(mqtt_port(bridge), clientid, **kwargs)
-    if user:
-        client.paho.username_pw_set(user)
+    `clients` fixture) stops it at teardown. `kwargs`: the client's
+    (version, clean, manual_ack, ...); `user`: its user name."""
+    client = Client(mqtt_port(bridge), clientid, username=user or None, **kwargs)
     made.append(client)
-    assert (await client.connect()).reason == 0
-    return client
+    return await client.connected()
