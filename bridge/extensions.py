@@ -47,8 +47,8 @@ COMPILED = (
     "bridge.brokers.embedded.router",
     "bridge.brokers.embedded.topictree",
     "bridge.msgid",
-    # Not actions/redis/packing.py: its connection classes are subclasses of redis-py's, which
-    # a compiled (native) class cannot be the base of; and its work is hiredis's, already C.
+    # Not actions/redis/packing.py: its connection classes derive from redis-py's, and a compiled
+    # class cannot have an interpreted base (its import failed); its work is hiredis's, already C.
 )
 """Module names; setup.py compiles `<name with / for .>.py` for each."""
 
