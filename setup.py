@@ -10,8 +10,9 @@ The compiled build (docs/development.md#the-compiled-build): a wheel, an sdist i
 image compiles the modules bridge/extensions.py lists into C extensions with mypyc (a build
 requirement in pyproject.toml). Not compiled: an editable install (`pip install -e .`, what
 scripts/test.sh does), so an edit to a .py file is never shadowed by an extension built from
-its older text; and any build with HOOKBRIDGE_NO_EXTENSIONS=1. Where the C compiler fails or is
-missing, the build warns and the wheel is pure Python: it always installs.
+its older text; and any build with HOOKBRIDGE_NO_EXTENSIONS=1. Where mypyc or the C compiler
+fails, or no compiler is there, the build warns and the wheel is pure Python: it always installs
+(tests/packaging/test_compiled_build.py fails then, as the extensions are missing).
 """
 
 from __future__ import annotations
@@ -59,9 +60,9 @@ class OptionalBuildExt(build_ext):
 
     - An editable install (`pip install -e .`) stays pure Python: its extensions would sit beside
       the checkout's .py files and shadow every later edit of them.
-    - Where the extensions cannot be built (no C compiler, no Python headers), a warning, and none
-      of them in the wheel: it is pure Python and still installs. All or nothing: mypyc's modules
-      share one library, so a part of them would not import.
+    - Where the extensions cannot be built (mypyc refuses a module, no C compiler, no Python
+      headers), a warning, and none of them in the wheel: it is pure Python and still installs.
+      All or nothing: mypyc's modules share one library, so a part of them would not import.
     """
 
     def _mypyc_extensions(self) -> list[Extension]:
@@ -85,7 +86,11 @@ class OptionalBuildExt(build_ext):
         # The build environment has none of the runtime dependencies: imports of them are typed
         # Any here (the checkout's own mypy run checks them fully).
         options = ["--ignore-missing-imports", "--no-warn-unused-ignores", "--follow-imports=silent"]
-        return list(mypycify([*options, *sources], group_name="hookbridge", opt_level="3"))
+        try:
+            return list(mypycify([*options, *sources], group_name="hookbridge", opt_level="3"))
+        except (Exception, SystemExit) as exc:  # mypyc refuses a module: it says why above, and exits
+            print(f"hookbridge: WARNING: mypyc failed ({exc!r}); this build is pure Python", file=sys.stderr)
+            return []
 
     def finalize_options(self) -> None:
         # Before setuptools' own, which prepares each extension of the list.
