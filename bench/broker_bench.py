@@ -20,7 +20,12 @@ memory per connection, i.e. the broker's process tree RSS after minus before, di
 The window stays within the brokers' listen backlog (100, asyncio's default and Mosquitto's): a
 larger one overflows it, and a dropped SYN costs the client a second before it retries.
 
-    .venv/bin/python -m bench.broker_bench [--messages 20000] [--clients 10000] [--runs 3]
+Broker CPU per message: user + system time of the broker's process tree (/proc/<pid>/stat) over
+the same span as the rate, divided by N; a busy machine disturbs it less than the rate.
+`--python PATH` runs the bridge with that interpreter's installed hookbridge (the compiled wheel:
+docs/development.md#the-compiled-build); `HOOKBRIDGE_NO_EXTENSIONS=1` then runs its .py files.
+
+    .venv/bin/python -m bench.broker_bench [--messages 20000] [--clients 10000] [--runs 3] [--skip-idle] [--python PATH]
 """
 
 from __future__ import annotations
