@@ -50,13 +50,11 @@ BROKER_AND_PIPELINE_TESTS = [
     "tests/unit/test_runner.py",
 ]
 
-# These count how often the decoder calls one of its own functions by replacing it with
+# This one counts how often the decoder calls one of its own functions by replacing it with
 # monkeypatch; a compiled module calls its functions directly, not through the module's
-# attribute, so the count stays 0 there. What they check (work stops at the bound) is the same
-# code, held by the checkout's pure-Python run; the refusals themselves are tested here too.
+# attribute, so the count stays 0 there. What it checks (a filter over the level bound is not
+# split) is the same code, held by the checkout's pure-Python run.
 COUNTS_CALLS_BY_MONKEYPATCH = [
-    "tests/unit/test_decode_bounds.py::test_a_subscribe_with_too_many_filters_is_refused_at_the_one_past_the_bound",
-    "tests/unit/test_decode_bounds.py::test_an_unsubscribe_with_too_many_filters_is_refused_while_decoding",
     "tests/unit/test_decode_bounds.py::test_a_filter_over_the_levels_is_kept_unparsed_for_the_broker_to_refuse",
 ]
 
