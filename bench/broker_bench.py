@@ -20,7 +20,12 @@ memory per connection, i.e. the broker's process tree RSS after minus before, di
 The window stays within the brokers' listen backlog (100, asyncio's default and Mosquitto's): a
 larger one overflows it, and a dropped SYN costs the client a second before it retries.
 
-    .venv/bin/python -m bench.broker_bench [--messages 20000] [--clients 10000] [--runs 3]
+Broker CPU per message: user + system time of the broker's process tree (/proc/<pid>/stat) over
+the same span as the rate, divided by N; a busy machine disturbs it less than the rate.
+`--python PATH` runs the bridge with that interpreter's installed hookbridge (the compiled wheel:
+docs/development.md#the-compiled-build); `HOOKBRIDGE_NO_EXTENSIONS=1` then runs its .py files.
+
+    .venv/bin/python -m bench.broker_bench [--messages 20000] [--clients 10000] [--runs 3] [--skip-idle] [--python PATH]
 """
 
 from __future__ import annotations
@@ -44,9 +49,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from bench.broker_servers import CONNACK_ACCEPTED, HOST, ROOT, Server, connect_packet, free_port, hookbridge, mosquitto
+from bench.broker_servers import (
+    CONNACK_ACCEPTED,
+    HOST,
+    ROOT,
+    Server,
+    bridge_build,
+    connect_packet,
+    free_port,
+    hookbridge,
+    mosquitto,
+    use_installed_bridge,
+)
 from bench.broker_servers import mosquitto_version as version
 from bench.machine import describe, table
+from bench.mqtt_subscribers import cpu_seconds
 
 TOPIC, READY = "bench/t", "bench/ready"
 PAYLOAD = b"x" * 100
@@ -72,11 +89,18 @@ class Row:
 
 
 def publish_through(
-    server: Server, messages: int, workdir: Path, *, subscribers: int = 1, persistent: bool = False
+    server: Server,
+    messages: int,
+    workdir: Path,
+    *,
+    subscribers: int = 1,
+    persistent: bool = False,
+    cpu_us: list[float] | None = None,
 ) -> float:
     """One run: messages per second from mosquitto_pub to `subscribers` mosquitto_sub clients
     through `server` (`persistent`: clean session 0, each with a client id of its own). The time
-    ends when the last subscriber has all its messages."""
+    ends when the last subscriber has all its messages. `cpu_us` gets the broker's CPU time per
+    message over the same span (user + system of its process tree, /proc/<pid>/stat)."""
     port = str(server.port)
     subprocess.run(["mosquitto_pub", "-p", port, "-q", "1", "-r", "-t", READY, "-m", "ready"], check=True, timeout=30)
     subs: list[tuple[subprocess.Popen[bytes], Path]] = []
@@ -93,12 +117,12 @@ def publish_through(
         assert pub.stdin is not None
         feed = threading.Thread(target=_write_and_close, args=(pub.stdin, (PAYLOAD + b"\n") * messages))
         watchdog = threading.Thread(target=_watchdog, args=(pub, subs))
-        started = time.perf_counter()
+        started, cpu_before = time.perf_counter(), cpu_seconds(server.process.pid)
         feed.start()
         watchdog.start()
         for sub, _ in subs:
             sub.wait()  # no timeout: Popen.wait(timeout) polls, up to 50 ms late
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, cpu_seconds(server.process.pid) - cpu_before
         feed.join()
         watchdog.join()
         pub.wait(60)
@@ -112,6 +136,8 @@ def publish_through(
         arrived = sum(line == PAYLOAD for line in lines)
         if arrived != messages or len(lines) != messages + 1:
             raise RuntimeError(f"{server.name}: {arrived} of {messages} messages arrived ({len(lines)} lines)")
+    if cpu_us is not None:
+        cpu_us.append(cpu / messages * 1e6)
     return messages / elapsed
 
 
@@ -248,18 +274,19 @@ def rows(args: argparse.Namespace, redis_port: int) -> list[Row]:
 def measure(args: argparse.Namespace, workdir: Path, redis_port: int) -> dict[str, float]:
     configurations = rows(args, redis_port)
     rates: dict[str, list[float]] = {row.key: [] for row in configurations}
+    cpu: dict[str, list[float]] = {row.key: [] for row in configurations}
     for run in range(args.runs):  # rounds of all three, so a busy moment of the machine hits them alike
         for row in configurations:
             if row.key == "persisted":
                 subprocess.run(["redis-cli", "-p", str(redis_port), "flushall"], check=True, capture_output=True)
             with row.start(workdir / f"{row.key}-{run}") as server:
-                rates[row.key].append(publish_through(server, args.messages, workdir))
+                rates[row.key].append(publish_through(server, args.messages, workdir, cpu_us=cpu[row.key]))
     connections: dict[str, list[tuple[float, float]]] = {"mosquitto": [], "no_rules": []}
-    for run in range(args.runs):
+    for run in range(0 if args.skip_idle else args.runs):
         for row in (r for r in configurations if r.key in connections):
             with row.start(workdir / f"{row.key}-idle-{run}") as server:
                 connections[row.key].append(idle_connections(server, args.clients, args.window))
-    return report(args, configurations, rates, connections)
+    return report(args, configurations, rates, connections, cpu)
 
 
 def report(
@@ -267,6 +294,7 @@ def report(
     configurations: list[Row],
     rates: dict[str, list[float]],
     connections: dict[str, list[tuple[float, float]]],
+    cpu: dict[str, list[float]],
 ) -> dict[str, float]:
     medians = {key: statistics.median(values) for key, values in rates.items()}
     results = {f"{key}_msgs": value for key, value in medians.items()}
@@ -278,13 +306,17 @@ def report(
             f" (target >= {TARGETS[row.key]:.0%}: {_verdict(share >= TARGETS[row.key])})" if row.key in TARGETS else ""
         )
         runs = ", ".join(f"{r:,.0f}" for r in rates[row.key])
-        rows_out.append((row.name, f"{medians[row.key]:,.0f}", f"{share:.0%}{target}", runs))
+        results[f"{row.key}_cpu_us"] = cpu_us = statistics.median(cpu[row.key])
+        rows_out.append((row.name, f"{medians[row.key]:,.0f}", f"{share:.0%}{target}", f"{cpu_us:.1f}", runs))
     print(f"machine: {describe()}")
+    print(f"hookbridge: {bridge_build()}")
     print(
         f"\nQoS 1, mosquitto_pub -l -M {INFLIGHT} -> mosquitto_sub, 1 -> 1, {len(PAYLOAD)} B payloads, "
         f"{args.messages} messages per run, median of {args.runs} runs\n"
     )
-    print(table(rows_out, ("broker", "median msg/s", "of Mosquitto", "runs")))
+    print(table(rows_out, ("broker", "median msg/s", "of Mosquitto", "broker CPU us/msg", "runs")))
+    if args.skip_idle:
+        return results
     conn_rows: list[tuple[str, ...]] = []
     for row in (r for r in configurations if r.key in connections):
         rate = statistics.median(rate for rate, _ in connections[row.key])
@@ -311,7 +343,15 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=100, help="connection handshakes in progress at a time")
     parser.add_argument("--runs", type=int, default=3, help="runs of each row; the median is shown")
     parser.add_argument("--json", help="also write the results to this file (the bench suite reads it)")
+    parser.add_argument(
+        "--python",
+        help="run the bridge with this interpreter's installed hookbridge (e.g. a virtualenv with the compiled "
+        "wheel: docs/development.md#the-compiled-build) instead of the checkout's code",
+    )
+    parser.add_argument("--skip-idle", action="store_true", help="measure throughput only, not idle connections")
     args = parser.parse_args()
+    if args.python:
+        use_installed_bridge(args.python)
     raise_fd_limit(args.clients)
     redis_port = free_port()
     subprocess.run(["bash", "scripts/redis.sh", str(redis_port)], check=True, capture_output=True, cwd=ROOT)

@@ -195,6 +195,29 @@ def mosquitto_launch(workdir: Path, *, persistence: bool = False, password_file:
     return Launch("mosquitto", ["mosquitto", "-c", str(conf)], workdir, port, "mosquitto.out")
 
 
+# The interpreter that runs `-m bridge`: this one by default (the checkout's code, found from
+# cwd=ROOT), or with `use_installed_bridge` another virtualenv's installed hookbridge, e.g. the
+# compiled wheel (docs/development.md#the-compiled-build); -P keeps the checkout off its path.
+BRIDGE_PYTHON = [sys.executable]
+
+
+def use_installed_bridge(python: str) -> None:
+    BRIDGE_PYTHON[:] = [python, "-P"]
+
+
+def bridge_build() -> str:
+    """Which build `-m bridge` runs: how many of its compiled modules are extensions."""
+    done = subprocess.run([*BRIDGE_PYTHON, "-c", BUILD_REPORT], cwd=ROOT, capture_output=True, text=True, check=True)
+    compiled, total = done.stdout.split()
+    return f"compiled ({compiled} of {total} modules)" if int(compiled) else "pure Python"
+
+
+BUILD_REPORT = (
+    "import importlib; from bridge.extensions import COMPILED, is_compiled; "
+    "print(sum(is_compiled(importlib.import_module(n)) for n in COMPILED), len(COMPILED))"
+)
+
+
 def hookbridge(
     workdir: Path, *, redis_port: int | None = None, max_connections: int | None = None
 ) -> contextlib.AbstractContextManager[Server]:
@@ -233,5 +256,5 @@ def hookbridge_launch(
         config.append(f"backend.redis.pool1.server = {HOST}:{redis_port}")
     config += extra
     (workdir / "bridge.conf").write_text("\n".join(config) + "\n")
-    command = [sys.executable, "-m", "bridge", "run", "-c", str(workdir / "bridge.conf"), "-r", str(workdir / "rules")]
+    command = [*BRIDGE_PYTHON, "-m", "bridge", "run", "-c", str(workdir / "bridge.conf"), "-r", str(workdir / "rules")]
     return Launch("hookbridge", command, workdir, port, "bridge.log", metrics_port)

@@ -2,14 +2,18 @@
 
 `replay` reads the Dockerfile and carries out its steps into a fresh folder standing for the
 image's `/`, with a fresh virtualenv standing for the image's Python: COPY from the build context,
-WORKDIR, `RUN pip install` with that virtualenv's pip, `RUN rm -rf`, `RUN useradd` (recorded: the
-user and its home folder), USER, ENTRYPOINT and CMD. Any other instruction or command is refused
+WORKDIR, `RUN pip install` and `RUN pip wheel` with that virtualenv's pip, `RUN rm -rf`, `RUN
+useradd` (recorded: the user and its home folder), USER, ENTRYPOINT and CMD. A multi-stage build
+works as Docker's does: each FROM starts a stage with a folder and a virtualenv of its own,
+`FROM ... AS name` names it, `COPY --from=name` copies out of that stage's folder, and the last
+stage is the image. Any other instruction or command is refused
 with its line, so that a Dockerfile step the replay cannot check fails the test instead of being
 skipped. Paths the image would see (`/etc/hookbridge/bridge.conf`) map to the folder (`Image.path`).
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import re
 import shlex
@@ -58,6 +62,10 @@ class Image:
 
     root: Path
     bin_dir: Path
+    where: Path
+    """The folder the replay works in: each stage's `/` and virtualenv are made there."""
+    stages: dict[str, Path] = field(default_factory=dict)
+    """Earlier stages by name (`FROM ... AS name`): the folder standing for each one's `/`."""
     base: str = ""
     workdir: str = "/"
     user: str = "root"
@@ -80,8 +88,7 @@ class Image:
 
 
 def replay(dockerfile: Path, context: Path, where: Path) -> Image:
-    image = Image(root=where / "root", bin_dir=fresh_virtualenv(where / "python"))
-    image.root.mkdir()
+    image = Image(root=where / "no-stage", bin_dir=where / "no-stage", where=where)
     for step in parse(dockerfile.read_text()):
         carry_out = _STEPS.get(step.keyword)
         if carry_out is None:
@@ -94,10 +101,23 @@ def replay(dockerfile: Path, context: Path, where: Path) -> Image:
 
 
 def _from(image: Image, arguments: str, _context: Path) -> None:
-    image.base = arguments
+    """A new stage: a fresh `/` and Python; the previous stage is kept under its name, if it has one."""
+    match = re.fullmatch(r"(\S+)(?:\s+as\s+(\S+))?", arguments, re.IGNORECASE)
+    if match is None:
+        raise ReplayError(f"FROM {arguments}: an image, and optionally `AS name`")
+    base, name = match[1], match[2] or ""
     python = f"python:{sys.version_info.major}.{sys.version_info.minor}"
-    if not re.fullmatch(rf"{re.escape(python)}(-slim)?(-\w+)?", arguments):
+    if not re.fullmatch(rf"{re.escape(python)}(-slim)?(-\w+)?", base):
         raise ReplayError(f"FROM {arguments}: the replay's virtualenv stands for {python} only")
+    number = len(list(image.where.glob("stage-*")))
+    stage = image.where / f"stage-{number}"
+    stage.mkdir(parents=True)
+    image.root, image.bin_dir = stage / "root", fresh_virtualenv(stage / "python")
+    image.root.mkdir()
+    image.base, image.workdir, image.user = base, "/", "root"
+    image.users, image.entrypoint, image.cmd = {}, [], []
+    if name:
+        image.stages[name] = image.root
 
 
 def _workdir(image: Image, arguments: str, _context: Path) -> None:
@@ -107,13 +127,19 @@ def _workdir(image: Image, arguments: str, _context: Path) -> None:
 
 def _copy(image: Image, arguments: str, context: Path) -> None:
     words = json.loads(arguments) if arguments.startswith("[") else shlex.split(arguments)
+    origin = context
+    if words and words[0].startswith("--from="):
+        stage = words.pop(0).removeprefix("--from=")
+        if stage not in image.stages:
+            raise ReplayError(f"COPY --from={stage}: no earlier stage of that name")
+        origin = image.stages[stage]
     if any(word.startswith("--") for word in words):
         raise ReplayError(f"COPY {arguments}: options are not replayed")
     *sources, destination = words
     into_folder = destination.endswith("/") or len(sources) > 1
     target = image.path(destination)
     for source in sources:
-        found = context / source
+        found = origin / source.lstrip("/")
         if not found.exists():
             raise ReplayError(f"COPY {source}: not in the build context")
         if found.is_dir():  # Docker copies a folder's contents, not the folder itself
@@ -130,10 +156,10 @@ def _run(image: Image, arguments: str, _context: Path) -> None:
         raise ReplayError("RUN in exec form is not replayed")
     for command in arguments.split("&&"):
         words = shlex.split(command)
-        if words[:2] == ["pip", "install"]:
+        if words[:2] in (["pip", "install"], ["pip", "wheel"]):
             # --no-cache-dir keeps the image small; here the machine's pip cache saves the downloads.
             subprocess.run(
-                [str(image.bin_dir / "pip"), *(word for word in words[1:] if word != "--no-cache-dir")],
+                [str(image.bin_dir / "pip"), *_image_paths(image, [w for w in words[1:] if w != "--no-cache-dir"])],
                 cwd=image.path(image.workdir),
                 env=clean_environment(image.bin_dir),
                 check=True,
@@ -145,6 +171,19 @@ def _run(image: Image, arguments: str, _context: Path) -> None:
             _useradd(image, words[1:])
         else:
             raise ReplayError(f"RUN {command.strip()}: the replay does not know this command")
+
+
+def _image_paths(image: Image, words: list[str]) -> list[str]:
+    """Absolute paths of the image mapped into its folder, and a glob (`/wheels/x-*.whl`) expanded
+    as the shell would: to the matches, sorted, or left as it is when nothing matches."""
+    out: list[str] = []
+    for word in words:
+        if not word.startswith("/"):
+            out.append(word)
+            continue
+        mapped = str(image.path(word))
+        out.extend(sorted(glob.glob(mapped)) or [mapped])
+    return out
 
 
 def _useradd(image: Image, words: list[str]) -> None:

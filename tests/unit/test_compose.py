@@ -262,7 +262,8 @@ def test_the_image_entrypoint_is_the_cli(compose: dict[str, Any]) -> None:
         assert args.command == "run" if hasattr(args, "command") else True
         targets = {t for _, t in _binds(compose["services"]["bridge"])}
         assert args.config in targets and args.rules in targets
-    for line in re.findall(r"^COPY (\S+)", dockerfile, re.M):
+    # From the build context; `COPY --from=<stage>` copies from an earlier stage of the build.
+    for line in re.findall(r"^COPY (?!--from=)(\S+)", dockerfile, re.M):
         assert (ROOT / line).exists(), f"Dockerfile copies {line}, which does not exist"
 
 
