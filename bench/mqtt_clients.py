@@ -118,16 +118,27 @@ async def open_sessions(port: int, client_ids: list[str], filter_of: Callable[[i
     await asyncio.gather(*(one(number) for number in range(len(client_ids))))
 
 
-async def publish(port: int, count: int, topic_of: Callable[[int], str], payload: bytes, window: int = 1000) -> None:
-    """`count` QoS 1 messages, the i-th to topic_of(i), from one clean-session client keeping up
-    to `window` unacknowledged (as mosquitto_pub -M does); returns once every one is acknowledged."""
-    client, _ = await Client.connect(port, "bench-populate")
+async def publish(
+    port: int,
+    count: int,
+    topic_of: Callable[[int], str],
+    payload: bytes | Callable[[int], bytes],
+    window: int = 1000,
+    client_id: str = "bench-populate",
+) -> None:
+    """`count` QoS 1 messages, the i-th to topic_of(i) with `payload` (or payload(i)), from one
+    clean-session client keeping up to `window` unacknowledged (as mosquitto_pub -M does);
+    returns once every one is acknowledged."""
+    payload_of = payload if callable(payload) else (lambda _: payload)
+    client, _ = await Client.connect(port, client_id)
     free = deque(range(1, window + 1))
     sent = acked = 0
     while acked < count:
         batch = []
         while free and sent < count:
-            batch.append(encode_publish(Publish(topic_of(sent), payload, qos=1, packet_id=free.popleft()), MQTT_3_1_1))
+            batch.append(
+                encode_publish(Publish(topic_of(sent), payload_of(sent), qos=1, packet_id=free.popleft()), MQTT_3_1_1)
+            )
             sent += 1
         if batch:
             client.writer.write(b"".join(batch))

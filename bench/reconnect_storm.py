@@ -43,9 +43,9 @@ from typing import Any, TypeVar
 from bench.broker_bench import limit_setting, raise_fd_limit
 from bench.broker_servers import HOST, Launch, Server, hookbridge_launch, mosquitto_launch, mosquitto_version
 from bench.machine import cpu_ticks, describe, steal_since, table
-from bench.mqtt_clients import Client
+from bench.mqtt_clients import Client, publish
 from bench.mqtt_subscribers import cpu_seconds
-from bridge.brokers.embedded.codec import MQTT_3_1_1, Pingreq, Pingresp, Puback, Publish, encode_publish
+from bridge.brokers.embedded.codec import Pingreq, Pingresp, Puback, Publish
 
 FULL = {"clients": 15_000, "window": 1_000, "queued": 10}
 QUICK = {"clients": 200, "window": 50, "queued": 3}
@@ -273,32 +273,9 @@ async def _fill(server: Server, args: argparse.Namespace) -> None:
 
 
 async def _publish_round(port: int, count: int, sequence: int) -> None:
-    # Not mqtt_clients.publish: that one sends the same payload to every topic.
-    client, _ = await Client.connect(port, f"storm-publisher-{sequence}")
-    try:
-        await _publish_payloads(client, [(topic_of(n), payload_of(n, sequence)) for n in range(count)])
-    finally:
-        await client.close()
-
-
-async def _publish_payloads(client: Client, messages: list[tuple[str, bytes]], window: int = 1000) -> None:
-    """QoS 1, up to `window` unacknowledged; returns once every one is acknowledged."""
-    free = list(range(window, 0, -1))
-    sent = acked = 0
-    while acked < len(messages):
-        batch = []
-        while free and sent < len(messages):
-            topic, payload = messages[sent]
-            batch.append(encode_publish(Publish(topic, payload, qos=1, packet_id=free.pop()), MQTT_3_1_1))
-            sent += 1
-        if batch:
-            client.writer.write(b"".join(batch))
-            await client.writer.drain()
-        for packet in await client.receive_all():
-            if not isinstance(packet, Puback):
-                raise ConnectionError(f"publisher: {packet!r} instead of a PUBACK")
-            free.append(packet.packet_id)
-            acked += 1
+    await publish(
+        port, count, topic_of, lambda n: payload_of(n, sequence), client_id=f"storm-publisher-{sequence}"
+    )
 
 
 Make = Callable[[Path, Path | None, bool], Launch]
