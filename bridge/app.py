@@ -304,8 +304,8 @@ class Bridge:
             )
             self.metrics.gauge(
                 "hookbridge_broker_durable_store_up",
-                "1 while the durable store can write: its last commit worked and its disk has"
-                " broker.durable_min_free free (/healthz says why not)",
+                "1 while the durable store can write: its last commit worked, none failed in the last"
+                " 30 s, and its disk has broker.durable_min_free free (/healthz says why not)",
                 lambda: {self.broker.mode: float(bool((self.broker.durable_health() or {}).get("up")))},
                 merge="each",
             )

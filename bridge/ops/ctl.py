@@ -281,7 +281,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     leaf(groups, "pools", pools, "each pool's state and spool")
     leaf(groups, "reload", reload, "reload rules and the broker's files, as SIGHUP")
 
-
     ctl_bans.add_parsers(groups, leaf, _limit)
     ctl_sessions.add_parsers(groups, leaf, _limit)
     ctl_keys.add_parsers(groups, leaf)

@@ -178,7 +178,9 @@ async def test_client_details_and_kicking_a_client_that_left(home: Home, clients
     # the counters are the connection's own (the client's last PUBACK may still be on its way: read again)
     await eventually(
         lambda: home.call("GET", "/clients/device-1"),
-        lambda answer: (answer[1]["bytes_in"], answer[1]["bytes_out"]) == (conn.details().bytes_in, conn.details().bytes_out),
+        lambda answer: (
+            (answer[1]["bytes_in"], answer[1]["bytes_out"]) == (conn.details().bytes_in, conn.details().bytes_out)
+        ),
     )
 
     # a clean-session client that left has no session: 404, as EMQX answers for an unknown client

@@ -139,7 +139,10 @@ def test_check_reports_acl_file_problems_with_the_config(tmp_path: Path) -> None
     assert str(caught.value) == "bridge.conf:2:19: broker.acl.file: No such file or directory"
     with pytest.raises(ConfErrors) as caught:
         parse_config("bridge.conf", "broker.acl.backend = sqlite.x\n")
-    assert str(caught.value) == "bridge.conf:1:22: broker.acl.backend: 'sqlite.x' is not mongo.<pool>, pgsql.<pool> or redis.<pool>"
+    assert (
+        str(caught.value)
+        == "bridge.conf:1:22: broker.acl.backend: 'sqlite.x' is not mongo.<pool>, pgsql.<pool> or redis.<pool>"
+    )
 
 
 def test_acl_settings_only_in_embedded_mode(tmp_path: Path) -> None:

@@ -172,7 +172,11 @@ async def connected(broker: Broker, clientid: str, level: int = MQTT_3_1_1, **co
 async def test_connect_is_answered_with_connack_and_the_session_is_attached(broker: Broker, sink: Recorder) -> None:
     client = await connected(broker, "c1")
     assert client.received() == [Connack(False, 0)]
-    assert client.channel.state is broker.states["c1"] and client.channel.connacked and broker.active["c1"] is client.channel
+    assert (
+        client.channel.state is broker.states["c1"]
+        and client.channel.connacked
+        and broker.active["c1"] is client.channel
+    )
     assert [e.clientid for e in sink.of(ClientConnected)] == ["c1"]
 
 
@@ -213,7 +217,11 @@ async def test_takeover_closes_the_old_channel_and_the_new_one_resumes_the_sessi
     assert first.closed_with == ("takeover", Hangup.LINGER)  # after its DISCONNECT, read by the client
     assert first.received() == [Disconnect(R.SESSION_TAKEN_OVER)]
     (connack,) = second.received()
-    assert connack.session_present and broker.active["dev"] is second.channel and second.channel.state is broker.states["dev"]
+    assert (
+        connack.session_present
+        and broker.active["dev"] is second.channel
+        and second.channel.state is broker.states["dev"]
+    )
     assert [e.reason for e in sink.of(ClientDisconnected)] == ["takeover"]
 
 

@@ -120,7 +120,9 @@ def test_rules_parser_never_crashes(text: str) -> None:
 
 # -- values: whatever `check` accepts, `run` can build --------------------------------------------
 
-_SETTING_KEYS = sorted(global_settings()) + [f"backend.{db}.pool1.{key}" for db in registry.backends() for key in pool_settings(db)]
+_SETTING_KEYS = sorted(global_settings()) + [
+    f"backend.{db}.pool1.{key}" for db in registry.backends() for key in pool_settings(db)
+]
 _NUMBER = st.one_of(
     st.integers(min_value=-(10**3), max_value=10**6),
     st.integers(min_value=-(10**40), max_value=10**40),

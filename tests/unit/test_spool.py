@@ -192,7 +192,9 @@ def test_put_first_that_cannot_save_its_position_leaves_nothing_behind(tmp_path:
 def test_codec_round_trips_every_event_kind() -> None:
     events = [
         MessagePublish("0" * 32, "c\x00lient", None, "t/ü", 1, b"\x00\xff" * 1000, True, "n", "p:1", 1.5),
-        SessionSubscribed("c", "u", "n", "a/#", 2, 2.0, is_new=True, live_from_msgid="A" * 32, retained_sent=frozenset({"a/b"})),
+        SessionSubscribed(
+            "c", "u", "n", "a/#", 2, 2.0, is_new=True, live_from_msgid="A" * 32, retained_sent=frozenset({"a/b"})
+        ),
         MessageAcked("1" * 32, "c", None, "from", "t", 1, b"", False, "n", 3.0, filters=("t", "#")),
     ]
     for event in events:

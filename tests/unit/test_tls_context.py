@@ -28,6 +28,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> tuple[Certificates, tuple[P
 async def handshake(server: ssl.SSLContext, client: ssl.SSLContext | None) -> str:
     """ "ok", or the name of the error the client saw."""
     assert client is not None
+
     async def greet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(b"hello")  # only once the server accepted the handshake
         await writer.drain()

@@ -102,7 +102,6 @@ def test_a_walk_costs_what_matches_not_the_fleet():
     assert len(retained.matching("r/+/a")) == 15_000
 
 
-
 def test_retained_tree_keeps_the_sum_of_sizes_as_values_come_and_go() -> None:
     """`payload_bytes` ($SYS store/messages/bytes) is kept as topics are set, replaced and
     removed, never walked for: it equals the sum over what the tree holds after each step."""
@@ -117,6 +116,7 @@ def test_retained_tree_keeps_the_sum_of_sizes_as_values_come_and_go() -> None:
     unsized: RetainedTree[bytes] = RetainedTree()
     unsized["x"] = b"abc"
     assert unsized.payload_bytes == 0
+
 
 # -- the router on the trees: what route() and retained_for() answer, against a model -------------
 

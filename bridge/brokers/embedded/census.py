@@ -85,9 +85,7 @@ class Tally:
         self.items += 1 + len(state.subscriptions) + len(state.outbox) + len(state.inflight)
 
 
-def numbers(
-    tally: Tally, traffic: Traffic, retained: RetainedTree[Retained], refused: Counter[str]
-) -> BrokerNumbers:
+def numbers(tally: Tally, traffic: Traffic, retained: RetainedTree[Retained], refused: Counter[str]) -> BrokerNumbers:
     """The broker's numbers from a walk's tally and the counters as they are now.
 
     Stored messages are counted as Mosquitto's message store holds them: each message once,

@@ -2,7 +2,8 @@
 a pool (docs/operations.md#health-get-healthz).
 
 Two things can stop it: a commit that failed (a full disk, a file-size limit, an I/O error;
-the publishers of its messages get no acknowledgement) and a disk with less free space than
+the publishers of its messages get no acknowledgement; it counts until a commit works and
+journal.FAILURE_HOLD has passed since the last failure) and a disk with less free space than
 `broker.durable_min_free`, which warns before commits start failing.
 """
 
@@ -18,8 +19,8 @@ def store_health(journal: Journal, min_free: int) -> dict[str, Any]:
     """{"up", "writable", "free_bytes", "min_free_bytes", "error"}: up when it is writable and the
     disk holding it has at least `min_free` bytes free."""
     directory = journal.store.path.parent
-    writable = not journal.last_error
-    error = journal.last_error
+    error = journal.failing()
+    writable = not error
     try:
         free = shutil.disk_usage(directory).free
     except OSError as exc:  # the directory is gone or unreadable: nothing can be written there either

@@ -82,6 +82,11 @@ _TRIM_INTERVAL = 1.0
 # A store that refuses one commit (a full disk) refuses the retries too, several a second: one
 # error line per interval says how many it stands for.
 COMMIT_FAILURE_REPORT_INTERVAL = 10.0
+# After a failed commit the store counts as unwritable (/healthz 503) until a commit works and at
+# least this long has passed since the last failure: a nearly full disk takes the small commits
+# (a session's state) and refuses the big ones (the messages), and /healthz must not flap to ready
+# between them.
+FAILURE_HOLD = 30.0
 # Log entries read back per query when a session is loaded.
 _PAGE = 256
 # Restored sessions whose backlog one commit matches (store.Owe) after a start.
@@ -128,7 +133,9 @@ class Journal:
         self.states = states
         self.commit_failures = 0
         self._failure_reports = Throttle(COMMIT_FAILURE_REPORT_INTERVAL)
-        self.last_error = ""  # why the last commit failed, for /healthz (durable/health.py); "" once one worked
+        self.last_error = ""  # why the last commit failed, for /healthz (durable/health.py); kept after
+        self._failed_at = 0.0  # when it failed (monotonic)
+        self._recovered = True  # a commit worked since
         # Durable sessions whose rows cannot be read (a damaged store): client id -> why.
         self.unreadable: dict[str, str] = {}
         # At most one commit per `interval` (broker.durable_commit_interval): under load a commit
@@ -339,7 +346,7 @@ class Journal:
         if error is not None:
             self._owe = batch.owe + self._owe  # matched again with the next commit
             self.commit_failures += 1
-            self.last_error = str(error)
+            self.last_error, self._failed_at, self._recovered = str(error), time.monotonic(), False
             skipped = self._failure_reports.due()
             if skipped is not None:
                 more = f" ({skipped} more failed commits since the last report)" if skipped else ""
@@ -349,11 +356,23 @@ class Journal:
             if future is not None and not future.done():
                 future.cancel()
         else:
-            self.last_error = ""
+            self._recovered = True
             if future is not None and not future.done():
                 future.set_result(None)
         if self._batch or self._dirty or self._owe:
             self._soon()
+
+    def failing(self, now: float | None = None) -> str:
+        """Why the store counts as unwritable, "" when it does not: its last commit failed, or
+        one failed less than FAILURE_HOLD seconds ago."""
+        if not self.last_error:
+            return ""
+        if not self._recovered:
+            return self.last_error
+        ago = (time.monotonic() if now is None else now) - self._failed_at
+        if ago >= FAILURE_HOLD:
+            return ""
+        return f"{self.last_error} ({ago:.0f} s ago; ready again {FAILURE_HOLD:.0f} s after the last failed commit)"
 
     def trim_bound(self) -> int:
         """The highest sequence number no durable session needs by its position: a session not
