@@ -179,11 +179,20 @@ class DurableSubscriber:
         self.name, self.port = name, port
         self.qos1: Counter[bytes] = Counter()
         self.qos2: Counter[bytes] = Counter()
-        self.unreleased: set[int] = set()  # QoS 2 packet ids received and not yet released: kept across connections
+        # QoS 2 packet ids received and not yet released, with the payload first received under
+        # each: kept across connections
+        self.unreleased: dict[int, bytes] = {}
+        # What it got, in order, for the report of a failure: (connection, packet id, qos, dup, payload)
+        self.history: list[tuple[int, int, int, bool, bytes]] = []
+        # QoS 2 PUBLISHes of another message under a packet id still unreleased: the broker reused
+        # an id before its exchange ended (MQTT 4.3.3), so the message was not counted
+        self.reused: list[tuple[int, bytes, bytes]] = []  # (packet id, payload held, payload sent)
+        self.connections = 0
         self.session: Session | None = None
         self.got_any = asyncio.Event()
 
     async def subscribe(self) -> None:
+        self.connections += 1  # before: what is resent at CONNACK comes before connect() returns
         session = await connect(self.port, self.name, clean=False, level=MQTT_3_1_1, on_publish=self._received)
         await session.client.send(Subscribe(1, [Subscription(DURABLE_FILTER, 2)]))
         await session.expect(Suback, 1)
@@ -191,16 +200,21 @@ class DurableSubscriber:
 
     async def _received(self, session: Session, packet: Any) -> None:
         if isinstance(packet, Pubrel):
-            self.unreleased.discard(packet.packet_id)
+            self.history.append((self.connections, packet.packet_id, -1, False, b"PUBREL"))
+            self.unreleased.pop(packet.packet_id, None)
             await session.client.send(Pubcomp(packet.packet_id))
             return
+        self.history.append((self.connections, packet.packet_id, packet.qos, packet.dup, packet.payload))
         if packet.qos == 1:
             self.qos1[packet.payload] += 1
             await session.client.send(Puback(packet.packet_id))
         elif packet.qos == 2:
-            if packet.packet_id not in self.unreleased:  # a new message, not one sent again before its PUBREL
-                self.unreleased.add(packet.packet_id)
+            held = self.unreleased.get(packet.packet_id)
+            if held is None:  # a new message, not one sent again before its PUBREL
+                self.unreleased[packet.packet_id] = packet.payload
                 self.qos2[packet.payload] += 1
+            elif held != packet.payload:
+                self.reused.append((packet.packet_id, held, packet.payload))
             await session.client.send(Pubrec(packet.packet_id))
 
     async def come_and_go(self, stop: asyncio.Event) -> None:
@@ -216,6 +230,7 @@ class DurableSubscriber:
     async def come_back(self) -> None:
         while True:
             try:
+                self.connections += 1  # an attempt: what is resent at CONNACK comes before connect() returns
                 self.session = await connect(
                     self.port, self.name, clean=False, level=MQTT_3_1_1, on_publish=self._received
                 )
@@ -230,3 +245,17 @@ class DurableSubscriber:
 
     def received(self) -> set[bytes]:
         return set(self.qos1) | set(self.qos2)
+
+    def story(self, lost: set[bytes]) -> str:
+        """For a failure's report: packet ids reused before their exchange ended, and what came
+        under the packet ids of the lost messages' neighbours (the packets around each)."""
+        lines = [f"{self.name}: {len(self.history)} packets over {self.connections} connection attempts"]
+        lines += [
+            f"  packet id {pid} reused while unreleased: held {held!r}, sent {sent!r}"
+            for pid, held, sent in self.reused
+        ]
+        for payload in sorted(lost)[:3]:
+            publisher = payload.split(b":")[0] + b":"
+            near = [n for n, entry in enumerate(self.history) if entry[4].startswith(publisher)]
+            lines.append(f"  lost {payload!r}; this publisher's packets it got: {[self.history[n] for n in near][-6:]}")
+        return "\n".join(lines)

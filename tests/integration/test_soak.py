@@ -201,7 +201,8 @@ async def test_soak(tmp_path: Path, bridges: list[BridgeProcess], soak_redis: re
     for subscriber in durable:
         lost = expected - subscriber.received()
         assert not lost, (
-            f"{subscriber.name}: {len(lost)} acknowledged messages never delivered, e.g. {sorted(lost)[:5]}"
+            f"{subscriber.name}: {len(lost)} acknowledged messages never delivered, e.g. {sorted(lost)[:5]}\n"
+            + subscriber.story(lost)
         )
         doubled = [payload for payload, count in subscriber.qos2.items() if count > 1]
         assert not doubled, f"{subscriber.name}: {len(doubled)} QoS 2 messages delivered twice, e.g. {doubled[:5]}"

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from bridge.brokers.embedded.aftercommit import Commit
 from bridge.brokers.embedded.broker import Broker
 from bridge.brokers.embedded.channel import RECEIVE_MAXIMUM, TOPIC_ALIAS_MAXIMUM, AckAgain, Channel, Refusal
 from bridge.brokers.embedded.client import Inbound, Peer
@@ -91,6 +92,9 @@ class Socketless:
         if self.hung_up is None:
             self.written += data
 
+    def write_ordered(self, data: bytes, packets: int, commit: Commit | None) -> None:
+        self.write(data, packets)  # no durable store here: nothing waits
+
     def hang_up(self, how: Hangup) -> None:
         self.hung_up = how
         asyncio.get_running_loop().create_task(self.broker.teardown(self.channel))
@@ -101,7 +105,7 @@ class Socketless:
     def _deliver(self) -> None:
         channel = self.channel
         if channel.state is not None and channel.reason is None:
-            out, _ = channel.deliveries(1 << 20)
+            out, _, _ = channel.deliveries(1 << 20)
             self.written += b"".join(out)
 
     def abandon(self) -> None:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bridge.brokers.embedded.acks import AckQueue
+from bridge.brokers.embedded.aftercommit import Commit
 from bridge.brokers.embedded.client import ClientDetails, Inbound, Peer
 from bridge.brokers.embedded.codec import (
     EMPTY,
@@ -327,15 +328,22 @@ class Channel:
                     state.touch()
                 self._post_receipt(MessageAcked, message)
             code = 0 if message is not None else R.PACKET_IDENTIFIER_NOT_FOUND
-            self.wire.write(encode(Pubrel(packet.packet_id, code), self.level))
+            # After the PUBREC is stored: the PUBLISH is never sent again after its PUBREL (aftercommit.py)
+            self.wire.write_ordered(encode(Pubrel(packet.packet_id, code), self.level), 1, self._commit(state))
         elif kind is Pubrel:  # the message was passed on at PUBLISH: forget its id, complete
             held = state.release_incoming_qos2(packet.packet_id)
+            stored = False
             if held is not None:
                 self.incoming_unacked -= 1
                 if held.acked:
                     state.touch()  # a durable session's stored id goes: the client may reuse it
+                    stored = True
             code = 0 if held is not None else R.PACKET_IDENTIFIER_NOT_FOUND
-            self.wire.write(encode(Pubcomp(packet.packet_id, code), self.level))
+            pubcomp = encode(Pubcomp(packet.packet_id, code), self.level)
+            if stored:  # once the id is gone from the store too (aftercommit.py)
+                self.wire.write_ordered(pubcomp, 1, self._commit(state))
+            else:
+                self.wire.write(pubcomp)
         elif kind is Pubcomp:
             state.acked(packet.packet_id)
         elif kind is Pingreq:
@@ -474,16 +482,18 @@ class Channel:
 
     # -- messages out ------------------------------------------------------------------
 
-    def deliveries(self, room: int) -> tuple[list[bytes], int]:
+    def deliveries(self, room: int) -> tuple[list[bytes], int, Commit | None]:
         """The PUBLISH packets of the session's queued messages that go out now: as many as its
         in-flight window allows and `room` bytes hold (at least one while room >= 0); with the
-        payload bytes they carry. message.delivered is posted for each."""
+        payload bytes they carry, and the commit they wait for (a QoS 2 message of a durable
+        session: aftercommit.py; None: none). message.delivered is posted for each."""
         state = self.state
         assert state is not None
         out: list[bytes] = []
         now = 0.0
         should_post = self.broker.should_post
         payload_bytes = 0
+        stored_ids = False  # a QoS 2 message of a durable session got its packet id
         while state.outbox and state.inflight.has_room(self.send_window) and room >= 0:
             message = state.pop()
             if message.expires:
@@ -492,6 +502,8 @@ class Channel:
                     continue  # 5.0 message expiry: never delivered once expired
             if message.qos:
                 state.inflight.send(message)
+                if message.qos == 2 and message.seq:
+                    stored_ids = True
             data = self._publish_bytes(message, dup=False, now=now)
             if self.client_max_packet and len(data) > self.client_max_packet:
                 state.inflight.remove(message.packet_id)  # 5.0 3.1.2.25: discarded for this client
@@ -501,7 +513,13 @@ class Channel:
             room -= len(data)
             if should_post(Hookpoint.MESSAGE_DELIVERED, state.clientid, message.topic):
                 state.stream.post(self._receipt(MessageDelivered, message))
-        return out, payload_bytes
+        return out, payload_bytes, self._commit(state) if stored_ids else None
+
+    @staticmethod
+    def _commit(state: SessionState) -> Commit | None:
+        """What a packet announcing the state of a durable session waits for (aftercommit.py)."""
+        journal = state.journal
+        return journal.committed if journal is not None and state.durable else None
 
     def _resend_inflight(self) -> None:
         """[MQTT-4.4.0-1] resend unacknowledged PUBLISH (DUP) and PUBREL, in order."""
@@ -516,8 +534,8 @@ class Channel:
                 self.broker.traffic.publish_sent += 1
                 self.publish_out += 1
                 self.broker.traffic.publish_bytes_sent += len(message.payload)
-        if out:
-            self.wire.write(b"".join(out), len(out))
+        if out:  # after what its window's last state still waits for (a reconnect within a commit)
+            self.wire.write_ordered(b"".join(out), len(out), self._commit(state))
 
     def _publish_bytes(self, message: Outgoing, *, dup: bool, now: float) -> bytes:
         props = EMPTY

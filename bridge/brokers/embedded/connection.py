@@ -31,6 +31,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from bridge.brokers.embedded.aftercommit import AfterCommit, Commit
 from bridge.brokers.embedded.channel import AckAgain, Channel, Host, Refusal
 from bridge.brokers.embedded.client import Client, Inbound, Peer
 from bridge.brokers.embedded.codec import Bounds, CodecError, Connect, Decoder, Subscribe, Unsubscribe
@@ -92,6 +93,7 @@ class Connection(asyncio.Protocol):
         "broker",
         "channel",
         "decoder",
+        "held",
         "inbox",
         "last_packet",
         "lingering",
@@ -125,6 +127,7 @@ class Connection(asyncio.Protocol):
         self.output_logged = False
         self._pump_soon = False
         self.lingering = False  # half-closed after a DISCONNECT, aborted after _LINGER
+        self.held: AfterCommit | None = None  # writes waiting for a durable commit (aftercommit.py)
 
     # -- asyncio protocol --------------------------------------------------------
 
@@ -347,6 +350,21 @@ class Connection(asyncio.Protocol):
             if self.turn_bytes > TURN_BYTES:  # answers count against the budget too
                 self._spend_turn()
 
+    def write_ordered(self, data: bytes, packets: int, commit: Commit | None) -> None:
+        held = self.held
+        waits = commit() if commit is not None else None
+        if held is None:
+            if waits is None:
+                self.write(data, packets)
+                return
+            held = self.held = AfterCommit(self.write, self._drained)
+        held.hold(data, packets, waits, commit)
+
+    def _drained(self) -> None:
+        """Nothing waits for a commit any more: the room it took is free for the queue."""
+        self.held = None
+        self.pump()
+
     def pump(self) -> None:
         """Send queued messages soon (batched: one write per loop step)."""
         if not self._pump_soon and self.channel.connacked:
@@ -363,19 +381,23 @@ class Connection(asyncio.Protocol):
             return  # resume_writing pumps again
         # Not paused means the transport holds at most max_output_bytes (it pauses past it), so
         # room >= 0 and at least one message goes out each turn: the pump always moves.
-        room = self.broker.limits.max_output_bytes - transport.get_write_buffer_size()
-        out, payload_bytes = channel.deliveries(room)
+        held = self.held
+        room = self.broker.limits.max_output_bytes - transport.get_write_buffer_size() - (held.bytes if held else 0)
+        out, payload_bytes, commit = channel.deliveries(room)
         if out:
             data = b"".join(out)
-            transport.write(data)
             traffic = self.broker.traffic
-            traffic.packets_sent += len(out)
             traffic.publish_sent += len(out)
             traffic.publish_bytes_sent += payload_bytes
-            traffic.bytes_sent += len(data)
             channel.publish_out += len(out)
-            channel.bytes_out += len(data)
             room -= len(data)
+            if commit is None and held is None:
+                transport.write(data)
+                traffic.packets_sent += len(out)
+                traffic.bytes_sent += len(data)
+                channel.bytes_out += len(data)
+            else:
+                self.write_ordered(data, len(out), commit)
         if room < 0 and out and state.outbox and not self.writing_paused:
             # This turn's room is used up but the transport took the bytes without pausing (the
             # kernel's socket buffer had space), so no resume_writing will come to restart the

@@ -62,6 +62,9 @@ class SessionJournal(Protocol):
 
     def touch(self, state: SessionState, *, whole: bool = False) -> None: ...
 
+    # Done once what is pending now is committed (None: nothing pending): aftercommit.py
+    def committed(self) -> asyncio.Future[None] | None: ...
+
 
 @dataclass(slots=True)
 class Outgoing:

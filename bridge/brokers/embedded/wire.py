@@ -9,6 +9,8 @@ from __future__ import annotations
 from enum import Enum
 from typing import Protocol
 
+from bridge.brokers.embedded.aftercommit import Commit
+
 
 class Hangup(Enum):
     """How the socket side ends a connection the channel closed (Wire.hang_up)."""
@@ -32,6 +34,10 @@ class Wire(Protocol):
     def busy(self) -> bool: ...  # packets read and not yet handed to the broker (a CONNECT being decided)
 
     def write(self, data: bytes, packets: int = 1) -> None: ...
+    # A packet of the session's outgoing stream (PUBLISH, PUBREL; a PUBCOMP of a durable
+    # session): after what was written so, and once `commit` (None: nothing to wait for) is
+    # done (aftercommit.py: what a durable session's client may see only once it is stored).
+    def write_ordered(self, data: bytes, packets: int, commit: Commit | None) -> None: ...
     def pump(self) -> None: ...  # deliver the session's queue soon, as far as the socket takes it (deliveries)
     def hang_up(self, how: Hangup) -> None: ...  # the channel closed: end the socket, then the broker's teardown
     def abandon(self) -> None: ...  # its teardown did not end within the stop's grace: cancel its task
