@@ -385,6 +385,37 @@ async def test_qos_2_delivery_pubrec_pubrel_pubcomp(broker: Broker) -> None:
     assert len(reader.channel.state.inflight) == 0  # type: ignore[union-attr]
 
 
+async def test_pubrec_and_pubcomp_of_no_qos_2_exchange_leave_a_qos_1_message_in_flight(broker: Broker) -> None:
+    """A PUBREC or PUBCOMP under the packet id of a QoS 1 message in flight (a client answering
+    an exchange it still holds from before a restart, MQTT 4.3.3) ends nothing: the message stays
+    in flight until its PUBACK. Before, a PUBCOMP took any message out of the window."""
+    reader = await connected(broker, "reader", MQTT_5)
+    await reader.send(Subscribe(1, [Subscription("t", 2)]))
+    reader.received()
+    writer = await connected(broker, "writer")
+    await writer.send(Publish("t", b"x", 1, packet_id=1))
+    (publish,) = reader.received()
+    assert publish.qos == 1
+    await reader.send(Pubrec(publish.packet_id))
+    assert reader.received() == [Pubrel(publish.packet_id, R.PACKET_IDENTIFIER_NOT_FOUND)]
+    await reader.send(Pubcomp(publish.packet_id))
+    window = reader.channel.state.inflight  # type: ignore[union-attr]
+    assert publish.packet_id in window and not window.get(publish.packet_id).pubrec  # type: ignore[union-attr]
+    await reader.send(Puback(publish.packet_id))
+    assert len(window) == 0
+
+
+async def test_a_pubcomp_before_the_pubrec_does_not_end_a_qos_2_delivery(broker: Broker) -> None:
+    reader = await connected(broker, "reader")
+    await reader.send(Subscribe(1, [Subscription("t", 2)]))
+    reader.received()
+    writer = await connected(broker, "writer")
+    await writer.send(Publish("t", b"x", 2, packet_id=1))
+    (publish,) = reader.received()
+    await reader.send(Pubcomp(publish.packet_id))  # no PUBREC yet: the client cannot have it
+    assert publish.packet_id in reader.channel.state.inflight  # type: ignore[union-attr]
+
+
 async def test_a_reconnect_resends_what_was_in_flight_with_dup(broker: Broker) -> None:
     reader = await connected(broker, "reader", clean_start=False)
     await reader.send(Subscribe(1, [Subscription("t", 1)]))

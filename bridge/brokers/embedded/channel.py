@@ -327,7 +327,8 @@ class Channel:
                 if message.seq:
                     state.touch()
                 self._post_receipt(MessageAcked, message)
-            code = 0 if message is not None else R.PACKET_IDENTIFIER_NOT_FOUND
+            # a PUBREC for a QoS 1 message is for no exchange the broker has under that id
+            code = 0 if message is not None and message.qos == 2 else R.PACKET_IDENTIFIER_NOT_FOUND
             # After the PUBREC is stored: the PUBLISH is never sent again after its PUBREL (aftercommit.py)
             self.wire.write_ordered(encode(Pubrel(packet.packet_id, code), self.level), 1, self._commit(state))
         elif kind is Pubrel:  # the message was passed on at PUBLISH: forget its id, complete
@@ -345,7 +346,8 @@ class Channel:
             else:
                 self.wire.write(pubcomp)
         elif kind is Pubcomp:
-            state.acked(packet.packet_id)
+            if _completes(state.inflight.get(packet.packet_id)):
+                state.acked(packet.packet_id)
         elif kind is Pingreq:
             self.wire.write(b"\xd0\x00")
         elif kind is Disconnect:
@@ -446,10 +448,12 @@ class Channel:
         for packet in packets:
             if state is not None and isinstance(packet, Puback | Pubcomp):
                 message = state.inflight.get(packet.packet_id)
-                if message is not None and (isinstance(packet, Pubcomp) or message.qos == 1):
+                if isinstance(packet, Pubcomp):
+                    if _completes(message):
+                        state.acked(packet.packet_id)
+                elif message is not None and message.qos == 1:
                     state.acked(packet.packet_id)
-                    if isinstance(packet, Puback):
-                        self._post_receipt(MessageAcked, message)
+                    self._post_receipt(MessageAcked, message)
 
     # -- acknowledging ----------------------------------------------------------------
 
@@ -572,6 +576,14 @@ class Channel:
             proto_ver=state.level,
             user_properties=message.properties.user_property,
         )
+
+
+def _completes(message: Outgoing | None) -> bool:
+    """Whether a PUBCOMP ends the exchange of the message in flight under its packet id: a QoS 2
+    one whose PUBREC came (MQTT 4.3.3). A PUBCOMP for anything else (a QoS 1 message sent under
+    an id a stale exchange of the client's used) must not take that message out of the window
+    unacknowledged."""
+    return message is not None and message.qos == 2 and message.pubrec
 
 
 def _refusal(error: CodecError) -> str:

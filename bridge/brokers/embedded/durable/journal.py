@@ -149,6 +149,7 @@ class Journal:
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="durable-store")
         self._writing = False
         self._in_write: Batch | None = None  # the batch the writer thread is committing
+        self._writing_done: asyncio.Future[None] | None = None  # done when that commit is
         self._last_flush = 0.0
         self._last_trim = 0.0
         self._trimmed_to = 0
@@ -241,9 +242,10 @@ class Journal:
             self._soon()
 
     def committed(self) -> asyncio.Future[None] | None:
-        """Done once what is pending now is committed; None when nothing is pending."""
+        """Done once what is pending now is committed, the commit being written included;
+        None when nothing is pending."""
         if not self._batch and not self._dirty:
-            return None
+            return self._writing_done  # None unless a commit is being written
         if self._committed is None:
             self._committed = asyncio.get_running_loop().create_future()
         return self._committed
@@ -296,8 +298,10 @@ class Journal:
             if future is not None and not future.done():
                 future.set_result(None)
             return
+        if future is None:  # for whoever asks for `committed` while it is being written
+            future = loop.create_future()
         self._writing = True
-        self._in_write = batch
+        self._in_write, self._writing_done = batch, future
         written = loop.run_in_executor(self._writer, self.store.write, batch)
         written.add_done_callback(lambda done: self._written(done, future, dirty, batch))
 
@@ -334,7 +338,7 @@ class Journal:
         self, done: asyncio.Future[Owing], future: asyncio.Future[None] | None, dirty: set[str], batch: Batch
     ) -> None:
         self._writing = False
-        self._in_write = None  # committed, or not (then its publishers get no ack)
+        self._in_write = self._writing_done = None  # committed, or not (then its publishers get no ack)
         error = done.exception()
         if error is None:
             for clientid, rows in done.result().items():  # Owe jobs: a backlog now counted
@@ -396,7 +400,7 @@ class Journal:
         """Write what is pending and close the store (at stop: the loop waits for the writer)."""
         self._writer.shutdown(wait=True)  # the commit in flight ends first
         self._writing = False
-        self._in_write = None
+        self._in_write = self._writing_done = None
         self._dirty_whole |= self._dirty
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="durable-store")
         self.flush()
