@@ -1,4 +1,4 @@
-"""Durable sessions through a storm of `kill -9`s (docs/brokers.md#across-a-kill-9-durable-sessions):
+"""Durable sessions through a storm of `kill -9`s (docs/brokers.md#across-a-kill--9-durable-sessions):
 the bridge killed and started again every few seconds while publishers send QoS 1 and 2 and four
 durable subscribers come and go. At the end every message the broker acknowledged reached every
 subscriber, and a QoS 2 one once (counted as a careful client does: once per packet id until its
