@@ -11,9 +11,8 @@ from collections import Counter
 import pytest
 
 from bridge.brokers.embedded.codec import Decoder
-from bridge.brokers.embedded.connection import _bounds
 from bridge.brokers.embedded.inflight import InflightWindow
-from bridge.brokers.embedded.limits import Limits
+from bridge.brokers.embedded.limits import Limits, decoder_bounds
 from bridge.brokers.embedded.sessions import IncomingQos2, Outgoing, SessionState, Subscription
 from bridge.brokers.embedded.stream import EventStream
 from bridge.events import Event
@@ -90,4 +89,4 @@ def test_a_decoder_holds_a_buffer_only_for_a_partial_packet() -> None:
 
 def test_connections_under_the_same_limits_share_their_decoder_bounds() -> None:
     limits = Limits()
-    assert _bounds(limits) is _bounds(Limits())
+    assert decoder_bounds(limits) is decoder_bounds(Limits())

@@ -24,21 +24,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from bridge.brokers.embedded.aftercommit import AfterCommit, Commit
 from bridge.brokers.embedded.channel import AckAgain, Channel, Host, Refusal
 from bridge.brokers.embedded.client import Client, Inbound, Peer
-from bridge.brokers.embedded.codec import Bounds, CodecError, Connect, Decoder, Subscribe, Unsubscribe
+from bridge.brokers.embedded.codec import CodecError, Connect, Decoder, Subscribe, Unsubscribe
+from bridge.brokers.embedded.limits import decoder_bounds
 from bridge.brokers.embedded.wire import Hangup
-
-if TYPE_CHECKING:
-    from bridge.brokers.embedded.limits import Limits
 
 log = logging.getLogger("bridge.brokers.embedded")
 
@@ -114,7 +111,7 @@ class Connection(asyncio.Protocol):
         self.channel = Channel(broker, self, Peer("", listener))
         limits = broker.limits
         self.transport: asyncio.Transport | None = None
-        self.decoder = Decoder(limits.max_packet_size, bounds=_bounds(limits))
+        self.decoder = Decoder(limits.max_packet_size, bounds=decoder_bounds(limits))
         self.inbox: deque[Any] | None = None  # made by _queue, dropped by _serve once empty
         self.raw_pending = 0  # packets queued undecided until the session exists
         self.serving: asyncio.Task[None] | None = None
@@ -341,14 +338,19 @@ class Connection(asyncio.Protocol):
         # Lingering, the socket is half-closed (write_eof): an answer due after the client's
         # DISCONNECT (a SUBACK of a SUBSCRIBE sent in the same write) has no one to go to.
         if transport is not None and not transport.is_closing() and not self.lingering:
-            transport.write(data)
-            traffic = self.broker.traffic
-            traffic.packets_sent += packets
-            traffic.bytes_sent += len(data)
-            self.channel.bytes_out += len(data)
+            self._put(data, packets)
             self.turn_bytes += len(data)
             if self.turn_bytes > TURN_BYTES:  # answers count against the budget too
                 self._spend_turn()
+
+    def _put(self, data: bytes, packets: int) -> None:
+        transport = self.transport
+        assert transport is not None
+        transport.write(data)
+        traffic = self.broker.traffic
+        traffic.packets_sent += packets
+        traffic.bytes_sent += len(data)
+        self.channel.bytes_out += len(data)
 
     def write_ordered(self, data: bytes, packets: int, commit: Commit | None) -> None:
         held = self.held
@@ -392,10 +394,7 @@ class Connection(asyncio.Protocol):
             channel.publish_out += len(out)
             room -= len(data)
             if commit is None and held is None:
-                transport.write(data)
-                traffic.packets_sent += len(out)
-                traffic.bytes_sent += len(data)
-                channel.bytes_out += len(data)
+                self._put(data, len(out))  # not against the turn's budget: deliveries have their room
             else:
                 self.write_ordered(data, len(out), commit)
         if room < 0 and out and state.outbox and not self.writing_paused:
@@ -444,14 +443,3 @@ class Connection(asyncio.Protocol):
         transport = self.transport
         if transport is not None and not transport.is_closing() and not self.lingering:
             transport.close()
-
-
-@functools.lru_cache(maxsize=4)
-def _bounds(limits: Limits) -> Bounds:
-    """What the decoder checks while it reads a packet (codec/bounds.py), from the broker's limits:
-    one (frozen) object for every connection under the same limits, not 56 bytes each."""
-    return Bounds(
-        user_properties=limits.max_user_properties,
-        topic_levels=limits.max_topic_levels,
-        entries=limits.max_subscribe_entries,
-    )

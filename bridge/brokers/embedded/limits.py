@@ -8,8 +8,11 @@ counted under one of the `REFUSALS` names, exported at /metrics as
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
+
+from bridge.brokers.embedded.codec import Bounds
 
 # Why the broker refused or closed something, as /metrics labels them.
 REFUSALS = (
@@ -99,3 +102,14 @@ class Limits:
         Typed by what it reads, so the broker does not import the config package (the app
         imports both)."""
         return cls(**{field.name: config[f"broker.{field.name}"] for field in fields(cls)})
+
+
+@functools.lru_cache(maxsize=4)
+def decoder_bounds(limits: Limits) -> Bounds:
+    """What a connection's decoder checks while it reads a packet (codec/bounds.py), from the
+    broker's limits: one (frozen) object for every connection under the same limits, not 56 bytes each."""
+    return Bounds(
+        user_properties=limits.max_user_properties,
+        topic_levels=limits.max_topic_levels,
+        entries=limits.max_subscribe_entries,
+    )
