@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -120,6 +121,7 @@ class Publisher:
     def __init__(self, index: int, port: int, ledger: Ledger, stop: asyncio.Event) -> None:
         self.index, self.port, self.ledger, self.stop = index, port, ledger, stop
         self.connections = 0
+        self.attempts: list[tuple[str, str]] = []  # (UTC time, what): its connects, for a report
 
     async def run(self) -> None:
         await asyncio.sleep(random.uniform(0, 10))  # a ramp: not 2,000 connects at once
@@ -231,14 +233,18 @@ class DurableSubscriber:
         while True:
             try:
                 self.connections += 1  # an attempt: what is resent at CONNACK comes before connect() returns
+                self.attempts.append((_now(), f"connect {self.connections}"))
                 self.session = await connect(
                     self.port, self.name, clean=False, level=MQTT_3_1_1, on_publish=self._received
                 )
+                self.attempts.append((_now(), f"connected {self.connections}"))
                 return
             except FAILURES:
+                self.attempts.append((_now(), f"failed {self.connections}"))
                 await asyncio.sleep(1)
 
     async def leave(self, graceful: bool) -> None:
+        self.attempts.append((_now(), "leave" + (" (DISCONNECT)" if graceful else "")))
         if self.session is not None:
             await self.session.close(graceful)
             self.session = None
@@ -258,4 +264,11 @@ class DurableSubscriber:
             publisher = payload.split(b":")[0] + b":"
             near = [n for n, entry in enumerate(self.history) if entry[4].startswith(publisher)]
             lines.append(f"  lost {payload!r}; this publisher's packets it got: {[self.history[n] for n in near][-6:]}")
+        lines.append(f"  its connections: {self.attempts}")
         return "\n".join(lines)
+
+
+def _now() -> str:
+    """The wall clock (UTC) to the millisecond, as the bridge's log and the report print it."""
+    now = time.time()
+    return time.strftime("%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}"

@@ -80,6 +80,19 @@ def _stored(db: redis_sync.Redis) -> Counter[bytes]:
     return payloads
 
 
+def _published_at(db: redis_sync.Redis, payloads: set[bytes]) -> dict[bytes, str]:
+    """When each of these stored messages was published (its msgid's time, UTC), for a report."""
+    found: dict[bytes, str] = {}
+    for topic in [f"soak/d/{n}" for n in range(100)]:
+        for msgid in db.zrange(f"mqtt:msg:{topic}", 0, -1):  # type: ignore[union-attr]
+            payload = db.hget(b"mqtt:msg:" + msgid, "payload")
+            if payload in payloads:
+                found[payload] = time.strftime("%H:%M:%S", time.gmtime(int(msgid[:16], 16) / 1e6)) + (
+                    f".{int(msgid[:16], 16) % 1_000_000:06d}"
+                )
+    return found
+
+
 def _settled(bridge: BridgeProcess) -> bool:
     """Nothing waits in a queue or the spool: everything acknowledged is written."""
     return (
@@ -203,6 +216,9 @@ async def test_soak(tmp_path: Path, bridges: list[BridgeProcess], soak_redis: re
         assert not lost, (
             f"{subscriber.name}: {len(lost)} acknowledged messages never delivered, e.g. {sorted(lost)[:5]}\n"
             + subscriber.story(lost)
+            + f"\n  published at (UTC): {_published_at(db, lost)}"
+            + f"\n  dropped by the broker: {bridge.metric('hookbridge_broker_dropped_messages')}"
+            + f"\n  events: {events}\n  bridge log:\n{bridge.log.read_text()[-4000:]}"
         )
         doubled = [payload for payload, count in subscriber.qos2.items() if count > 1]
         assert not doubled, f"{subscriber.name}: {len(doubled)} QoS 2 messages delivered twice, e.g. {doubled[:5]}"
