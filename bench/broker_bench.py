@@ -96,9 +96,10 @@ def publish_through(
     subscribers: int = 1,
     persistent: bool = False,
     cpu_us: list[float] | None = None,
+    qos: int = 1,
 ) -> float:
     """One run: messages per second from mosquitto_pub to `subscribers` mosquitto_sub clients
-    through `server` (`persistent`: clean session 0, each with a client id of its own). The time
+    through `server` at `qos` (`persistent`: clean session 0, each with a client id of its own). The time
     ends when the last subscriber has all its messages. `cpu_us` gets the broker's CPU time per
     message over the same span (user + system of its process tree, /proc/<pid>/stat)."""
     port = str(server.port)
@@ -108,10 +109,10 @@ def publish_through(
     try:
         for number in range(subscribers):
             received = workdir / f"received-{number}"
-            subs.append((_subscriber(port, f"bench-sub-{number}", messages + 1, persistent, received), received))
+            subs.append((_subscriber(port, f"bench-sub-{number}", messages + 1, persistent, received, qos), received))
         for sub, received in subs:
             _wait_for_output(sub, received)
-        pub_command = ["mosquitto_pub", "-p", port, "-q", "1", "-i", "bench-pub", "-t", TOPIC, "-l"]
+        pub_command = ["mosquitto_pub", "-p", port, "-q", str(qos), "-i", "bench-pub", "-t", TOPIC, "-l"]
         pub = subprocess.Popen([*pub_command, "-M", str(INFLIGHT)], stdin=subprocess.PIPE, stderr=subprocess.DEVNULL)
         time.sleep(PUBLISHER_CONNECT)
         assert pub.stdin is not None
@@ -141,10 +142,13 @@ def publish_through(
     return messages / elapsed
 
 
-def _subscriber(port: str, client_id: str, count: int, persistent: bool, received: Path) -> subprocess.Popen[bytes]:
+def _subscriber(
+    port: str, client_id: str, count: int, persistent: bool, received: Path, qos: int = 1
+) -> subprocess.Popen[bytes]:
     """mosquitto_sub of TOPIC and READY (whose retained message says it is subscribed), writing
     each payload to `received` and leaving after `count` messages."""
-    command = ["mosquitto_sub", "-p", port, "-q", "1", "-i", client_id, "-t", TOPIC, "-t", READY, "-C", str(count)]
+    command = ["mosquitto_sub", "-p", port, "-q", str(qos), "-i", client_id, "-t", TOPIC, "-t", READY]
+    command += ["-C", str(count)]
     with received.open("wb") as sink:
         return subprocess.Popen([*command, *(["-c"] if persistent else [])], stdout=sink, stderr=subprocess.DEVNULL)
 

@@ -14,7 +14,7 @@ sessions off (persistent sessions in memory only) and on (`broker.durable_sessio
 2. Bytes on disk per stored message, 1 -> 1 and 1 -> 100 (bench.durable_disk).
 3. Restart time with 1 M stored messages in 10,000 sessions (bench.durable_disk).
 
-    .venv/bin/python -m bench.durable_bench [--quick] [--only throughput,disk,restart] [--json FILE]
+    .venv/bin/python -m bench.durable_bench [--quick] [--only throughput,disk,restart] [--qos 1|2] [--json FILE]
 
 The full run takes about ten minutes on 2 cores (filling the store for the restart is most of
 it); --quick is a small run of every part, for the smoke test.
@@ -67,11 +67,13 @@ def throughput(args: argparse.Namespace, workdir: Path, results: Results) -> Non
         for subscribers, messages in fanouts:
             for broker in brokers():
                 with broker.launch(workdir / f"{broker.key}-{subscribers}-{run}").run() as server:
-                    rate = publish_through(server, messages, workdir, subscribers=subscribers, persistent=True)
+                    rate = publish_through(
+                        server, messages, workdir, subscribers=subscribers, persistent=True, qos=args.qos
+                    )
                 rates.setdefault((broker.key, subscribers), []).append(rate)
     print(
-        f"\nQoS 1, mosquitto_pub -l -M {INFLIGHT} -> mosquitto_sub -c (clean session 0, online while the publisher "
-        f"runs), {len(PAYLOAD)} B payloads, median of {args.runs} runs\n"
+        f"\nQoS {args.qos}, mosquitto_pub -l -M {INFLIGHT} -> mosquitto_sub -c (clean session 0, online while the "
+        f"publisher runs), {len(PAYLOAD)} B payloads, median of {args.runs} runs\n"
     )
     out: list[tuple[str, ...]] = []
     verdicts: list[str] = []
@@ -181,6 +183,14 @@ def parse_args() -> argparse.Namespace:
     sizes.add_argument("--sessions", type=int, help="offline sessions for the restart")
     sizes.add_argument("--stored", type=int, help="messages stored for the restart, spread over the sessions")
     parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated: " + ", ".join(SECTIONS))
+    parser.add_argument(
+        "--qos",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="QoS of the throughput runs (2: a QoS 2 delivery to a "
+        "durable session waits for the commit of its packet id, bridge/brokers/embedded/aftercommit.py)",
+    )
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
     for name, value in (QUICK if args.quick else FULL).items():

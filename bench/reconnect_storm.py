@@ -273,9 +273,7 @@ async def _fill(server: Server, args: argparse.Namespace) -> None:
 
 
 async def _publish_round(port: int, count: int, sequence: int) -> None:
-    await publish(
-        port, count, topic_of, lambda n: payload_of(n, sequence), client_id=f"storm-publisher-{sequence}"
-    )
+    await publish(port, count, topic_of, lambda n: payload_of(n, sequence), client_id=f"storm-publisher-{sequence}")
 
 
 Make = Callable[[Path, Path | None, bool], Launch]
