@@ -121,7 +121,6 @@ class Publisher:
     def __init__(self, index: int, port: int, ledger: Ledger, stop: asyncio.Event) -> None:
         self.index, self.port, self.ledger, self.stop = index, port, ledger, stop
         self.connections = 0
-        self.attempts: list[tuple[str, str]] = []  # (UTC time, what): its connects, for a report
 
     async def run(self) -> None:
         await asyncio.sleep(random.uniform(0, 10))  # a ramp: not 2,000 connects at once
@@ -190,6 +189,7 @@ class DurableSubscriber:
         # an id before its exchange ended (MQTT 4.3.3), so the message was not counted
         self.reused: list[tuple[int, bytes, bytes]] = []  # (packet id, payload held, payload sent)
         self.connections = 0
+        self.attempts: list[tuple[str, str]] = []  # (UTC time, what): its connects and leaves, for a report
         self.session: Session | None = None
         self.got_any = asyncio.Event()
 
