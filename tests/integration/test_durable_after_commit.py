@@ -26,8 +26,7 @@ RawConnect = Callable[..., Awaitable[tuple[RawClient, Any]]]
 
 async def _bridge(home: Path, bridges: list[BridgeProcess]) -> BridgeProcess:
     extra = (
-        f"broker.durable_sessions = on\nbroker.durable_dir = {home / 'store'}\n"
-        "broker.durable_commit_interval = 500ms\n"
+        f"broker.durable_sessions = on\nbroker.durable_dir = {home / 'store'}\nbroker.durable_commit_interval = 500ms\n"
     )
     bridge = BridgeProcess(home, "", "", extra)
     bridges.append(bridge)
@@ -46,6 +45,17 @@ async def _durable(raw_connect: RawConnect, port: int, client_id: str) -> RawCli
     client, connack = await raw_connect(port, client_id, clean_session=False)
     assert isinstance(connack, Connack) and connack.reason_code == 0, connack
     return client
+
+
+async def _subscribed(
+    home: Path, bridges: list[BridgeProcess], raw_connect: RawConnect
+) -> tuple[BridgeProcess, RawClient, RawClient]:
+    """The bridge, a durable subscriber on ac/# at QoS 2, and a publisher."""
+    bridge = await _bridge(home, bridges)
+    subscriber = await _durable(raw_connect, bridge.mqtt_port, "ac-sub")
+    assert (await subscriber.subscribe(1, ("ac/#", 2))).reason_codes == [2]
+    publisher, _ = await raw_connect(bridge.mqtt_port, "ac-pub")
+    return bridge, subscriber, publisher
 
 
 async def _publish_qos2(publisher: RawClient, topic: str, payload: bytes, packet_id: int) -> None:
@@ -68,11 +78,8 @@ async def _receive_qos2(subscriber: RawClient, count: int) -> list[Publish]:
 async def test_qos2_messages_in_flight_at_kill_9_come_back_under_their_packet_ids(
     tmp_path: Path, bridges: list[BridgeProcess], raw_connect: RawConnect
 ) -> None:
-    bridge = await _bridge(tmp_path, bridges)
+    bridge, subscriber, publisher = await _subscribed(tmp_path, bridges, raw_connect)
     port = bridge.mqtt_port
-    subscriber = await _durable(raw_connect, port, "ac-sub")
-    assert (await subscriber.subscribe(1, ("ac/#", 2))).reason_codes == [2]
-    publisher, _ = await raw_connect(port, "ac-pub")
     # two whole exchanges first: the packet ids of the next messages are not the first ones
     for n in (1, 2):
         await _publish_qos2(publisher, "ac/x", b"done-%d" % n, n)
@@ -97,11 +104,8 @@ async def test_qos2_messages_in_flight_at_kill_9_come_back_under_their_packet_id
 async def test_a_publish_is_not_sent_again_after_its_pubrel_whenever_the_broker_dies(
     tmp_path: Path, bridges: list[BridgeProcess], raw_connect: RawConnect
 ) -> None:
-    bridge = await _bridge(tmp_path, bridges)
+    bridge, subscriber, publisher = await _subscribed(tmp_path, bridges, raw_connect)
     port = bridge.mqtt_port
-    subscriber = await _durable(raw_connect, port, "ac-sub")
-    assert (await subscriber.subscribe(1, ("ac/#", 2))).reason_codes == [2]
-    publisher, _ = await raw_connect(port, "ac-pub")
     await _publish_qos2(publisher, "ac/x", b"once", 1)
     (message,) = await _receive_qos2(subscriber, 1)
     await subscriber.send(Pubrec(message.packet_id))
@@ -134,4 +138,3 @@ async def test_a_packet_id_freed_by_pubcomp_is_free_after_kill_9(
         payloads.append(packet.payload)
         await subscriber.send(Puback(packet.packet_id))
     assert payloads.count(b"second") == 1
-

@@ -371,13 +371,19 @@ async def test_qos_1_delivery_waits_in_the_window_until_puback(broker: Broker) -
     assert [p.payload for p in reader.received()] == [b"4"]  # one acknowledged: one more goes
 
 
-async def test_qos_2_delivery_pubrec_pubrel_pubcomp(broker: Broker) -> None:
-    reader = await connected(broker, "reader")
+async def delivered(broker: Broker, qos: int, level: int = MQTT_3_1_1) -> tuple[Socketless, Any]:
+    """A reader subscribed to "t" at QoS 2 and the PUBLISH it got of one message published at `qos`."""
+    reader = await connected(broker, "reader", level)
     await reader.send(Subscribe(1, [Subscription("t", 2)]))
     reader.received()
     writer = await connected(broker, "writer")
-    await writer.send(Publish("t", b"x", 2, packet_id=1))
+    await writer.send(Publish("t", b"x", qos, packet_id=1))
     (publish,) = reader.received()
+    return reader, publish
+
+
+async def test_qos_2_delivery_pubrec_pubrel_pubcomp(broker: Broker) -> None:
+    reader, publish = await delivered(broker, 2)
     await reader.send(Pubrec(publish.packet_id))
     assert reader.received() == [Pubrel(publish.packet_id)]
     assert reader.channel.state.inflight.get(publish.packet_id).pubrec  # type: ignore[union-attr]
@@ -389,12 +395,7 @@ async def test_pubrec_and_pubcomp_of_no_qos_2_exchange_leave_a_qos_1_message_in_
     """A PUBREC or PUBCOMP under the packet id of a QoS 1 message in flight (a client answering
     an exchange it still holds from before a restart, MQTT 4.3.3) ends nothing: the message stays
     in flight until its PUBACK. Before, a PUBCOMP took any message out of the window."""
-    reader = await connected(broker, "reader", MQTT_5)
-    await reader.send(Subscribe(1, [Subscription("t", 2)]))
-    reader.received()
-    writer = await connected(broker, "writer")
-    await writer.send(Publish("t", b"x", 1, packet_id=1))
-    (publish,) = reader.received()
+    reader, publish = await delivered(broker, 1, MQTT_5)
     assert publish.qos == 1
     await reader.send(Pubrec(publish.packet_id))
     assert reader.received() == [Pubrel(publish.packet_id, R.PACKET_IDENTIFIER_NOT_FOUND)]
@@ -406,12 +407,7 @@ async def test_pubrec_and_pubcomp_of_no_qos_2_exchange_leave_a_qos_1_message_in_
 
 
 async def test_a_pubcomp_before_the_pubrec_does_not_end_a_qos_2_delivery(broker: Broker) -> None:
-    reader = await connected(broker, "reader")
-    await reader.send(Subscribe(1, [Subscription("t", 2)]))
-    reader.received()
-    writer = await connected(broker, "writer")
-    await writer.send(Publish("t", b"x", 2, packet_id=1))
-    (publish,) = reader.received()
+    reader, publish = await delivered(broker, 2)
     await reader.send(Pubcomp(publish.packet_id))  # no PUBREC yet: the client cannot have it
     assert publish.packet_id in reader.channel.state.inflight  # type: ignore[union-attr]
 
