@@ -97,6 +97,7 @@ def publish_through(
     persistent: bool = False,
     cpu_us: list[float] | None = None,
     qos: int = 1,
+    inflight: int = INFLIGHT,
 ) -> float:
     """One run: messages per second from mosquitto_pub to `subscribers` mosquitto_sub clients
     through `server` at `qos` (`persistent`: clean session 0, each with a client id of its own). The time
@@ -113,7 +114,7 @@ def publish_through(
         for sub, received in subs:
             _wait_for_output(sub, received)
         pub_command = ["mosquitto_pub", "-p", port, "-q", str(qos), "-i", "bench-pub", "-t", TOPIC, "-l"]
-        pub = subprocess.Popen([*pub_command, "-M", str(INFLIGHT)], stdin=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        pub = subprocess.Popen([*pub_command, "-M", str(inflight)], stdin=subprocess.PIPE, stderr=subprocess.DEVNULL)
         time.sleep(PUBLISHER_CONNECT)
         assert pub.stdin is not None
         feed = threading.Thread(target=_write_and_close, args=(pub.stdin, (PAYLOAD + b"\n") * messages))
