@@ -1,6 +1,7 @@
 """`AfterCommit` (bridge/brokers/embedded/aftercommit.py) without a socket or a store: held writes
 go out in the order they were held, each once its commit is done and everything before it is out;
-a failed commit is waited for again; the connection hears when nothing is held any more."""
+a failed commit is waited for again; the connection hears when nothing is held any more; what a
+closed connection held is dropped."""
 
 from __future__ import annotations
 
@@ -73,3 +74,16 @@ async def test_a_failed_commit_with_nothing_pending_since_lets_it_go() -> None:
     failed.cancel()
     await turn()
     assert socket.writes == [(b"x", 1)]
+
+
+async def test_what_a_closed_connection_held_is_dropped() -> None:
+    loop = asyncio.get_running_loop()
+    socket = Socket()
+    held = AfterCommit(socket.write, socket.drain)
+    commit = loop.create_future()
+    held.hold(b"publish", 1, commit, None)
+    held.drop()  # the connection ended first: its session's window sends it again next time
+    assert held.bytes == 0
+    commit.set_result(None)
+    await turn()
+    assert socket.writes == [] and socket.drained == 0

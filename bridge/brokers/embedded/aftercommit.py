@@ -20,7 +20,8 @@ commit. QoS 1 deliveries wait only when something is held before them: a QoS 1 m
 again after a crash under another id is a duplicate QoS 1 allows, and no id stays held.
 
 What is held is one group commit's worth (broker.durable_commit_interval and the write); the
-connection counts its bytes against broker.max_output_bytes like its socket's buffer.
+connection counts its bytes against broker.max_output_bytes like its socket's buffer, and
+drops them when it ends.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class AfterCommit:
 
     __slots__ = ("_drained", "_held", "_write", "bytes")
 
-    def __init__(self, write: Callable[[bytes, int], None], drained: Callable[[], None]) -> None:
+    def __init__(self, write: Callable[[bytes, int], object], drained: Callable[[], None]) -> None:
         self._held: deque[_Held] = deque()
         self._write = write
         self._drained = drained  # called once nothing is held any more
@@ -63,6 +64,13 @@ class AfterCommit:
             waits.add_done_callback(self._release)
         elif len(self._held) == 1:
             self._release()
+
+    def drop(self) -> None:
+        """The connection ended: nothing held goes out, and nothing stays in memory waiting for a
+        commit (a store that keeps failing would hold it); what it carried is sent again from the
+        session's window on its next connection."""
+        self._held.clear()
+        self.bytes = 0
 
     def _release(self, _done: object = None) -> None:
         held = self._held

@@ -334,23 +334,24 @@ class Connection(asyncio.Protocol):
     # -- sending -------------------------------------------------------------------
 
     def write(self, data: bytes, packets: int = 1) -> None:
-        transport = self.transport
-        # Lingering, the socket is half-closed (write_eof): an answer due after the client's
-        # DISCONNECT (a SUBACK of a SUBSCRIBE sent in the same write) has no one to go to.
-        if transport is not None and not transport.is_closing() and not self.lingering:
-            self._put(data, packets)
+        if self._put(data, packets):
             self.turn_bytes += len(data)
             if self.turn_bytes > TURN_BYTES:  # answers count against the budget too
                 self._spend_turn()
 
-    def _put(self, data: bytes, packets: int) -> None:
+    def _put(self, data: bytes, packets: int) -> bool:
+        """Write and count, outside the turn's budget (the pump's deliveries and what AfterCommit
+        releases have their room); False when closing. Lingering, the socket is half-closed
+        (write_eof): an answer due after the client's DISCONNECT has no one to go to."""
         transport = self.transport
-        assert transport is not None
+        if transport is None or transport.is_closing() or self.lingering:
+            return False
         transport.write(data)
         traffic = self.broker.traffic
         traffic.packets_sent += packets
         traffic.bytes_sent += len(data)
         self.channel.bytes_out += len(data)
+        return True
 
     def write_ordered(self, data: bytes, packets: int, commit: Commit | None) -> None:
         held = self.held
@@ -359,7 +360,7 @@ class Connection(asyncio.Protocol):
             if waits is None:
                 self.write(data, packets)
                 return
-            held = self.held = AfterCommit(self.write, self._drained)
+            held = self.held = AfterCommit(self._put, self._drained)
         held.hold(data, packets, waits, commit)
 
     def _drained(self) -> None:
@@ -394,7 +395,7 @@ class Connection(asyncio.Protocol):
             channel.publish_out += len(out)
             room -= len(data)
             if commit is None and held is None:
-                self._put(data, len(out))  # not against the turn's budget: deliveries have their room
+                self._put(data, len(out))
             else:
                 self.write_ordered(data, len(out), commit)
         if room < 0 and out and state.outbox and not self.writing_paused:
@@ -408,6 +409,9 @@ class Connection(asyncio.Protocol):
 
     def hang_up(self, how: Hangup) -> None:
         """The channel closed: end the socket as it says, then the broker's teardown (END)."""
+        if self.held is not None:
+            self.held.drop()
+            self.held = None
         transport = self.transport
         if transport is not None and not transport.is_closing():
             if how is Hangup.LINGER:
