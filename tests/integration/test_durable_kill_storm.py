@@ -145,7 +145,7 @@ async def test_every_acknowledged_message_reaches_each_durable_subscriber_throug
         final.cancel()
     await asyncio.gather(*finals, return_exceptions=True)
 
-    assert len(acked) > 1000, f"only {len(acked)} messages acknowledged in {seconds:.0f} s with {kills} kills"
+    assert len(acked) > 200, f"only {len(acked)} messages acknowledged in {seconds:.0f} s with {kills} kills"
     for subscriber in subscribers:
         lost = acked - set(subscriber.got)
         assert not lost, (
