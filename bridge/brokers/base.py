@@ -27,8 +27,10 @@ EventSink = Callable[[Event], Awaitable["asyncio.Future[None] | None"]]
 
 # The same, with a callback instead of a future (the dispatcher's `dispatch`): `on_committed` is
 # called once every rule for the event is done; False means no rule matched and it never will be.
-# A source that tracks every message (the external modes) saves a future and a loop turn each.
-CallbackSink = Callable[[Event, Callable[[], None]], Awaitable[bool]]
+# A source that tracks every message (the external modes) saves a future and a loop turn each,
+# and the embedded broker one future per run of a client's events (embedded/stream.py).
+# `on_committed` None: nobody waits for this event's commit.
+CallbackSink = Callable[[Event, Callable[[], None] | None], Awaitable[bool]]
 
 
 def callback_sink(sink: EventSink) -> CallbackSink:
@@ -37,11 +39,12 @@ def callback_sink(sink: EventSink) -> CallbackSink:
     if dispatch is not None:
         return dispatch  # type: ignore[no-any-return]
 
-    async def wrapped(event: Event, on_committed: Callable[[], None]) -> bool:
+    async def wrapped(event: Event, on_committed: Callable[[], None] | None) -> bool:
         committed = await sink(event)
         if committed is None:
             return False
-        committed.add_done_callback(lambda _: on_committed())
+        if on_committed is not None:
+            committed.add_done_callback(lambda _: on_committed())
         return True
 
     return wrapped

@@ -21,6 +21,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from bridge.brokers.eventloop import running_loop
+
 if TYPE_CHECKING:
     from bridge.brokers.embedded.stream import Kept
 
@@ -61,7 +63,10 @@ class AckQueue:
             pending = self._pending = deque()
         pending.append((kept, ack, qos))
         if kept is not None and not kept.done():
-            kept.add_done_callback(self._kept)
+            # The messages of a run share one kept future (stream.post_run): its first ack's
+            # callback flushes them all.
+            if len(pending) < 2 or pending[-2][0] is not kept:
+                kept.add_done_callback(self._kept)
         elif len(pending) == 1:
             self._kept(None)
 
@@ -78,7 +83,7 @@ class AckQueue:
     async def _wait_room(self) -> None:
         room = self._room
         if room is None or room.done():  # waiters share one future (in practice: the client's task)
-            room = self._room = asyncio.get_running_loop().create_future()
+            room = self._room = running_loop().create_future()
         await room
 
     def _release(self) -> None:
@@ -89,7 +94,7 @@ class AckQueue:
     def _kept(self, _: Any) -> None:
         if not self._flush_soon:  # every ack kept in this loop step goes out in one write
             self._flush_soon = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_soon = False

@@ -36,6 +36,7 @@ from bridge.brokers.embedded.client import Client, Inbound, Peer
 from bridge.brokers.embedded.codec import CodecError, Connect, Decoder, Subscribe, Unsubscribe
 from bridge.brokers.embedded.limits import decoder_bounds
 from bridge.brokers.embedded.wire import Hangup
+from bridge.brokers.eventloop import running_loop
 
 log = logging.getLogger("bridge.brokers.embedded")
 
@@ -184,7 +185,7 @@ class Connection(asyncio.Protocol):
             return
         self.turn_spent = True
         self._reading()
-        asyncio.get_running_loop().call_soon(self._next_turn)
+        running_loop().call_soon(self._next_turn)
 
     def _next_turn(self) -> None:
         self.turn_spent = False
@@ -281,7 +282,7 @@ class Connection(asyncio.Protocol):
             self.reading_paused = True
             self._reading()
         if self.serving is None:
-            self.serving = asyncio.get_running_loop().create_task(self._serve())
+            self.serving = running_loop().create_task(self._serve())
 
     async def _serve(self) -> None:
         """Hand the inbox to the broker, one item at a time, in arrival order."""
@@ -327,7 +328,7 @@ class Connection(asyncio.Protocol):
         finally:
             self.serving = None
             if self.inbox:  # an item queued while the task was ending
-                self.serving = asyncio.get_running_loop().create_task(self._serve())
+                self.serving = running_loop().create_task(self._serve())
             else:
                 self.inbox = None
 
@@ -372,7 +373,7 @@ class Connection(asyncio.Protocol):
         """Send queued messages soon (batched: one write per loop step)."""
         if not self._pump_soon and self.channel.connacked:
             self._pump_soon = True
-            asyncio.get_running_loop().call_soon(self._pump)
+            running_loop().call_soon(self._pump)
 
     def _pump(self) -> None:
         self._pump_soon = False
@@ -440,7 +441,7 @@ class Connection(asyncio.Protocol):
         self.lingering = True
         if self.not_reading:
             transport.resume_reading()
-        asyncio.get_running_loop().call_later(_LINGER, transport.abort)
+        running_loop().call_later(_LINGER, transport.abort)
 
     def _finish(self) -> None:
         """Before the broker's teardown: the socket closed, unless it lingers for a DISCONNECT."""

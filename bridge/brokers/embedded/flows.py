@@ -23,7 +23,8 @@ from bridge.brokers.embedded.durable import hold_incoming
 from bridge.brokers.embedded.router import Message, Router, target_of
 from bridge.brokers.embedded.sessions import Outgoing, SessionState, Subscription
 from bridge.brokers.embedded.stream import EventStream, Kept
-from bridge.events import Hookpoint, MessagePublish, SessionSubscribed, SessionUnsubscribed
+from bridge.brokers.eventloop import running_loop
+from bridge.events import Event, Hookpoint, MessagePublish, SessionSubscribed, SessionUnsubscribed
 from bridge.msgid import MsgIdGenerator
 
 if TYPE_CHECKING:
@@ -124,12 +125,14 @@ class FlowsMixin:
 
     async def publish_inbound(self, conn: Client, items: Sequence[Inbound]) -> None:
         """A client's PUBLISH packets that came in a row, in order: every one is begun (id,
-        retained store, routing turn, event posted) before the first is acknowledged and routed,
-        so a burst costs one pass through the rules and one write to each subscriber rather than
-        a few loop turns per message."""
+        retained store, routing turn) and their events posted as one run before the first is
+        acknowledged and routed, so a burst costs one pass through the rules, one future for the
+        run and one write to each subscriber rather than a few loop turns per message."""
         state = conn.state
         assert state is not None
         begun: list[tuple[Inbound, Publishing | None]] = []
+        run: list[Event] = []  # the events of the run, posted together
+        in_run: list[Publishing] = []
         for item in items:
             if item.refused:
                 log.info("client %r may not publish to %r: dropped", state.clientid, item.topic)
@@ -145,10 +148,19 @@ class FlowsMixin:
                 item.properties,
                 item.expires,
             )
-            begins = self._publish_begin(state, conn.peer.address, message, item.qos > 0)
+            events = len(run)
+            begins = self._publish_begin(state, conn.peer.address, message, item.qos > 0, run=run)
+            if len(run) > events:
+                in_run.append(begins)
             if item.qos == 2 and state.durable:  # its packet id is committed with the message
                 begins.on_routed = partial(hold_incoming, state, item.packet_id)
             begun.append((item, begins))
+        if run:
+            # Nothing else ran since the first of them was begun: their place in the client's
+            # stream is the one each had when it was begun.
+            taken = state.stream.post_run(run)
+            for joined in in_run:
+                joined.taken = taken
         ended = 0
         try:
             for item, publishing in begun:
@@ -188,12 +200,20 @@ class FlowsMixin:
         return await self._publish_end(begun, accepted)
 
     def _publish_begin(
-        self, state: Publisher | None, peername: str, message: Message, acked: bool, *, durable_retain: bool = True
+        self,
+        state: Publisher | None,
+        peername: str,
+        message: Message,
+        acked: bool,
+        *,
+        durable_retain: bool = True,
+        run: list[Event] | None = None,
     ) -> Publishing:
         """The part of a publish that does not wait: its place in the retained store, the
         routing order and the client's event stream. A run of a client's PUBLISH packets begins
         them all before the first ends, so their events reach the rules in one turn of the loop
-        and their messages go out in one write (the QoS 1 path with rules: docs/benchmarks.md)."""
+        and their messages go out in one write (the QoS 1 path with rules: docs/benchmarks.md).
+        With `run`, the event is appended to it rather than posted (the caller posts the run)."""
         if message.expires:
             self.expiring[message.msgid] = message.expires
         if message.retain:
@@ -203,16 +223,21 @@ class FlowsMixin:
         ticket = self.router.sequencer.enter()
         journal = self.router.journal
         # Durable sessions: the ack also waits for the commit that logs the message for them.
-        stored = asyncio.get_running_loop().create_future() if journal is not None and acked else None
+        stored = running_loop().create_future() if journal is not None and acked else None
         if state is None:  # the broker's own message: no event, no client to acknowledge
             return Publishing(message, ticket, stored, None)
         stream = state.stream
         # Nothing takes the event (no rule for this topic, no fetch page waiting): with the
         # stream idle, skipping it keeps the client's event order and saves a task and two loop
         # turns per message; the event is still counted (should_post).
+        # In a run, once one event is in it the rest follow (as if the stream were busy).
         taken = None
-        if not stream.idle or self.should_post(Hookpoint.MESSAGE_PUBLISH, state.clientid, message.topic):
-            taken = stream.post(self._publish_event(state, peername, message), wait=True)
+        if run or not stream.idle or self.should_post(Hookpoint.MESSAGE_PUBLISH, state.clientid, message.topic):
+            event = self._publish_event(state, peername, message)
+            if run is not None:
+                run.append(event)
+            else:
+                taken = stream.post(event, wait=True)
         return Publishing(message, ticket, stored, taken)
 
     async def _publish_end(self, publishing: Publishing, accepted: Callable[[Kept], Awaitable[None]] | None) -> int:
@@ -420,7 +445,7 @@ def both(kept: Kept, stored: asyncio.Future[None]) -> asyncio.Future[None]:
     either failed."""
     if kept is None:
         return stored
-    joint: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    joint: asyncio.Future[None] = running_loop().create_future()
 
     def check(_: object) -> None:
         if joint.done():

@@ -32,6 +32,7 @@ from bridge.brokers.embedded.codec import EMPTY, Properties, split_shared
 from bridge.brokers.embedded.compact import shrink_if_sparse
 from bridge.brokers.embedded.sessions import Outgoing, SessionState, Subscription
 from bridge.brokers.embedded.topictree import FilterTree, RetainedTree
+from bridge.brokers.eventloop import running_loop
 from bridge.topics import is_wildcard, matches
 
 # A message given to one session (not by matching its subscriptions), as the log keeps it:
@@ -116,7 +117,7 @@ class Sequencer:
 
     async def wait(self, ticket: int) -> None:
         if ticket != self._next:
-            waiter = asyncio.get_running_loop().create_future()
+            waiter = running_loop().create_future()
             self._waiters[ticket] = waiter
             try:
                 await waiter

@@ -74,6 +74,7 @@ from bridge.brokers.embedded.sessions import (
 )
 from bridge.brokers.embedded.stream import Kept
 from bridge.brokers.embedded.throttle import Throttle
+from bridge.brokers.eventloop import running_loop
 
 log = logging.getLogger("bridge.brokers.embedded")
 
@@ -247,12 +248,12 @@ class Journal:
         if not self._batch and not self._dirty:
             return self._writing_done  # None unless a commit is being written
         if self._committed is None:
-            self._committed = asyncio.get_running_loop().create_future()
+            self._committed = running_loop().create_future()
         return self._committed
 
     def _soon(self) -> None:
         if self._flush_at is None:
-            loop = asyncio.get_running_loop()
+            loop = running_loop()
             wait = self._last_flush + self.interval - loop.time()
             self._flush_at = loop.call_soon(self.flush) if wait <= 0 else loop.call_later(wait, self.flush)
 
@@ -267,7 +268,7 @@ class Journal:
             self._flush_at = None
         if self._writing:
             return  # the commit in flight calls flush again when it is done
-        loop = asyncio.get_running_loop()
+        loop = running_loop()
         self._last_flush = loop.time()
         batch, self._batch = self._batch, Batch()
         dirty, self._dirty = self._dirty, set()
@@ -309,7 +310,7 @@ class Journal:
         """A trim is due and nothing was committed since the last one (a burst then silence)."""
         self._trim_timer = None
         if self._writing:  # the commit in flight is followed by this one
-            self._trim_timer = asyncio.get_running_loop().call_later(_TRIM_INTERVAL / 10, self._trim_due)
+            self._trim_timer = running_loop().call_later(_TRIM_INTERVAL / 10, self._trim_due)
         else:
             self.flush()
 
@@ -623,9 +624,7 @@ class Journal:
         if state.expiry != NEVER:
             deadline = data["expires_at"] if not data["connected"] and data["expires_at"] else now_wall + state.expiry
             state.expires_at = deadline
-            state.expiry_timer = asyncio.get_running_loop().call_later(
-                max(0.0, deadline - now_wall), broker.expire, state
-            )
+            state.expiry_timer = running_loop().call_later(max(0.0, deadline - now_wall), broker.expire, state)
 
 
 def hold_incoming(state: SessionState, packet_id: int, kept: Kept) -> None:

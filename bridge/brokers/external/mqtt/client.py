@@ -25,6 +25,7 @@ from gmqtt import Client, Subscription
 from gmqtt.mqtt.constants import MQTTv50
 from gmqtt.mqtt.handler import MqttPackageHandler
 
+from bridge.brokers.eventloop import running_loop
 from bridge.events import UserProperties
 
 log = logging.getLogger("bridge.brokers.external.mqtt")
@@ -94,7 +95,7 @@ class _PacketIdHandler(MqttPackageHandler):  # type: ignore[misc]  # gmqtt is un
     def send_pubacks(self, mids: list[int]) -> None:
         pending = self.__dict__.setdefault("_pubacks", [])
         if not pending:
-            asyncio.get_running_loop().call_soon(self._flush_pubacks)
+            running_loop().call_soon(self._flush_pubacks)
         pending.extend(mids)
 
     def _flush_pubacks(self) -> None:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bridge.brokers.base import BrokerSource, EventSink, callback_sink
+from bridge.brokers.eventloop import running_loop
 from bridge.brokers.external.mqtt.acks import AckWindow, Unacked
 from bridge.brokers.external.mqtt.client import Connection, MessageHandler
 from bridge.brokers.external.mqtt.filters import covers
@@ -221,7 +222,7 @@ class MqttSource(BrokerSource):
             self._connection.pause_reading(True)
         if qos == 1:
             return None
-        message.acked = asyncio.get_running_loop().create_future()
+        message.acked = running_loop().create_future()
         return message.acked
 
     def _acknowledge(self, messages: list[Unacked]) -> None:
