@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.broker_bench import TARGET_KB_PER_CONNECTION, TARGETS
+from bench.broker_bench import TARGET_CPU_FACTOR, TARGET_KB_PER_CONNECTION, TARGETS
 from bench.machine import describe, table
 
 BACKENDS = ("redis", "pgsql", "mongo", "cassa")
@@ -42,11 +42,14 @@ def verdict(value: float, target: float, higher: bool = True) -> str:
 def broker_summary(broker: dict[str, float]) -> str:
     share, persisted, kib = broker["no_rules_share"], broker["persisted_share"], broker["no_rules_kb_per_connection"]
     bare, with_rules = TARGETS["no_rules"], TARGETS["persisted"]
+    cpu_factor = broker["persisted_cpu_factor"]
     return (
         f"\nembedded broker against Mosquitto (QoS 1, C clients, 1 -> 1): {broker['no_rules_msgs']:,.0f} msg/s "
         f"with no rules, {share:.0%} of Mosquitto's {broker['mosquitto_msgs']:,.0f} ({verdict(share, bare)}; "
         f"target >= {bare:.0%}); {broker['persisted_msgs']:,.0f} with rules/redis.conf into Redis, "
-        f"{persisted:.0%} ({verdict(persisted, with_rules)}; target >= {with_rules:.0%}); "
+        f"{persisted:.0%} ({verdict(persisted, with_rules)}; target >= {with_rules:.0%}), broker CPU "
+        f"{cpu_factor:.2f}x Mosquitto's per message ("
+        f"{verdict(cpu_factor, TARGET_CPU_FACTOR, higher=False)}; target <= {TARGET_CPU_FACTOR:g}x); "
         f"idle connections: {kib:.1f} KiB each ({verdict(kib, TARGET_KB_PER_CONNECTION, higher=False)}; target <= "
         f"{TARGET_KB_PER_CONNECTION}; Mosquitto {broker['mosquitto_kb_per_connection']:.1f}), "
         f"{broker['no_rules_connect_rate']:,.0f} connections/s (Mosquitto {broker['mosquitto_connect_rate']:,.0f})"
