@@ -89,6 +89,9 @@ class Launch:
     log_name: str
     metrics_port: int | None = None
     """hookbridge's /metrics listener, where it was asked for."""
+    source: Path = ROOT
+    """The directory the process runs in: for hookbridge, the checkout whose `bridge` it runs
+    (`python -m bridge` finds it there first; bench.cpu_ab runs another revision's)."""
 
     def run(self, *, wait: bool = True) -> contextlib.AbstractContextManager[Server]:
         """The running broker; with `wait`, only once it answers a CONNECT (else right after
@@ -146,7 +149,7 @@ def _running(launch: Launch, wait: bool) -> Iterator[Server]:
     log = launch.workdir / launch.log_name
     with log.open("ab") as sink:  # a restart's output goes after the previous run's
         started = time.perf_counter()
-        process = subprocess.Popen(launch.command, stdout=sink, stderr=subprocess.STDOUT, cwd=ROOT)
+        process = subprocess.Popen(launch.command, stdout=sink, stderr=subprocess.STDOUT, cwd=launch.source)
     server = Server(launch.name, launch.port, process, log, started)
     try:
         if wait:
@@ -233,9 +236,11 @@ def hookbridge_launch(
     durable: bool = False,
     metrics: bool = False,
     extra: tuple[str, ...] = (),
+    source: Path = ROOT,
 ) -> Launch:
     """`python -m bridge run` on a free port from a fresh `workdir`: no rules, or (redis_port
-    given) the shipped rules/redis.conf with its pool `pool1` pointed at that Redis; with
+    given) the shipped rules/redis.conf (of `source`, the checkout it runs) with its pool `pool1`
+    pointed at that Redis; with
     `durable`, durable sessions on and their store in `workdir/durable`; with `metrics`, its
     /metrics on a free port too; `extra`: more config lines."""
     shutil.rmtree(workdir, ignore_errors=True)
@@ -252,9 +257,9 @@ def hookbridge_launch(
     if durable:
         config += ["broker.durable_sessions = on", f"broker.durable_dir = {workdir / 'durable'}"]
     if redis_port is not None:
-        shutil.copy(ROOT / "rules" / "redis.conf", workdir / "rules")
+        shutil.copy(source / "rules" / "redis.conf", workdir / "rules")
         config.append(f"backend.redis.pool1.server = {HOST}:{redis_port}")
     config += extra
     (workdir / "bridge.conf").write_text("\n".join(config) + "\n")
     command = [*BRIDGE_PYTHON, "-m", "bridge", "run", "-c", str(workdir / "bridge.conf"), "-r", str(workdir / "rules")]
-    return Launch("hookbridge", command, workdir, port, "bridge.log", metrics_port)
+    return Launch("hookbridge", command, workdir, port, "bridge.log", metrics_port, source)

@@ -7,7 +7,8 @@ the process while the embedded broker holds 100,000 and 1,000,000 subscriptions
 For each size, two runs, each in its own process (a fresh heap):
 
 - `python`: CPython's collector as it comes (thresholds 700, 10, 10), what main did;
-- `freeze`: what `hookbridge run` does (bridge/ops/gcfreeze.py): start-up frozen, then the
+- `freeze`: what `hookbridge run` does (bridge/ops/gcfreeze.py): the youngest generation
+  collected every `gc.young_threshold` (10,000) allocations, start-up frozen, then the
   survivors of any full collection that took `gc.freeze_after` (50 ms) or longer.
 
 Each run builds the sessions (4 filters each, as tests/integration/test_api_at_size.py: three of
@@ -38,6 +39,7 @@ from bench.machine import describe, table
 FILTERS = ("cmd/#", "cfg", "fw/+/state", "$share/g/all/#")  # per session: dev/<id>/<filter>, the last shared
 KEPT_ALIVE = 50_000  # messages alive at once under traffic (in flight, queued)
 FREEZE_AFTER = 0.05  # gc.freeze_after's default
+YOUNG_THRESHOLD = 10_000  # gc.young_threshold's default
 
 
 class Pauses:
@@ -68,12 +70,13 @@ def one_run(subscriptions: int, policy: str, messages: int) -> dict[str, float]:
     from bridge.brokers.embedded.router import Message
     from bridge.brokers.embedded.sessions import Subscription
     from bridge.msgid import MsgIdGenerator
-    from bridge.ops.gcfreeze import SlowCollectionFreezer, freeze_startup
+    from bridge.ops.gcfreeze import SlowCollectionFreezer, freeze_startup, set_young_threshold
 
     msgids = MsgIdGenerator("bench")
     broker = Broker(node="bench", msgids=msgids, sink=cast(Any, None), limits=Limits())
     freezer = SlowCollectionFreezer(FREEZE_AFTER)
     if policy == "freeze":  # as `hookbridge run` after start-up (bridge/cli.py)
+        set_young_threshold(YOUNG_THRESHOLD)
         freeze_startup()
         freezer.install()
     pauses = Pauses()

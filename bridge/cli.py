@@ -22,7 +22,7 @@ from bridge.conf.errors import ConfErrors
 from bridge.ops import ctl as ctl_commands
 from bridge.ops import init as init_command
 from bridge.ops import logs
-from bridge.ops.gcfreeze import SlowCollectionFreezer, freeze_startup
+from bridge.ops.gcfreeze import SlowCollectionFreezer, freeze_startup, set_young_threshold
 from bridge.ops.redact import Redactor
 from bridge.rules import Rule
 from bridge.workers import child
@@ -184,6 +184,7 @@ async def _serve(bridge: Bridge, companion: Callable[[], Coroutine[Any, Any, Non
         beside = loop.create_task(companion())
         beside.add_done_callback(lambda _: stop.set())
     try:
+        set_young_threshold(bridge.config["gc.young_threshold"])
         await bridge.start()
         freezer = _freeze_startup_objects(bridge.config["gc.freeze_after"])
         if freezer is not None and bridge.config["gc.thaw_interval"]:

@@ -113,6 +113,14 @@ CORE: dict[str, Setting] = {
         "million subscriptions (docs/operations.md); 0: never (CPython's own collector alone)",
         example="50ms",
     ),
+    "gc.young_threshold": Setting(
+        p.int_in(100, 10_000_000),
+        10_000,
+        "allocations (less deallocations) of tracked objects between two collections of the youngest "
+        "generation: CPython's own 700 promotes the messages in flight to the older generations, which are "
+        "then walked again and again (docs/operations.md); 700 is CPython's default",
+        example="10000",
+    ),
     "gc.thaw_interval": Setting(
         p.duration_in(0, 7 * 86400),
         0.0,

@@ -23,8 +23,10 @@ from bridge.brokers.embedded.broker import Broker
 from bridge.brokers.embedded.durable import DurableStore
 from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.sessions import NEVER, Subscription
+from bridge.conf.config import load_config
+from bridge.conf.errors import ConfErrors
 from bridge.msgid import MsgIdGenerator
-from bridge.ops.gcfreeze import SlowCollectionFreezer
+from bridge.ops.gcfreeze import SlowCollectionFreezer, set_young_threshold
 
 MSGIDS = MsgIdGenerator("test")
 
@@ -127,3 +129,23 @@ def test_thaw_frees_the_cycles_frozen_objects_formed_and_freezes_the_rest_again(
     freezer.thaw()
     assert watch() is None and frozen(stays)
     assert freezer.freezes == 2  # after the two full collections above; the thaw's own is not one to freeze after
+
+
+def test_the_young_generations_threshold_is_set_and_full_collections_come_as_often_as_before() -> None:
+    before = gc.get_threshold()
+    try:
+        set_young_threshold(700)
+        assert gc.get_threshold() == (700, 10, 10)  # CPython's own
+        set_young_threshold(10_000)  # the default: a full collection as often as with CPython's own
+        assert gc.get_threshold() == (10_000, 2, 2)
+    finally:
+        gc.set_threshold(*before)
+
+
+def test_check_rejects_a_young_threshold_run_would_not_take(tmp_path: Path) -> None:
+    (tmp_path / "bridge.conf").write_text("gc.young_threshold = 10000\n")
+    assert load_config(tmp_path / "bridge.conf")["gc.young_threshold"] == 10_000
+    (tmp_path / "bridge.conf").write_text("log.level = info\ngc.young_threshold = 0\n")
+    with pytest.raises(ConfErrors) as refused:
+        load_config(tmp_path / "bridge.conf")
+    assert "bridge.conf:2:" in str(refused.value) and "gc.young_threshold" in str(refused.value)
