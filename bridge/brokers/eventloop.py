@@ -8,8 +8,10 @@ measured 1.5 µs of the broker's 38 µs of CPU per message (docs/benchmarks.md#t
 running (a test's next loop, a thread's first call).
 
 What it leaves out is what the process id check is for: a child made by `fork()` while a loop
-runs, which then runs a loop of its own. The bridge never forks (its workers are new
-interpreters, bridge/workers/), so the hot paths use this and the rest keeps asyncio's call.
+runs, which then runs a loop of its own; and a loop that stops in one thread and then runs in
+another, while the first thread asks. The bridge does neither (its workers are new interpreters,
+bridge/workers/; each loop stays in its thread), so the hot paths use this and the rest keeps
+asyncio's call.
 """
 
 from __future__ import annotations

@@ -68,15 +68,24 @@ def durable_bridge(home: Path, pools: str = "", rules: str = "", *, durable: boo
 
 
 async def persistent(
-    raw_connect: RawConnect, port: int, client_id: str, *, v5: bool = False, expiry: int = 3600, fresh: bool = False
+    raw_connect: RawConnect,
+    port: int,
+    client_id: str,
+    *,
+    v5: bool = False,
+    expiry: int = 3600,
+    fresh: bool = False,
+    timeout: float = 5.0,
 ) -> tuple[RawClient, Connack]:
     """A connection to a session with an expiry: 3.1.1 clean session 0, or 5.0 with `expiry` seconds
-    (clean start only when `fresh`). Fails unless the CONNACK accepts it."""
+    (clean start only when `fresh`). Fails unless the CONNACK accepts it (within `timeout` s)."""
     if v5:
         props = Properties(session_expiry_interval=expiry)
-        client, connack = await raw_connect(port, client_id, clean_session=fresh, level=MQTT_5, properties=props)
+        client, connack = await raw_connect(
+            port, client_id, clean_session=fresh, level=MQTT_5, properties=props, timeout=timeout
+        )
     else:
-        client, connack = await raw_connect(port, client_id, clean_session=False)
+        client, connack = await raw_connect(port, client_id, clean_session=False, timeout=timeout)
     assert isinstance(connack, Connack) and connack.reason_code == 0, connack
     return client, connack
 
@@ -135,11 +144,11 @@ async def sessions_stored(bridge: BridgeProcess, count: int) -> None:
     await asyncio.to_thread(bridge.wait_for, stored, f"{count} sessions in the store")
 
 
-async def handled(client: RawClient) -> None:
+async def handled(client: RawClient, timeout: float = 5.0) -> None:
     """Returns once the broker has handled every packet `client` sent before (a PINGRESP comes
     after them: one connection's packets are handled in order)."""
     await client.send(Pingreq())
-    assert isinstance(await client.recv(), Pingresp)
+    assert isinstance(await client.recv(timeout), Pingresp)
 
 
 async def restart(bridge: BridgeProcess, stop: str) -> None:

@@ -69,11 +69,13 @@ class RawClient:
         will: Will | None = None,
         level: int = MQTT_3_1_1,
         properties: Properties = EMPTY,
+        timeout: float = TIMEOUT,
     ) -> tuple[RawClient, Packet | None]:
-        """Open a connection and send CONNECT; returns the client and the CONNACK (None if closed)."""
+        """Open a connection and send CONNECT; returns the client and the CONNACK (None if closed),
+        waited for up to `timeout` seconds."""
         client = await cls.open(port, level)
         await client.send(Connect(client_id, level, clean_session, keepalive, will=will, properties=properties))
-        return client, await client.recv()
+        return client, await client.recv(timeout)
 
     @property
     def local_port(self) -> int:
