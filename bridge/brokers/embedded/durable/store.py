@@ -108,6 +108,23 @@ class StoreError(HookbridgeError):
     """The durable store cannot be opened or written (disk full, unreadable file)."""
 
 
+# The last sequence number given out, read back at start: the highest one anything in the store
+# still names. Not only the log's newest entry: the trim deletes the newest entries too once every
+# session is past them, while a caught-up session's `positions` row keeps naming them (its
+# position is the head; `owed_to` too). Read from the log alone, the head went back after a
+# restart, and the first messages logged after it got numbers a session's position had passed:
+# its load (`seq > position`) skipped them, acknowledged and never delivered.
+_HEAD_QUERIES = """
+SELECT max(seq) FROM messages
+UNION ALL SELECT max(seq) FROM routes
+UNION ALL SELECT max(max(coalesce(json_extract(body, '$.position'), 0), coalesce(json_extract(body, '$.owed_to'), 0)))
+    FROM (SELECT CASE WHEN json_valid(body) THEN body ELSE '{}' END AS body FROM positions)
+UNION ALL SELECT max(json_extract(entry.value, '$[0]'))
+    FROM (SELECT CASE WHEN json_valid(body) THEN body ELSE '{}' END AS body FROM positions) AS p,
+    json_each(p.body, '$.inflight') AS entry
+"""
+
+
 @dataclass(slots=True)
 class Owe:
     """Give one session not loaded since the restart a `routes` row for each log entry after
@@ -232,12 +249,12 @@ class DurableStore:
                 self._db.execute("COMMIT")
             elif not existed:
                 self._db.execute(f"PRAGMA user_version = {FORMAT}")
-            row = self._db.execute("SELECT max(seq) FROM messages").fetchone()
+            head = max((int(row[0] or 0) for row in self._db.execute(_HEAD_QUERIES)), default=0)
         except (OSError, sqlite3.Error) as exc:
             if damaged(exc):
                 raise StoreError(f"durable store {self.path}: {_refusal(str(exc))}") from exc
             raise StoreError(f"durable store {self.path}: {exc}") from exc
-        self.head = int(row[0] or 0)  # the last sequence number given out
+        self.head = head  # the last sequence number given out
         self.trimmed_to = 0  # the log's entries up to this are held only by `routes` rows
         self._db.create_function("hb_matches", 2, _matches, deterministic=True)
         self._reader: sqlite3.Connection | None = None
