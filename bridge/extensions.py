@@ -2,7 +2,8 @@
 
 A wheel or an image (`pip install .`, the Dockerfile) compiles the modules of `COMPILED` into C
 extensions (setup.py reads this list), as black and mypy ship theirs: the per-message path of the
-embedded broker (the MQTT codec, the router and its topic trees) and message ids. The `.py`
+embedded broker (the MQTT codec, the router and its topic trees, a client's connection, channel,
+sessions and publish path), the rules' dispatcher and runner, and message ids. The `.py`
 files are installed beside them, and are the same code: the tests pass on both
 (docs/development.md#the-compiled-build).
 
@@ -46,6 +47,22 @@ COMPILED = (
     "bridge.brokers.embedded.codec.wire",
     "bridge.brokers.embedded.router",
     "bridge.brokers.embedded.topictree",
+    # A client's path: its socket side and protocol, its sessions' queues, the publish path and
+    # the event stream with the acknowledgements waiting on it. Not inflight.py: mypyc does not
+    # compile its exception (HookbridgeError and RuntimeError both); nor broker.py (its client
+    # lock is an async generator, which mypyc does not compile) and listeners.py, whose classes
+    # derive from compiled ones (allowed by `mypyc_attr(allow_interpreted_subclasses=True)`).
+    "bridge.brokers.embedded.acks",
+    "bridge.brokers.embedded.channel",
+    "bridge.brokers.embedded.connection",
+    "bridge.brokers.embedded.flows",
+    "bridge.brokers.embedded.sessions",
+    "bridge.brokers.embedded.stream",
+    # The rules' per-event work: matching, dispatching, the runner's batches. Not lanes.py:
+    # mypy 1.20.2's mypyc fails on it with an internal error (AssertionError in emit_method_call).
+    "bridge.pipeline.dispatcher",
+    "bridge.pipeline.engine",
+    "bridge.pipeline.runner",
     "bridge.msgid",
     # Not actions/redis/packing.py: its connection classes derive from redis-py's, and a compiled
     # class cannot have an interpreted base (its import failed); its work is hiredis's, already C.

@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mypy_extensions import mypyc_attr
+
 from bridge.backend import Backend, Job
 from bridge.conf.config import PoolConfig
 from bridge.events import Event, Hookpoint, ordering_key
@@ -53,6 +55,8 @@ def lane_index(event: Event, lanes: int) -> int:
     return (mixed & 0xFFFFFFFF) % lanes
 
 
+# Compiled (bridge/extensions.py); the tests replace it with a recording subclass of their own.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Backoff:
     """The pause before retry `attempt` (1, 2, ...) of a batch: doubling from `first`, at most `cap`."""
 

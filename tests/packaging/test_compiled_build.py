@@ -1,7 +1,7 @@
 """The compiled build (docs/development.md#the-compiled-build): the wheel compiles the modules of
-bridge/extensions.py with mypyc, the codec, router and channel tests pass on it as they do on the
-checkout's pure Python, and HOOKBRIDGE_NO_EXTENSIONS=1 gives pure Python both when building and
-when importing an installed compiled package.
+bridge/extensions.py with mypyc, the tests of those modules, the broker and the pipeline pass on it
+as they do on the checkout's pure Python, and HOOKBRIDGE_NO_EXTENSIONS=1 gives pure Python both
+when building and when importing an installed compiled package.
 
 The checkout's own run (scripts/test.sh) is pure Python: an editable install is never compiled.
 Here the wheel goes into a fresh virtualenv whose dependencies (the runtime's and pytest's) come
@@ -24,7 +24,8 @@ from bridge.extensions import COMPILED, NO_EXTENSIONS
 from support.installed import clean_environment, fresh_virtualenv
 from support.services import ROOT
 
-# The tests of the compiled modules and of the channel that drives them, fast and without servers.
+# The tests of the compiled modules (the codec, the router, a client's path, the runner), fast and
+# without servers.
 COMPILED_MODULE_TESTS = [
     "tests/unit/test_mqtt_codec.py",
     "tests/unit/test_mqtt_codec_fuzz.py",
@@ -37,6 +38,13 @@ COMPILED_MODULE_TESTS = [
     "tests/unit/test_topic_tree.py",
     "tests/unit/test_topics_msgid_render.py",
     "tests/unit/test_channel.py",
+    "tests/unit/test_ack_queue.py",
+    "tests/unit/test_event_stream_runs.py",
+    "tests/unit/test_inflight_window.py",
+    "tests/unit/test_idle_session_memory.py",
+    "tests/unit/test_queued_bytes.py",
+    "tests/unit/test_durable_lazy_load.py",
+    "tests/unit/test_runner_spool.py",
 ]
 # The broker and the pipeline on top of them: the MQTT rules against the embedded broker (the
 # suite's `embedded` and `embedded-durable` runs), acknowledgement once kept in Redis, malformed

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from typing import Any
 
 import pytest
 
@@ -14,9 +13,14 @@ from bridge.brokers.embedded.durable.journal import position
 from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.queuedbytes import QueuedBytes
 from bridge.brokers.embedded.sessions import MESSAGE_OVERHEAD, Outgoing, SessionState
+from bridge.brokers.embedded.stream import EventStream
 
 # A session's own bounds out of the way: only the broker-wide one drops here.
 LIMITS = Limits(max_offline_messages=0, max_offline_bytes=1 << 40)
+
+
+async def _never_posted(event: object) -> None:
+    raise AssertionError(f"queueing posted an event: {event!r}")
 
 
 class Fleet:
@@ -29,7 +33,7 @@ class Fleet:
         self.serial = 0
 
     def session(self, clientid: str) -> SessionState:
-        stream: Any = None  # queueing never posts an event
+        stream = EventStream(_never_posted, clientid)  # queueing never posts an event
         state = SessionState(clientid, expiry=60, username=None, stream=stream, limits=LIMITS, refused=self.refused)
         state._queued = self.queued  # as Broker passes it (queued=...)
         self.states[clientid] = state

@@ -30,6 +30,8 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from mypy_extensions import mypyc_attr
+
 from bridge.brokers.embedded.aftercommit import AfterCommit, Commit
 from bridge.brokers.embedded.channel import AckAgain, Channel, Host, Refusal
 from bridge.brokers.embedded.client import Client, Inbound, Peer
@@ -79,6 +81,8 @@ _LINGER = 1.0
 END = None  # the inbox item that ends the connection's task
 
 
+# Compiled (bridge/extensions.py); listeners.CertConnection (interpreted) derives from it.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Connection(asyncio.Protocol):
     """The socket side of one client: reading, its turn's budget, writing, closing; the `Wire`
     of its `channel` (channel.py), which the broker sees as the client (client.Client).

@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
+from mypy_extensions import mypyc_attr
+
 from bridge.brokers.base import Delivery, DeliveryError
 from bridge.brokers.embedded.codec import MQTT_3_1_1, split_shared
 from bridge.brokers.embedded.codec.filters import subscription_filter_error
@@ -87,6 +89,9 @@ class Publishing:
         self.on_routed: Callable[[Kept], None] | None = None
 
 
+# Compiled (bridge/extensions.py); Broker (broker.py, interpreted: mypyc has no async generators)
+# derives from it.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class FlowsMixin:
     node: str
     msgids: MsgIdGenerator
