@@ -1,7 +1,8 @@
 """Broker CPU per message, this checkout against another revision, alternating:
 docs/benchmarks.md#broker-cpu-per-message-against-a-revision.
 
-    .venv/bin/python -m bench.cpu_ab [--against REV] [--rounds 4] [--runs 3] [--messages 50000] [--no-rules] [--json F]
+    .venv/bin/python -m bench.cpu_ab [--against REV | --dirs BEFORE AFTER] [--rounds 4] [--runs 3] [--messages 50000]
+                                     [--no-rules] [--json F]
 
 How much a change saves is smaller than what a busy machine moves a rate by, and the broker's
 CPU time per message (user + system of its process tree, /proc/<pid>/stat, over a fixed number
@@ -78,17 +79,26 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=50_000, help="messages per run")
     parser.add_argument("--no-rules", action="store_true", help="no rules (the broker alone)")
     parser.add_argument("--json", type=Path, help="also write the runs to this file")
+    parser.add_argument(
+        "--dirs",
+        nargs=2,
+        type=Path,
+        metavar=("BEFORE", "AFTER"),
+        help="compare these two trees instead of a revision with this checkout (e.g. two copies built in"
+        " place with mypyc: docs/development.md#measuring-it)",
+    )
     args = parser.parse_args()
-    revision = subprocess.run(
-        ["git", "rev-parse", "--short", args.against], cwd=ROOT, check=True, capture_output=True, text=True
-    ).stdout.strip()
+    if args.dirs:
+        revision, after = str(args.dirs[0]), args.dirs[1]
+    else:
+        revision, after = _short(args.against), ROOT
     cpu: dict[str, list[float]] = {"before": [], "after": []}
     with (
-        worktree(revision) as before,
+        contextlib.nullcontext(args.dirs[0]) if args.dirs else worktree(revision) as before,
         redis_server(not args.no_rules) as redis_port,
         tempfile.TemporaryDirectory() as tmp,
     ):
-        sides = {"before": before, "after": ROOT}
+        sides = {"before": before, "after": after}
         for round_number in range(args.rounds):
             order = ("after", "before") if round_number % 2 else ("before", "after")
             for side in order:
@@ -106,11 +116,22 @@ def main() -> None:
     runs = {side: ", ".join(f"{v:.1f}" for v in values) for side, values in cpu.items()}
     rows = [
         (f"before: {revision}", f"{medians['before']:.1f}", "", runs["before"]),
-        ("after: this checkout", f"{medians['after']:.1f}", f"{change:+.1%}", runs["after"]),
+        (
+            f"after: {args.dirs[1] if args.dirs else 'this checkout'}",
+            f"{medians['after']:.1f}",
+            f"{change:+.1%}",
+            runs["after"],
+        ),
     ]
     print(table(rows, ("bridge", "median us/msg", "change", "runs")))
     if args.json is not None:
         args.json.write_text(json.dumps({"against": revision, "cpu_us": cpu, "medians": medians, "change": change}))
+
+
+def _short(revision: str) -> str:
+    command = ["git", "rev-parse", "--short", revision]
+    done = subprocess.run(command, cwd=ROOT, check=True, capture_output=True, text=True)
+    return done.stdout.strip()
 
 
 if __name__ == "__main__":
