@@ -50,6 +50,7 @@ from bridge.brokers.embedded.codec import Subscription as Sub
 from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.queuedbytes import QueuedBytes
 from bridge.brokers.embedded.sessions import MESSAGE_OVERHEAD, Outgoing, SessionState
+from bridge.brokers.embedded.stream import EventStream
 from bridge.conf import parsers
 
 WINDOW = 2000  # the publisher's QoS 1 messages in flight
@@ -220,6 +221,10 @@ def memory(args: argparse.Namespace, results: dict[str, float]) -> None:
     )
 
 
+async def _never_posted(event: object) -> None:
+    raise AssertionError(f"queueing posted an event: {event!r}")
+
+
 def choice_cost(sessions: int, results: dict[str, float], repeats: int = 3) -> None:
     """In this process: what one enqueue costs with `sessions` sessions, with no broker-wide bound
     (the code before it), under the bound, and at it (each enqueue then drops the oldest message
@@ -233,7 +238,7 @@ def choice_cost(sessions: int, results: dict[str, float], repeats: int = 3) -> N
         refused: Counter[str] = Counter()
         states: dict[str, SessionState] = {}
         queued = QueuedBytes(sessions * per_session * size, states)
-        stream: Any = None
+        stream = EventStream(_never_posted, "bench")  # queueing posts no event
         for n in range(sessions):
             states[f"c{n}"] = SessionState(
                 f"c{n}",
