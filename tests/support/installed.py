@@ -151,10 +151,10 @@ def readme_walkthrough(port: int, redis: redis_sync.Redis) -> None:
     # The README's subscriber stays until Ctrl-C; here `-C 3` makes it leave after the third message,
     # closing its socket at once. Without --nodelay, Nagle's algorithm may still hold its last
     # PUBACKs then (a small write waits for the acknowledgement of the one before), and a close
-    # with data unread (the broker's SUBACK, sent once the subscription is committed, can come
-    # after the queued messages) resets the connection and drops them: the broker never gets those
-    # acks, the jobs stay queued for the worker's next connection, and this step waited in vain
-    # (about one run in six against the compiled build without it, none of 24 with it).
+    # with data unread (the SUBACK of its SUBSCRIBE, which follows the queued messages the broker
+    # sends as soon as the session is back) resets the connection and drops them: the broker
+    # never gets those acks, the jobs stay queued for the worker's next connection, and this step
+    # waited in vain (about one run in six against the compiled build without it, none of 24 with it).
     got = _mqtt("mosquitto_sub", port, "-i", "worker", "-c", "-q", "1", "-t", "queue/#", "-v", "-C", "3", "--nodelay")
     assert got.splitlines() == ["queue/jobs job 1", "queue/jobs job 2", "queue/jobs job 3"]
     wait_for(lambda: redis.zcard("mqtt:msg:queue/jobs") == 0, "the acks to delete the jobs (queue mode)")
