@@ -57,6 +57,8 @@ from bridge.events import ClientConnected, ClientDisconnected
 from bridge.msgid import MsgIdGenerator
 
 log = logging.getLogger("bridge.brokers.embedded")
+# The keepalive limit of each keep alive value seen (Broker._keepalive).
+_KEEPALIVE_LIMITS: dict[int, float] = {}
 R = ReasonCode
 # Wills are published when a connection ends for these reasons (not on DISCONNECT, takeover
 # or shutdown) [MQTT-3.1.2-8].
@@ -424,7 +426,10 @@ class Broker(FlowsMixin):
         keepalive, cap, announced = packet.keepalive, self.limits.server_keep_alive, None
         if cap and packet.protocol_level == MQTT_5 and (keepalive == 0 or keepalive > cap):
             keepalive = announced = cap
-        return keepalive * 1.5, announced
+        limit = _KEEPALIVE_LIMITS.get(keepalive)
+        if limit is None:  # one float per keep alive value (at most 65,536), not one per client
+            limit = _KEEPALIVE_LIMITS[keepalive] = keepalive * 1.5
+        return limit, announced
 
     def _connack(self, packet: Connect, present: bool, assigned: str | None, keep_alive: int | None) -> Connack:
         if packet.protocol_level != MQTT_5:

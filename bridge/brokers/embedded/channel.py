@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -120,6 +119,7 @@ class Channel:
     What the broker uses of it is `client.Client`; its socket side is a `Wire`."""
 
     __slots__ = (
+        "_done",
         "acks",
         "aliases",
         "broker",
@@ -128,14 +128,12 @@ class Channel:
         "client_max_packet",
         "connacked",
         "connected_at",
-        "done",
         "incoming_unacked",
         "keepalive_limit",
         "level",
         "peer",
         "publish_in",
         "publish_out",
-        "pump",
         "reason",
         "refusal",
         "send_window",
@@ -148,16 +146,12 @@ class Channel:
     def __init__(self, broker: Host, wire: Wire, peer: Peer) -> None:
         self.broker = broker
         self.wire = wire
-        # Its session has something to deliver (sessions.Link): the socket side sends it soon,
-        # as far as the socket takes it. The wire's own method, so a message queued costs no
-        # call through the channel on its way out.
-        self.pump: Callable[[], None] = wire.pump
         self.peer = peer
         self.level = 0
         self.state: SessionState | None = None
         self.will: Will | None = None
         self.reason: str | None = None  # why the connection ended; None while it is open
-        self.done = Ended()  # set by the broker once its teardown is over
+        self._done: Ended | None = None  # made when first asked for (done)
         self.refusal: Refusal | None = None  # queued in the inbox: nothing read after it is handled
         self.keepalive_limit = 0.0
         self.watched_keepalive = False  # in the broker's deadlines for its keepalive (check_deadline)
@@ -171,6 +165,21 @@ class Channel:
         self.bytes_in = self.bytes_out = 0
         self.connected_at = 0.0  # wall-clock time of its CONNACK 0
         self.connacked = False
+
+    @property
+    def done(self) -> Ended:
+        """Set by the broker once its teardown is over; made when first asked for (a takeover,
+        the teardown, a stop): an idle connection of a fleet holds none."""
+        done = self._done
+        if done is None:
+            done = self._done = Ended()
+        return done
+
+    def pump(self) -> None:
+        """Its session has something to deliver (sessions.Link): the socket side sends it soon,
+        as far as the socket takes it. A method rather than the wire's bound method kept in a
+        slot: that was 64 bytes per connection."""
+        self.wire.pump()
 
     def send(self, packet: Any) -> None:
         """Write one MQTT packet in the client's protocol level (a SUBACK, an UNSUBACK)."""

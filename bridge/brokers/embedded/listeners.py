@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from bridge.brokers.embedded import tcp
 from bridge.brokers.embedded.connection import Connection, Core
 from bridge.brokers.embedded.websocket import WebSocketProtocol
 from bridge.conf.hosts import is_loopback
@@ -196,8 +197,11 @@ def protocol_factory(listener: Listener, broker: Core) -> Callable[[], asyncio.P
     return lambda: WebSocketProtocol(kind(broker, listener.name), max_size)
 
 
-async def serve(listener: Listener, broker: Core) -> asyncio.Server:
-    """Bind and serve one listener (the TLS handshake bounded by the connect timeout)."""
+async def serve(listener: Listener, broker: Core) -> asyncio.Server | tcp.Server:
+    """Bind and serve one listener (the TLS handshake bounded by the connect timeout). Plain
+    MQTT over TCP gets the broker's own transport (tcp.py), the others the loop's."""
+    if listener.name == "tcp" and tcp.available():
+        return await tcp.serve(protocol_factory(listener, broker), listener.host or None, listener.port, backlog=1024)
     loop = asyncio.get_running_loop()
     context = server_context(listener) if listener.tls else None
     return await loop.create_server(

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from bridge.brokers.base import BrokerNumbers, BrokerSource, Delivery, EventSink
+from bridge.brokers.embedded import tcp
 from bridge.brokers.embedded.access import ACL_REFUSALS, LOGIN_REFUSALS, Gate
 from bridge.brokers.embedded.auth.gate import AuthGate
 from bridge.brokers.embedded.bans import Bans
@@ -80,7 +81,7 @@ class EmbeddedBroker(BrokerSource):
         self._census: Census | None = None
         self._bridge_status: Callable[[], Mapping[str, str]] | None = None  # $SYS/broker/hookbridge/...
         self._broker: Broker | None = None
-        self._servers: list[asyncio.Server] = []
+        self._servers: list[asyncio.Server | tcp.Server] = []
         self._ports: dict[str, int] = {}
         self._refused: Counter[str] = Counter()
 
