@@ -34,7 +34,15 @@ from pathlib import Path
 from typing import Any
 
 from bench.broker_bench import SETTLE, idle_connections, limit_setting, open_idle_clients, raise_fd_limit
-from bench.broker_servers import Launch, Server, hookbridge_launch, mosquitto, mosquitto_version
+from bench.broker_servers import (
+    Launch,
+    Server,
+    bridge_build,
+    hookbridge_launch,
+    mosquitto,
+    mosquitto_version,
+    use_installed_bridge,
+)
 from bench.machine import describe, table
 
 SNAPSHOT_SIGNAL = signal.SIGUSR2
@@ -183,24 +191,40 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=100, help="handshakes in progress at a time")
     parser.add_argument("--top", type=int, default=25, help="lines of the tracemalloc breakdown shown")
     parser.add_argument("--json", help="also write the RSS figures to this file")
+    parser.add_argument(
+        "--python",
+        help="run the bridge with this interpreter's installed hookbridge (e.g. a virtualenv with the compiled "
+        "wheel: docs/development.md#the-compiled-build) instead of the checkout's code",
+    )
+    parser.add_argument(
+        "--rss-only", action="store_true", help="only the RSS rows, not the tracemalloc run (which runs the checkout)"
+    )
     args = parser.parse_args()
+    if args.python:
+        use_installed_bridge(args.python)
     raise_fd_limit(args.clients + 100)
     limit = limit_setting(args.clients + 100)
-    print(f"machine: {describe()}", flush=True)
+    print(f"machine: {describe()}; the bridge: {bridge_build()}", flush=True)
     rss: dict[str, tuple[float, float]] = {}
+    loop_transport = ("broker.listener.tcp.transport = loop",)
     with tempfile.TemporaryDirectory(prefix="bench-idle-") as tmp:
         for name, start in (
             (f"Mosquitto {mosquitto_version()}", mosquitto),
             ("embedded, no rules", lambda d: hookbridge_launch(d, max_connections=limit).run()),
+            (
+                "embedded, no rules, the loop's transport",
+                lambda d: hookbridge_launch(d, max_connections=limit, extra=loop_transport).run(),
+            ),
         ):
-            workdir = Path(tmp) / name.split()[0]
+            workdir = Path(tmp) / f"rss-{len(rss)}"
             with start(workdir) as server:
                 rss[name] = idle_connections(server, args.clients, args.window)
         print(f"\n{args.clients:,} idle MQTT 3.1.1 clients, up to {args.window} handshakes at a time\n")
         rows = [(name, f"{rate:,.0f}", f"{per / 1024:.2f}") for name, (rate, per) in rss.items()]
         print(table(rows, ("broker", "connections/s", "RSS KiB per idle connection")))
-        before, after = traced(Path(tmp) / "traced", args.clients, args.window, limit)
-        by_line(before, after, args.clients, args.top)
+        if not args.rss_only:
+            before, after = traced(Path(tmp) / "traced", args.clients, args.window, limit)
+            by_line(before, after, args.clients, args.top)
     if args.json:
         Path(args.json).write_text(json.dumps({name: per for name, (_, per) in rss.items()}))
 

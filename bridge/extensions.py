@@ -58,6 +58,7 @@ COMPILED = (
     "bridge.brokers.embedded.flows",
     "bridge.brokers.embedded.sessions",
     "bridge.brokers.embedded.stream",
+    "bridge.brokers.embedded.tcp",
     # The rules' per-event work: matching, dispatching, the runner's batches. Not lanes.py:
     # mypy 1.20.2's mypyc fails on it with an internal error (AssertionError in emit_method_call).
     "bridge.pipeline.dispatcher",

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from bridge.app import Bridge
-from bridge.brokers.embedded import EmbeddedBroker
+from bridge.brokers.embedded import EmbeddedBroker, tcp
 from bridge.brokers.embedded.codec import MQTT_3_1_1, Connack, Connect, Pingreq, Pingresp, Puback, Publish, encode
 from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.listeners import Listener
@@ -71,11 +71,23 @@ async def flooder(bridge: Bridge, client_id: str) -> tuple[RawClient, Any]:
     return flood, conn
 
 
-async def test_pingreq_flood_without_reading_stays_bounded(make_bridge: BridgeFactory) -> None:
-    bridge = await make_bridge(rules="", extra_config=f"broker.max_output_bytes = {BOUND // 1024}KB\n")
+# broker.listener.tcp.transport: the broker's own (tcp.py) and the event loop's
+TRANSPORTS = ("broker", "loop")
+
+
+def transport_config(transport: str) -> str:
+    return f"broker.listener.tcp.transport = {transport}\n"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_pingreq_flood_without_reading_stays_bounded(make_bridge: BridgeFactory, transport: str) -> None:
+    bridge = await make_bridge(
+        rules="", extra_config=f"broker.max_output_bytes = {BOUND // 1024}KB\n" + transport_config(transport)
+    )
     port = mqtt_port(bridge)
     assert paused(bridge) == 0
     flood, conn = await flooder(bridge, "flood")
+    assert isinstance(conn.transport, tcp.SocketTransport) == (transport == "broker")
 
     peak = 0
     stop = asyncio.Event()
@@ -134,10 +146,13 @@ async def test_pingreq_flood_without_reading_stays_bounded(make_bridge: BridgeFa
     assert paused(bridge) >= 1
 
 
-async def test_a_reset_mid_flood_is_logged(make_bridge: BridgeFactory, caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_reset_mid_flood_is_logged(
+    make_bridge: BridgeFactory, caplog: pytest.LogCaptureFixture, transport: str
+) -> None:
     """A flood cut by a connection reset left nothing in the log (asyncio reports a reset only in
     debug mode): the broker now says which client and why."""
-    bridge = await make_bridge(rules="", extra_config="broker.max_output_bytes = 16KB\n")
+    bridge = await make_bridge(rules="", extra_config="broker.max_output_bytes = 16KB\n" + transport_config(transport))
     flood, conn = await flooder(bridge, "reset-me")
     with caplog.at_level(logging.INFO, logger="bridge.brokers.embedded"):
         sender = asyncio.get_running_loop().create_task(flood.send_bytes(encode(Pingreq(), MQTT_3_1_1) * 200_000))

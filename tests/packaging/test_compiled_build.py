@@ -45,6 +45,7 @@ COMPILED_MODULE_TESTS = [
     "tests/unit/test_queued_bytes.py",
     "tests/unit/test_durable_lazy_load.py",
     "tests/unit/test_runner_spool.py",
+    "tests/unit/test_tcp_transport.py",
 ]
 # The broker and the pipeline on top of them: the MQTT rules against the embedded broker (the
 # suite's `embedded` and `embedded-durable` runs), acknowledgement once kept in Redis, malformed
@@ -54,6 +55,7 @@ BROKER_AND_PIPELINE_TESTS = [
     "tests/integration/test_ack_kept.py",
     "tests/integration/test_embedded_broker.py",
     "tests/integration/test_embedded_malformed.py",
+    "tests/integration/test_broker_output_bound.py",
     "tests/unit/test_engine_dispatch.py",
     "tests/unit/test_runner.py",
     # Interpreted classes deriving from compiled ones: listeners.CertConnection (a client

@@ -42,6 +42,7 @@ class Listener:
     cafile: str = ""
     verify_peer: bool = False
     peer_cert_as_username: bool = False  # the client certificate's CN is the user name
+    transport: str = "broker"  # tcp: the broker's own transport (tcp.py) or the event loop's ("loop")
 
     @property
     def tls(self) -> bool:
@@ -200,7 +201,7 @@ def protocol_factory(listener: Listener, broker: Core) -> Callable[[], asyncio.P
 async def serve(listener: Listener, broker: Core) -> asyncio.Server | tcp.Server:
     """Bind and serve one listener (the TLS handshake bounded by the connect timeout). Plain
     MQTT over TCP gets the broker's own transport (tcp.py), the others the loop's."""
-    if listener.name == "tcp" and tcp.available():
+    if listener.name == "tcp" and listener.transport == "broker" and tcp.available():
         return await tcp.serve(protocol_factory(listener, broker), listener.host or None, listener.port, backlog=1024)
     loop = asyncio.get_running_loop()
     context = server_context(listener) if listener.tls else None

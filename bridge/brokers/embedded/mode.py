@@ -71,4 +71,5 @@ def make_source(config: Config, rules: list[Rule], msgids: MsgIdGenerator) -> Br
         durable_min_free=config["broker.durable_min_free"],
         sys_interval=config["broker.sys_interval"],
         bans_file=config["broker.bans_file"] or None,
+        tcp_transport=config["broker.listener.tcp.transport"],
     )

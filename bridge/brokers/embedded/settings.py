@@ -97,6 +97,14 @@ SETTINGS: dict[str, Setting] = {
     "broker.listener.tcp": Setting(
         a.parse_listener, ("127.0.0.1", 1883), "embedded mode: MQTT listener address", example="127.0.0.1:1883"
     ),
+    "broker.listener.tcp.transport": Setting(
+        p.enum_of("broker", "loop"),
+        "broker",
+        "embedded mode: what moves the bytes of broker.listener.tcp's connections: `broker` (default), the "
+        "broker's own (one epoll for every socket, about 200 bytes a connection; Linux: elsewhere the loop's); "
+        "`loop`, the event loop's (uvloop's, about 1,200 bytes a connection). TLS and WebSocket listeners "
+        "always use the loop's",
+    ),
     # The embedded broker's limits (bridge/brokers/embedded/limits.py): one setting per `Limits`
     # field, same name and default; a test holds the two together.
     "broker.max_packet_size": Setting(

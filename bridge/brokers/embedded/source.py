@@ -63,6 +63,7 @@ class EmbeddedBroker(BrokerSource):
         durable_min_free: int = 0,
         sys_interval: float = 0.0,
         bans_file: str | None = None,
+        tcp_transport: str = "broker",
     ) -> None:
         limits = limits or Limits()
         self._listen = listen
@@ -77,6 +78,7 @@ class EmbeddedBroker(BrokerSource):
         self._min_free = durable_min_free  # bytes the store's disk must have free for /healthz
         self._sys_interval = sys_interval  # $SYS/broker/... every this many seconds; 0: never
         self._bans_file = bans_file  # the banned list's file (bans.py); None: kept in memory only
+        self._tcp_transport = tcp_transport  # broker.listener.tcp.transport: "broker" (tcp.py) or "loop"
         self._sys: SysTopics | None = None
         self._census: Census | None = None
         self._bridge_status: Callable[[], Mapping[str, str]] | None = None  # $SYS/broker/hookbridge/...
@@ -177,7 +179,7 @@ class EmbeddedBroker(BrokerSource):
             broker.journal.restore(broker)  # before the first client can connect
         host, port = split_listen(self._listen)
         try:
-            for listener in (Listener("tcp", host, port), *self._listeners):
+            for listener in (Listener("tcp", host, port, transport=self._tcp_transport), *self._listeners):
                 server = await serve(listener, broker)
                 self._servers.append(server)
                 self._ports[listener.name] = int(server.sockets[0].getsockname()[1])

@@ -81,13 +81,13 @@ class Poller:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         finally:
             sock.detach()
+        self._epoll.register(fd, _READ)
         transport = SocketTransport(self, fd, protocol)
         transports = self._transports
         if fd >= len(transports):
             transports.extend([None] * (max(fd + 1, 2 * len(transports)) - len(transports)))
         transports[fd] = transport
         self._count += 1
-        self._epoll.register(fd, _READ)
         try:
             protocol.connection_made(transport)  # type: ignore[arg-type]
         except Exception:
@@ -441,6 +441,9 @@ class Server:
                 self._poller.adopt(fd, sock.family, self._factory())
             except OSError as exc:  # the socket failed between accept and setup
                 log.info("an accepted connection failed at once: %s", exc)
+                os.close(fd)
+            except Exception:
+                log.exception("serving an accepted connection failed; closed")
                 os.close(fd)
 
     def _accept_again(self, sock: socket.socket) -> None:
