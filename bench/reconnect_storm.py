@@ -41,7 +41,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench.broker_bench import limit_setting, raise_fd_limit
-from bench.broker_servers import HOST, Launch, Server, hookbridge_launch, mosquitto_launch, mosquitto_version
+from bench.broker_servers import (
+    HOST,
+    Launch,
+    Server,
+    bridge_build,
+    hookbridge_launch,
+    mosquitto_launch,
+    mosquitto_version,
+    use_installed_bridge,
+)
 from bench.machine import cpu_ticks, describe, steal_since, table
 from bench.mqtt_clients import Client, publish
 from bench.mqtt_subscribers import cpu_seconds
@@ -279,22 +288,26 @@ async def _publish_round(port: int, count: int, sequence: int) -> None:
 Make = Callable[[Path, Path | None, bool], Launch]
 
 
-def brokers(limit: int | None) -> list[tuple[str, Make]]:
-    """(name, how to launch it in a workdir with an optional password file, durable or not)."""
+def brokers(limit: int | None, variants: list[str]) -> list[tuple[str, Make]]:
+    """(name, how to launch it in a workdir with an optional password file, durable or not):
+    Mosquitto, the embedded broker, and the embedded broker with each of `variants` (a config
+    line) added."""
+
+    def embedded(line: str | None) -> Make:
+        return lambda workdir, passwords, durable: hookbridge_launch(
+            workdir,
+            max_connections=limit,
+            durable=durable,
+            extra=((f"broker.auth.password_file = {passwords}",) if passwords else ()) + ((line,) if line else ()),
+        )
+
     return [
         (
             f"Mosquitto {mosquitto_version()}",
             lambda workdir, passwords, durable: mosquitto_launch(workdir, persistence=durable, password_file=passwords),
         ),
-        (
-            "embedded",
-            lambda workdir, passwords, durable: hookbridge_launch(
-                workdir,
-                max_connections=limit,
-                durable=durable,
-                extra=(f"broker.auth.password_file = {passwords}",) if passwords else (),
-            ),
-        ),
+        ("embedded", embedded(None)),
+        *((f"embedded, {line}", embedded(line)) for line in variants),
     ]
 
 
@@ -307,7 +320,21 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--only", default=",".join(KINDS), help="comma-separated: " + ", ".join(KINDS))
     parser.add_argument("--auth", default="off,on", help="password authentication: off, on or off,on")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help="also run the embedded broker with this config line added (repeatable), e.g. "
+        "'broker.listener.tcp.transport = loop'",
+    )
+    parser.add_argument(
+        "--python",
+        help="run the bridge with this interpreter's installed hookbridge (e.g. a virtualenv with the compiled "
+        "wheel: docs/development.md#the-compiled-build) instead of the checkout's code",
+    )
     args = parser.parse_args()
+    if args.python:
+        use_installed_bridge(args.python)
     for name, value in (QUICK if args.quick else FULL).items():
         if getattr(args, name) is None:
             setattr(args, name, value)
@@ -322,7 +349,7 @@ def main() -> None:
     args = parse_args()
     raise_fd_limit(args.clients + 100)
     limit = limit_setting(args.clients + 100)
-    print(f"machine: {describe()}", flush=True)
+    print(f"machine: {describe()}; the bridge: {bridge_build()}", flush=True)
     rows: list[tuple[str, ...]] = []
     results: dict[str, dict[str, float]] = {}
     ticks = cpu_ticks()
@@ -331,8 +358,9 @@ def main() -> None:
         for kind in args.only.split(","):
             for auth in args.auth.split(","):
                 login = Login(auth=auth == "on")
-                for name, make in brokers(limit):
-                    key = f"{kind}-{'auth' if login.auth else 'anon'}-{name.split()[0].lower()}"
+                for index, (name, make) in enumerate(brokers(limit, args.variant)):
+                    who = name.split()[0].lower().rstrip(",") + (f"-variant{index - 1}" if index > 1 else "")
+                    key = f"{kind}-{'auth' if login.auth else 'anon'}-{who}"
                     launch = make(Path(tmp) / key, passwords if login.auth else None, kind == "durable")
                     run = durable_storm if kind == "durable" else clean_storm
                     found = run(launch, args, login)
