@@ -80,12 +80,6 @@ log = logging.getLogger("bridge.brokers.embedded")
 
 # How often the log is trimmed below the smallest session position (one range delete).
 _TRIM_INTERVAL = 1.0
-# Sessions whose `routes` rows one trim releases (each a delete of its rows and of the entries
-# only they held, about 0.1 ms of the writer's time): the rest wait for the next trims. Releasing
-# is only reclaiming space (a session's position already says what it has), and after a restart
-# a whole fleet is due at once: 15,000 in one reconnect storm, 1.5 s of the writer's time taken
-# from the commits that the storm's acknowledgements and queues wait for (docs/benchmarks.md#reconnect-storm).
-_RELEASE_PER_TRIM = 1000
 # A store that refuses one commit (a full disk) refuses the retries too, several a second: one
 # error line per interval says how many it stands for.
 COMMIT_FAILURE_REPORT_INTERVAL = 10.0
@@ -162,8 +156,7 @@ class Journal:
         self._trimmed_to = 0
         # Sessions that had `routes` rows kept by a trim (owed while not loaded): their rows go
         # once they are loaded and past them, or gone (Batch.release).
-        # In the order they are due: one released and still kept goes to the back (_trim).
-        self._kept: dict[str, None] = {}
+        self._kept: set[str] = set()
         self._owe: list[Owe] = []  # Owe jobs for the next commit (restore)
         self._trim_timer: asyncio.TimerHandle | None = None
 
@@ -243,7 +236,7 @@ class Journal:
         if state.durable or state.persisted:
             if self.states.get(state.clientid) is not state:  # it ended: what it was owed goes
                 self._batch.release.append((state.clientid, self.store.head))
-                self._kept.pop(state.clientid, None)
+                self._kept.discard(state.clientid)
             self._dirty.add(state.clientid)
             if whole:
                 self._dirty_whole.add(state.clientid)
@@ -298,9 +291,7 @@ class Journal:
         now = time.monotonic()
         if now - self._last_trim >= _TRIM_INTERVAL:
             self._last_trim = now
-            more = self._trim(batch, head)
-            if more and self._trim_timer is None:  # the rest of the releases, even if nothing else happens
-                self._trim_timer = loop.call_later(_TRIM_INTERVAL, self._trim_due)
+            self._trim(batch, head)
         elif self._trim_timer is None:  # the next trim comes even if nothing else happens
             self._trim_timer = loop.call_later(_TRIM_INTERVAL - (now - self._last_trim), self._trim_due)
         future, self._committed = self._committed, None
@@ -323,32 +314,26 @@ class Journal:
         else:
             self.flush()
 
-    def _trim(self, batch: Batch, head: int) -> bool:
+    def _trim(self, batch: Batch, head: int) -> None:
         """Trim the log past what is owed to nobody: up to the bound of the loaded sessions, but
         for the `routes` rows of the sessions not loaded (`owing`); release the rows of sessions
-        that were owed entries below the trim and are loaded past them, or gone, up to
-        _RELEASE_PER_TRIM of them. True when more are due than that."""
+        that were owed entries below the trim and are loaded past them, or gone."""
         bound = self.trim_bound()
         if bound > self._trimmed_to:
             batch.owing = [clientid for clientid, state in self.states.items() if state.unloaded is not None]
             batch.trim_from, batch.trim_to = self._trimmed_to, bound
-            self._kept.update(dict.fromkeys(batch.owing))
+            self._kept.update(batch.owing)
             self._trimmed_to = bound
-        kept = self._kept
-        for clientid in list(kept):
-            if len(batch.release) >= _RELEASE_PER_TRIM:
-                return True  # the others stay kept, first in line for the next trims
+        for clientid in list(self._kept):
             state = self.states.get(clientid)
             if state is None or not state.durable:
                 batch.release.append((clientid, head))
-                del kept[clientid]
+                self._kept.discard(clientid)
             elif state.unloaded is None:  # loaded: up to its oldest message in flight or queued
                 upto = min(_first_above(state, 0, head), self._trimmed_to)
                 batch.release.append((clientid, upto))
-                del kept[clientid]
-                if upto < self._trimmed_to:  # still holds older entries: again, after the others
-                    kept[clientid] = None
-        return False
+                if upto >= self._trimmed_to:
+                    self._kept.discard(clientid)
 
     def _written(
         self, done: asyncio.Future[Owing], future: asyncio.Future[None] | None, dirty: set[str], batch: Batch
