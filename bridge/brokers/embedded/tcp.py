@@ -41,8 +41,6 @@ log = logging.getLogger("bridge.brokers.embedded")
 READ_SIZE = 64 << 10
 # Ready sockets taken from the epoll per loop step; more stay ready for the next step.
 EVENTS_PER_STEP = 512
-# Connections accepted per loop step (as asyncio's backlog-sized accept loop).
-ACCEPTS_PER_STEP = 128
 # Seconds accepting stops when the process is out of file descriptors (as asyncio does).
 _OUT_OF_FILES_PAUSE = 1.0
 _OUT_OF_FILES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
@@ -411,8 +409,9 @@ class Server:
     """Listening sockets whose connections get `SocketTransport`s, one poller for all of them
     (asyncio.Server's methods that the broker uses: `sockets`, `close`, `wait_closed`)."""
 
-    def __init__(self, sockets: list[socket.socket], factory: Callable[[], asyncio.Protocol]) -> None:
+    def __init__(self, sockets: list[socket.socket], factory: Callable[[], asyncio.Protocol], backlog: int) -> None:
         self._loop = running_loop()
+        self._backlog = backlog
         self._factory = factory
         self._poller = Poller(self._loop)
         self.sockets: tuple[socket.socket, ...] = tuple(sockets)
@@ -424,7 +423,7 @@ class Server:
         self._loop.add_reader(sock.fileno(), self._accept, sock)
 
     def _accept(self, sock: socket.socket) -> None:
-        for _ in range(ACCEPTS_PER_STEP):
+        for _ in range(self._backlog):  # as asyncio: up to a whole backlog per loop step
             try:
                 fd, _address = sock._accept()  # type: ignore[attr-defined]  # a descriptor, no socket object
             except (BlockingIOError, InterruptedError):
@@ -492,4 +491,4 @@ async def serve(factory: Callable[[], asyncio.Protocol], host: str | None, port:
         raise
     if not sockets:
         raise OSError(f"{host!r} resolves to no address")
-    return Server(sockets, factory)
+    return Server(sockets, factory, backlog)
