@@ -20,7 +20,17 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_quick_run_connects_every_device_and_delivers_every_queued_message_once(tmp_path: Path) -> None:
     out = tmp_path / "results.json"
     done = subprocess.run(
-        [sys.executable, "-m", "bench.reconnect_storm", "--quick", "--json", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "bench.reconnect_storm",
+            "--quick",
+            "--json",
+            str(out),
+            # a third row, the embedded broker on the event loop's transport
+            "--variant",
+            "broker.listener.tcp.transport = loop",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -32,7 +42,7 @@ def test_quick_run_connects_every_device_and_delivers_every_queued_message_once(
         f"{kind}-{auth}-{broker}"
         for kind in ("clean", "durable")
         for auth in ("anon", "auth")
-        for broker in ("mosquitto", "embedded")
+        for broker in ("mosquitto", "embedded", "embedded-variant1")
     }
     assert set(results) == runs
     for key, found in results.items():
@@ -41,3 +51,4 @@ def test_quick_run_connects_every_device_and_delivers_every_queued_message_once(
         queued = QUICK["clients"] * QUICK["queued"] if key.startswith("durable") else 0
         assert found["delivered"] == queued, key
     assert "machine: " in done.stdout
+    assert "embedded, broker.listener.tcp.transport = loop" in done.stdout
