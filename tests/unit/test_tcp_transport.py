@@ -381,3 +381,35 @@ def test_out_of_descriptors_accepting_pauses_and_no_waiting_client_is_lost(
     with caplog.at_level(logging.ERROR, logger="bridge.brokers.embedded"):
         run(kind, test)
     assert "accepting a connection failed" in caplog.text
+
+
+LAST_WORDS = pattern(1 << 19)  # more than the socket takes at once: buffered
+
+
+class WritesOnResume(Recorder):
+    """Writes its last words and closes from resume_writing, as a protocol may."""
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self.transport.write(LAST_WORDS)
+        self.transport.close()
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+def test_output_written_from_resume_writing_goes_out_before_the_close(kind: str) -> None:
+    async def test() -> None:
+        listening = await listen(WritesOnResume)
+        sock = await client(listening.port, receive_buffer=4096)
+        server_side = await listening.accepted()
+        transport = server_side.transport
+        transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        transport.set_write_buffer_limits(high=64 << 10, low=0)  # resumed once all is written
+        sent = pattern(1 << 20)
+        transport.write(sent)
+        assert server_side.events.count("pause") == 1
+        assert await read_all(sock) == sent + LAST_WORDS
+        assert await server_side.lost is None
+        sock.close()
+        listening.server.close()
+
+    run(kind, test)

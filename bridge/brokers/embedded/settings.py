@@ -101,7 +101,7 @@ SETTINGS: dict[str, Setting] = {
         p.enum_of("broker", "loop"),
         "broker",
         "embedded mode: what moves the bytes of broker.listener.tcp's connections: `broker` (default), the "
-        "broker's own (one epoll for every socket, about 200 bytes a connection; Linux: elsewhere the loop's); "
+        "broker's own (one epoll for every socket, about 120 bytes a connection; Linux: elsewhere the loop's); "
         "`loop`, the event loop's (uvloop's, about 1,200 bytes a connection). TLS and WebSocket listeners "
         "always use the loop's",
     ),

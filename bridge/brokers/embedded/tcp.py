@@ -221,7 +221,9 @@ class SocketTransport:
         self._out = None
         self._ask(self._flags & ~_WRITE)
         if self._flags & _PAUSED:
-            self._resume_writing()
+            self._resume_writing()  # the protocol may write again in it: then this is not the end
+        if self._out is not None:
+            return
         if self._flags & _CLOSING:
             self._shut(None)
         elif self._flags & _EOF:
