@@ -222,7 +222,9 @@ class SocketTransport:
         self._ask(self._flags & ~_WRITE)
         if self._flags & _PAUSED:
             self._resume_writing()  # the protocol may write again in it: then this is not the end
-        if self._out is not None:
+        # Asked through a method: after `self._out = None` above mypy takes the attribute for None,
+        # and the compiled build turned `self._out is not None` into a failing cast.
+        if self.get_write_buffer_size():
             return
         if self._flags & _CLOSING:
             self._shut(None)
