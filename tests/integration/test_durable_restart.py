@@ -1,5 +1,6 @@
-"""Durable restart in seconds (docs/benchmarks.md#restart-with-sessions-read-back-lazily): after a restart each durable session's queue is
-read back from the store when it is first needed, not all of them before the listener opens.
+"""Durable restart in seconds (docs/benchmarks.md#restart-with-sessions-read-back-lazily): after a restart the
+durable sessions' queues are read back from the store all at once before the listener opens while
+they are small enough (broker.durable_preload), else each when it is first needed; both ways here.
 
 Against a real `hookbridge run` with `broker.durable_sessions = on`, raw clients: 2,000 device
 sessions (each on its own `dev/<n>/cmd/#` and a broadcast) owed distinct messages survive kill -9;
@@ -17,6 +18,8 @@ import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from bridge.brokers.embedded.codec import Publish, Subscribe, Subscription
 from support.process import BridgeProcess
@@ -63,10 +66,20 @@ def unloaded(bridge: BridgeProcess) -> float:
     return bridge.metric("hookbridge_broker_durable_sessions_unloaded")
 
 
-async def test_a_fleet_of_durable_sessions_restored_lazily_gets_every_message_once(
-    tmp_path: Path, bridges: list[BridgeProcess], raw_connect: RawConnect
+# How a restart reads the restored queues back (broker.durable_preload): each when first needed
+# ("0", and a store over the budget), or all of them before the listener opens (the default).
+WAYS = {"read when first needed": "0", "over the budget: read when first needed": "64KB", "read at start": None}
+
+
+def lazy(way: str) -> bool:
+    return WAYS[way] is not None
+
+
+@pytest.mark.parametrize("way", WAYS)
+async def test_a_fleet_of_durable_sessions_restored_gets_every_message_once(
+    tmp_path: Path, bridges: list[BridgeProcess], raw_connect: RawConnect, way: str
 ) -> None:
-    bridge = durable_bridge(tmp_path)
+    bridge = durable_bridge(tmp_path, preload=WAYS[way])
     bridges.append(await start(bridge))
     port = bridge.mqtt_port
     everyone = list(range(DEVICES))
@@ -81,12 +94,14 @@ async def test_a_fleet_of_durable_sessions_restored_lazily_gets_every_message_on
     before = [(f"dev/{n:04d}/cmd/{k}", b"%04d-%d" % (n, k)) for k in range(OWN) for n in everyone]
     await publish_many(raw_connect, port, [*before, ("fleet/all", b"bcast-0")])
     await restart(bridge, "kill")
-    assert unloaded(bridge) == DEVICES  # nothing read back yet
+    restored = DEVICES if lazy(way) else 0
+    assert unloaded(bridge) == restored  # lazy: nothing read back yet
+    assert ("over broker.durable_preload" in bridge.log.read_text()) == (way.startswith("over"))
 
-    # Published after the restart, while no session is loaded: logged for them, queued by nobody.
+    # Published after the restart: lazy, while no session is loaded: logged for them, queued by nobody.
     after = [(f"dev/{n:04d}/cmd/after", b"%04d-after" % n) for n in everyone]
     await publish_many(raw_connect, port, [*after, ("fleet/all", b"bcast-1")])
-    assert unloaded(bridge) == DEVICES
+    assert unloaded(bridge) == restored
 
     def expected(n: int) -> list[bytes]:
         return [*(b"%04d-%d" % (n, k) for k in range(OWN)), b"bcast-0", b"%04d-after" % n, b"bcast-1"]
@@ -109,11 +124,11 @@ async def test_a_fleet_of_durable_sessions_restored_lazily_gets_every_message_on
         client.abort()
 
     await in_batches(returning, come_back)
-    assert unloaded(bridge) == len(away)
+    assert unloaded(bridge) == (len(away) if lazy(way) else 0)
 
-    # A second kill -9: the sessions never loaded keep their queue (and those that were, nothing).
+    # A second kill -9: the sessions not back keep their queue (and those that were, nothing).
     await restart(bridge, "kill")
-    assert unloaded(bridge) == DEVICES
+    assert unloaded(bridge) == restored
     await in_batches(away, come_back)
     await publish_many(raw_connect, port, [(f"dev/{n:04d}/cmd/mark", b"mark") for n in returning[:50]])
 
@@ -123,10 +138,11 @@ async def test_a_fleet_of_durable_sessions_restored_lazily_gets_every_message_on
     await in_batches(returning[:50], only_marker)
 
 
-async def test_shared_subscription_picks_for_sessions_not_loaded_are_kept_once(
-    tmp_path: Path, bridges: list[BridgeProcess], raw_connect: RawConnect
+@pytest.mark.parametrize("way", ["read when first needed", "read at start"])
+async def test_shared_subscription_picks_for_sessions_restored_are_kept_once(
+    tmp_path: Path, bridges: list[BridgeProcess], raw_connect: RawConnect, way: str
 ) -> None:
-    bridge = durable_bridge(tmp_path)
+    bridge = durable_bridge(tmp_path, preload=WAYS[way])
     bridges.append(await start(bridge))
     port = bridge.mqtt_port
     members = ["worker-1", "worker-2", "worker-3"]
@@ -137,7 +153,7 @@ async def test_shared_subscription_picks_for_sessions_not_loaded_are_kept_once(
     jobs = [b"job-%03d" % n for n in range(30)]
     await publish_many(raw_connect, port, [(f"jobs/{n % 4}", job) for n, job in enumerate(jobs[:15])])
     await restart(bridge, "kill")
-    # After the restart, none loaded: the group's picks go to the log by name.
+    # After the restart, lazy: none loaded, the group's picks go to the log by name.
     await publish_many(raw_connect, port, [(f"jobs/{n % 4}", job) for n, job in enumerate(jobs[15:])])
     await publish_many(raw_connect, port, [(f"own/{client_id}", b"end") for client_id in members])
     got: list[bytes] = []
@@ -150,13 +166,14 @@ async def test_shared_subscription_picks_for_sessions_not_loaded_are_kept_once(
     assert sorted(got) == jobs  # every job once, among the group
 
 
+@pytest.mark.parametrize("way", ["read when first needed", "read at start"])
 async def test_a_store_of_the_format_before_the_topic_index_opens_and_delivers(
-    tmp_path: Path, bridges: list[BridgeProcess], raw_connect: RawConnect
+    tmp_path: Path, bridges: list[BridgeProcess], raw_connect: RawConnect, way: str
 ) -> None:
     """durable_store_v0.db was written by the code of commit ad4c127 (durable_fixtures/make_durable_store_v0.py)."""
     (tmp_path / "store").mkdir()
     shutil.copy(DATA / "durable_store_v0.db", tmp_path / "store" / "durable.db")
-    bridge = durable_bridge(tmp_path)
+    bridge = durable_bridge(tmp_path, preload=WAYS[way])
     bridges.append(await start(bridge))
     port = bridge.mqtt_port
     log = bridge.log.read_text()
@@ -169,7 +186,7 @@ async def test_a_store_of_the_format_before_the_topic_index_opens_and_delivers(
         assert db.execute(by_name).fetchone() == (6,)
     finally:
         db.close()
-    assert unloaded(bridge) == 5
+    assert unloaded(bridge) == (5 if lazy(way) else 0)
     everything = [b"o-%02d" % n for n in range(20)]
     for client_id in ("old-a", "old-b"):
         client, connack = await persistent(raw_connect, port, client_id)

@@ -59,11 +59,16 @@ SEQ = [b"%04d" % n for n in range(QUEUED)]  # payloads: their publish order, so 
 Q2_RELEASED, Q2_UNRELEASED = 2001, 2002  # the publisher's QoS 2 packet ids left open across the restart
 
 
-def durable_bridge(home: Path, pools: str = "", rules: str = "", *, durable: bool = True) -> BridgeProcess:
-    """A bridge home whose store is `home/store`; `durable=False` leaves the settings out (the default)."""
+def durable_bridge(
+    home: Path, pools: str = "", rules: str = "", *, durable: bool = True, preload: str | None = None
+) -> BridgeProcess:
+    """A bridge home whose store is `home/store`; `durable=False` leaves the settings out (the default).
+    `preload`: broker.durable_preload ("0": every restored queue read back when first needed)."""
     extra = f"broker.max_inflight = {WINDOW}\n"
     if durable:
         extra += f"broker.durable_sessions = on\nbroker.durable_dir = {home / 'store'}\n"
+    if preload is not None:
+        extra += f"broker.durable_preload = {preload}\n"
     return BridgeProcess(home, pools, rules, extra)
 
 

@@ -92,6 +92,7 @@ class Broker(FlowsMixin):
         takeover: str = "any",
         store: DurableStore | None = None,
         commit_interval: float = 0.002,
+        preload: int = 0,
         bans: Bans | None = None,
     ) -> None:
         self.node = node
@@ -114,7 +115,7 @@ class Broker(FlowsMixin):
         self.states: dict[str, SessionState] = self._table
         self.queued = QueuedBytes(limits.max_queued_bytes, self.states)  # broker-wide bound (queuedbytes.py)
         # Durable sessions on: what the store keeps is written through the journal.
-        journal = Journal(store, self.states, interval=commit_interval) if store is not None else None
+        journal = Journal(store, self.states, interval=commit_interval, preload=preload) if store is not None else None
         self.journal = self.router.journal = journal
         self.expiring: dict[str, float] = {}
         self.busy_streams: set[EventStream] = set()  # client event streams with events not yet at the sink

@@ -68,6 +68,7 @@ def make_source(config: Config, rules: list[Rule], msgids: MsgIdGenerator) -> Br
         listeners=[listener for listener in configured(config.settings) if listener.name != "tcp"],
         durable_dir=config["broker.durable_dir"] if config["broker.durable_sessions"] else None,
         durable_commit_interval=config["broker.durable_commit_interval"],
+        durable_preload=min(config["broker.durable_preload"], config["broker.max_queued_bytes"] // 2),
         durable_min_free=config["broker.durable_min_free"],
         sys_interval=config["broker.sys_interval"],
         bans_file=config["broker.bans_file"] or None,

@@ -310,6 +310,17 @@ SETTINGS: dict[str, Setting] = {
         "larger commits",
         example="2ms",
     ),
+    "broker.durable_preload": Setting(
+        p.size_in(0, 1 << 40),
+        64 << 20,
+        "embedded mode, durable sessions on: at start, the restored sessions' queues are read into memory in "
+        "one pass over the store when together they are at most this size (counted as "
+        "broker.max_offline_bytes counts them; they count toward broker.max_queued_bytes too, so at most "
+        "half of it is used), as Mosquitto reads its database at start: a fleet reconnecting after a restart "
+        "finds its queues in memory. Larger: each session's queue is read back when it is first needed; "
+        "0: always so",
+        example="64MB",
+    ),
     "broker.durable_min_free": Setting(
         p.size_in(0, 1 << 50),
         64 << 20,

@@ -60,6 +60,7 @@ class EmbeddedBroker(BrokerSource):
         listeners: Sequence[Listener] = (),
         durable_dir: str | None = None,
         durable_commit_interval: float = 0.002,
+        durable_preload: int = 0,
         durable_min_free: int = 0,
         sys_interval: float = 0.0,
         bans_file: str | None = None,
@@ -75,6 +76,7 @@ class EmbeddedBroker(BrokerSource):
         self._listeners = tuple(listeners)  # besides `listen` (tcp): ssl, ws, wss
         self._durable_dir = durable_dir  # durable sessions on: where the store is
         self._commit_interval = durable_commit_interval
+        self._preload = durable_preload  # restored queues up to this many bytes are read at start
         self._min_free = durable_min_free  # bytes the store's disk must have free for /healthz
         self._sys_interval = sys_interval  # $SYS/broker/... every this many seconds; 0: never
         self._bans_file = bans_file  # the banned list's file (bans.py); None: kept in memory only
@@ -173,6 +175,7 @@ class EmbeddedBroker(BrokerSource):
             takeover=self._takeover,
             store=store,
             commit_interval=self._commit_interval,
+            preload=self._preload,
         )
         broker.refused = self._refused  # one counter for the life of this source
         if broker.journal is not None:

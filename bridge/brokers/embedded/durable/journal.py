@@ -52,6 +52,7 @@ from bridge.brokers.embedded.codec import EMPTY, Properties, Will
 from bridge.brokers.embedded.codec import properties as mqtt_properties
 from bridge.brokers.embedded.codec.kinds import WILL, PacketType
 from bridge.brokers.embedded.durable.owed import Owed
+from bridge.brokers.embedded.durable.preload import gather
 from bridge.brokers.embedded.durable.store import (
     FORMAT,
     RECOVERY,
@@ -88,6 +89,11 @@ COMMIT_FAILURE_REPORT_INTERVAL = 10.0
 # (a session's state) and refuses the big ones (the messages), and /healthz must not flap to ready
 # between them.
 FAILURE_HOLD = 30.0
+# A loaded durable session offline this long with queued messages stops holding the log's trim
+# back: its entries below the trim get `routes` rows (as a session not loaded has), so one device
+# that stays away does not keep the whole log after its oldest message. Longer than a reconnect
+# storm lasts: the sessions back by then cost no rows.
+_ABSENT_AFTER = 10.0
 # Log entries read back per query when a session is loaded.
 _PAGE = 256
 # Restored sessions whose backlog one commit matches (store.Owe) after a start.
@@ -129,8 +135,12 @@ def _to_mono(deadline: float, now_wall: float, now_mono: float) -> float:
 
 
 class Journal:
-    def __init__(self, store: DurableStore, states: dict[str, SessionState], *, interval: float = 0.002) -> None:
+    def __init__(
+        self, store: DurableStore, states: dict[str, SessionState], *, interval: float = 0.002, preload: int = 0
+    ) -> None:
         self.store = store
+        # Restored queues up to this many bytes together are read at start (preload.py); 0: never.
+        self.preload = preload
         self.states = states
         self.commit_failures = 0
         self._failure_reports = Throttle(COMMIT_FAILURE_REPORT_INTERVAL)
@@ -157,6 +167,8 @@ class Journal:
         # Sessions that had `routes` rows kept by a trim (owed while not loaded): their rows go
         # once they are loaded and past them, or gone (Batch.release).
         self._kept: set[str] = set()
+        self._released: dict[str, int] = {}  # of those: their rows up to this are gone already
+        self._away: dict[str, float] = {}  # loaded sessions offline holding the trim back: since when
         self._owe: list[Owe] = []  # Owe jobs for the next commit (restore)
         self._trim_timer: asyncio.TimerHandle | None = None
 
@@ -291,9 +303,9 @@ class Journal:
         now = time.monotonic()
         if now - self._last_trim >= _TRIM_INTERVAL:
             self._last_trim = now
-            self._trim(batch, head)
-        elif self._trim_timer is None:  # the next trim comes even if nothing else happens
-            self._trim_timer = loop.call_later(_TRIM_INTERVAL - (now - self._last_trim), self._trim_due)
+            self._trim(batch, head, now)
+        else:  # the next trim comes even if nothing else happens
+            self._trim_in(_TRIM_INTERVAL - (now - self._last_trim))
         future, self._committed = self._committed, None
         if not batch:
             if future is not None and not future.done():
@@ -306,6 +318,16 @@ class Journal:
         written = loop.run_in_executor(self._writer, self.store.write, batch)
         written.add_done_callback(lambda done: self._written(done, future, dirty, batch))
 
+    def _trim_in(self, delay: float) -> None:
+        """A trim in `delay` seconds at the latest (a timer due sooner stays)."""
+        loop = running_loop()
+        timer = self._trim_timer
+        if timer is not None:
+            if timer.when() <= loop.time() + delay:
+                return
+            timer.cancel()
+        self._trim_timer = loop.call_later(delay, self._trim_due)
+
     def _trim_due(self) -> None:
         """A trim is due and nothing was committed since the last one (a burst then silence)."""
         self._trim_timer = None
@@ -314,13 +336,21 @@ class Journal:
         else:
             self.flush()
 
-    def _trim(self, batch: Batch, head: int) -> None:
+    def _trim(self, batch: Batch, head: int, now: float) -> None:
         """Trim the log past what is owed to nobody: up to the bound of the loaded sessions, but
-        for the `routes` rows of the sessions not loaded (`owing`); release the rows of sessions
-        that were owed entries below the trim and are loaded past them, or gone."""
-        bound = self.trim_bound()
+        for the `routes` rows of the sessions not loaded (`owing`) and of those loaded but away
+        (their entries below the bound get rows now); release the rows of sessions that were owed
+        entries below the trim and are loaded past them, or gone."""
+        bound, away = self.trim_bound(now)
+        waiting = [since for clientid, since in self._away.items() if now - since < _ABSENT_AFTER]
+        if waiting:  # a trim when the first of them counts as away
+            self._trim_in(min(waiting) + _ABSENT_AFTER - now)
         if bound > self._trimmed_to:
             batch.owing = [clientid for clientid, state in self.states.items() if state.unloaded is not None]
+            for absentee in away:
+                entries = _entries_in(absentee, self._trimmed_to, bound)
+                batch.routes.extend((seq, absentee.clientid) for seq in entries)
+                batch.owing.append(absentee.clientid)
             batch.trim_from, batch.trim_to = self._trimmed_to, bound
             self._kept.update(batch.owing)
             self._trimmed_to = bound
@@ -329,11 +359,15 @@ class Journal:
             if state is None or not state.durable:
                 batch.release.append((clientid, head))
                 self._kept.discard(clientid)
+                self._released.pop(clientid, None)
             elif state.unloaded is None:  # loaded: up to its oldest message in flight or queued
                 upto = min(_first_above(state, 0, head), self._trimmed_to)
-                batch.release.append((clientid, upto))
+                if upto > self._released.get(clientid, -1):  # else nothing of it is there to go
+                    batch.release.append((clientid, upto))
+                    self._released[clientid] = upto
                 if upto >= self._trimmed_to:
                     self._kept.discard(clientid)
+                    self._released.pop(clientid, None)
 
     def _written(
         self, done: asyncio.Future[Owing], future: asyncio.Future[None] | None, dirty: set[str], batch: Batch
@@ -379,12 +413,16 @@ class Journal:
             return ""
         return f"{self.last_error} ({ago:.0f} s ago; ready again {FAILURE_HOLD:.0f} s after the last failed commit)"
 
-    def trim_bound(self) -> int:
-        """The highest sequence number no durable session needs by its position: a session not
-        loaded whose backlog is counted (owed.py) holds its entries by its `routes` rows instead,
-        and so does a loaded one for the entries it was owed below the last trim (`_kept`)."""
+    def trim_bound(self, now: float) -> tuple[int, list[SessionState]]:
+        """The highest sequence number no durable session needs by its position, and the loaded
+        sessions that are away (offline _ABSENT_AFTER seconds with messages queued): they do not
+        hold it back, their entries below it get `routes` rows (`_trim`). A session not loaded
+        whose backlog is counted (owed.py) holds its entries by its `routes` rows too, and so does
+        a loaded one for the entries it was owed below the last trim (`_kept`)."""
         head, held_below = self.store.head, self._trimmed_to
         bound = head
+        away: list[SessionState] = []
+        offline: dict[str, float] = {}
         for state in self.states.values():
             if not state.durable:
                 continue
@@ -394,8 +432,15 @@ class Journal:
                     bound = min(bound, state.position, *(entry[0] - 1 for entry in unloaded["inflight"]))
                 continue
             kept = state.clientid in self._kept
-            bound = min(bound, _first_above(state, held_below if kept else 0, head))
-        return bound
+            first = _first_above(state, held_below if kept else 0, head)
+            if first < head and state.conn is None:
+                since = offline[state.clientid] = self._away.get(state.clientid, now)
+                if now - since >= _ABSENT_AFTER:
+                    away.append(state)
+                    continue
+            bound = min(bound, first)
+        self._away = offline
+        return bound, away
 
     def close(self) -> None:
         """Write what is pending and close the store (at stop: the loop waits for the writer)."""
@@ -443,23 +488,56 @@ class Journal:
                 state.hold_incoming_qos2(packet_id, IncomingQos2(None, acked=True))
             owed_to = data.get("owed_to", 0)
             state.unloaded = {"inflight": data["inflight"], "owed": Owed(), "owed_to": owed_to}
-            filters = [full for full in state.subscriptions if not full.startswith("$share/")]
-            inflight = [entry[0] for entry in data["inflight"]]
-            after, match_after = state.position, max(state.position, owed_to)
-            self._owe.append(Owe(clientid, after, match_after, self.store.head, filters, inflight))
+        queued = self._preload(router) if self.preload else None
+        if queued is None:  # each queue read back when first needed; what each is owed counted meanwhile
+            for clientid in bodies:
+                state = broker.states[clientid]
+                assert state.unloaded is not None
+                filters = [full for full in state.subscriptions if not full.startswith("$share/")]
+                inflight = [entry[0] for entry in state.unloaded["inflight"]]
+                after, match_after = state.position, max(state.position, state.unloaded["owed_to"])
+                self._owe.append(Owe(clientid, after, match_after, self.store.head, filters, inflight))
         for clientid, data in bodies.items():
             self._resume_timers(broker, broker.states[clientid], data, now_wall)
         if self._owe:
             self._soon()  # their backlogs counted in the first commit (owed.py)
         log.info(
-            "durable store %s: %d sessions, %d retained messages restored in %.2f s%s"
-            " (each session's queue is read back from the log when it is first needed)",
+            "durable store %s: %d sessions, %d retained messages restored in %.2f s%s (%s)",
             self.store.path,
             len(bodies),
             len(broker.router.retained),
             time.monotonic() - started,
             f", the store migrated to format {FORMAT}" if self.store.migrated else "",
+            "each session's queue is read back from the log when it is first needed"
+            if queued is None
+            else f"their queues read at once: {queued} messages",
         )
+
+    def _preload(self, router: Router) -> int | None:
+        """Every restored session's queue read in one pass (preload.py); how many messages were
+        queued, or None when they are over the budget or the read failed (then each session is
+        loaded when first needed, and a session whose rows cannot be read is refused then)."""
+        waiting = {clientid: state for clientid, state in self.states.items() if state.unloaded is not None}
+        try:
+            found = gather(self.store, router, waiting, self.preload)
+        except sqlite3.Error as exc:
+            log.warning("durable store %s: the queues could not be read at once (%s)", self.store.path, exc)
+            return None
+        if found is None:
+            log.info(
+                "durable store %s: the restored queues are over broker.durable_preload (%d bytes): each is read"
+                " back when first needed",
+                self.store.path,
+                self.preload,
+            )
+            return None
+        queued = 0
+        for clientid, state in waiting.items():
+            stored = state.unloaded
+            assert stored is not None
+            in_flight = [found.in_flight[seq] for seq, *_ in stored["inflight"] if seq in found.in_flight]
+            queued += self._queue_read(router, state, stored, found.rows.pop(clientid, {}), in_flight)
+        return queued
 
     def check_readable(self, clientid: str) -> None:
         """Raise UnreadableSession when what the store holds of this session cannot be read."""
@@ -671,6 +749,17 @@ def _first_above(state: SessionState, floor: int, head: int) -> int:
         if message.seq > floor:
             return min(bound, message.seq - 1)
     return bound
+
+
+def _entries_in(state: SessionState, floor: int, upto: int) -> list[int]:
+    """The log entries in (floor, upto] of a loaded session's in-flight and queued messages."""
+    found = [message.seq for message in state.inflight.values() if floor < message.seq <= upto]
+    for message in state.outbox:
+        if message.seq > upto:
+            break  # the queue is in log order
+        if message.seq > floor:
+            found.append(message.seq)
+    return found
 
 
 def _json(value: Any) -> str:

@@ -50,7 +50,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -97,6 +97,8 @@ CREATE TABLE IF NOT EXISTS retained (
 """
 
 FORMAT = 1  # PRAGMA user_version of a store with `routes`
+# Sequence numbers per `seq IN (...)` statement (SQLite's limit on parameters is 32,766).
+_IN_LIST = 1000
 
 # One row of `messages`, in column order.
 MessageRow = tuple[int, str, str, bytes, int, int, str, bytes | None, float, int, str | None]
@@ -438,10 +440,29 @@ class DurableStore:
 
     def messages_at(self, seqs: list[int]) -> list[MessageRow]:
         """The log entries of these sequence numbers that are still in the log."""
-        if not seqs:
-            return []
-        marks = ",".join("?" * len(seqs))
-        return list(self._loading().execute(f"SELECT * FROM messages WHERE seq IN ({marks})", seqs))
+        found: list[MessageRow] = []
+        for start in range(0, len(seqs), _IN_LIST):  # SQLite bounds a statement's parameters
+            chunk = seqs[start : start + _IN_LIST]
+            marks = ",".join("?" * len(chunk))
+            found += self._loading().execute(f"SELECT * FROM messages WHERE seq IN ({marks})", chunk)
+        return found
+
+    # -- reading every queue at once (durable/preload.py) ---------------------------
+
+    def log_bytes_after(self, after: int) -> int:
+        """The bytes of the log after `after`, each entry counted as the queue limits count a
+        message (topic + payload + MESSAGE_OVERHEAD). Reads only the rows' headers: SQLite
+        knows a value's length without reading it."""
+        query = f"SELECT total(length(topic) + length(payload) + {MESSAGE_OVERHEAD}) FROM messages WHERE seq > ?"
+        return int(self._loading().execute(query, (after,)).fetchone()[0])
+
+    def log_after(self, after: int) -> Iterator[MessageRow]:
+        """Every log entry after `after`, oldest first (one range of the log's key)."""
+        return self._loading().execute("SELECT * FROM messages WHERE seq > ? ORDER BY seq", (after,))
+
+    def routes_after(self, after: int) -> list[tuple[int, str]]:
+        """Every (seq, client id) `routes` row after `after`: the entries given to a session by name."""
+        return list(self._loading().execute("SELECT seq, clientid FROM routes WHERE seq > ?", (after,)))
 
     def _loading(self) -> sqlite3.Connection:
         """The connection the event loop reads sessions' queues on (not the metrics' one)."""
