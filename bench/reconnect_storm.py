@@ -36,7 +36,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -152,6 +152,10 @@ class Storm:
     bench_cpu: float
     """CPU seconds this process (the fleet's clients) spent on it: on 2 cores the two share the
     machine, and a broker that is idle while the storm lasts is waiting for retried SYNs"""
+    restart: float = 0.0
+    """the durable storm: seconds from the restarted broker's launch until it answered a CONNECT
+    (it had read its store back: Mosquitto its whole db file, the embedded broker its sessions and,
+    within broker.durable_preload, their queues)"""
 
 
 async def open_fleet(port: int, count: int, login: Login, *, clean: bool) -> list[Client]:
@@ -264,7 +268,9 @@ def durable_storm(launch: Launch, args: argparse.Namespace, login: Login) -> Sto
         run_fleet(_offline_sessions(server, args, login))
         server.stop()  # SIGTERM: Mosquitto writes its db file now
     with launch.run() as server:
-        return run_fleet(storm(server, args.clients, args.window, login, durable=True, queued=args.queued))
+        ready = time.perf_counter() - server.started
+        found = run_fleet(storm(server, args.clients, args.window, login, durable=True, queued=args.queued))
+        return replace(found, restart=ready)
 
 
 async def _offline_sessions(server: Server, args: argparse.Namespace, login: Login) -> None:
@@ -378,6 +384,7 @@ def main() -> None:
         "broker",
         "all connected s",
         "all queues s",
+        "restart s",
         "connects/s",
         "handshake median / p99 s",
         f"SYN retried (TCP >= {RETRIED:.0f} s)",
@@ -398,6 +405,7 @@ def _row(kind: str, auth: str, name: str, found: Storm) -> tuple[str, ...]:
         name,
         f"{found.connected:.2f}",
         f"{found.complete:.2f}" if kind == "durable" else "-",
+        f"{found.restart:.2f}" if kind == "durable" else "-",
         f"{found.clients / found.connected:,.0f}",
         f"{found.handshake_median:.3f} / {found.handshake_p99:.3f}",
         f"{found.retried:,}",

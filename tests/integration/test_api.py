@@ -173,10 +173,13 @@ async def test_an_offline_session_with_its_queue(bridge: Bridge, api: Api, clien
     assert (await api.call("DELETE", "/clients/sleeper"))[0] == 409  # not connected: nothing to kick
 
 
-async def test_a_durable_session_is_listed_after_a_restart(make_api_bridge: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("preload", ["0", "64MB"])
+async def test_a_durable_session_is_listed_after_a_restart(make_api_bridge: Any, tmp_path: Path, preload: str) -> None:
     """broker.durable_sessions: a session restored from the store (no connection since the restart)
-    is listed with its subscriptions and queued messages."""
+    is listed with its subscriptions and queued messages: its queue read at start (the default,
+    broker.durable_preload) or when one session's view first needs it."""
     extra = f"api.enabled = on\n{KEY_LINE}broker.durable_sessions = on\nbroker.durable_dir = {tmp_path / 'store'}\n"
+    extra += f"broker.durable_preload = {preload}\n"
     first = await make_api_bridge(extra)
     made: list[Client] = []
     try:
@@ -194,7 +197,10 @@ async def test_a_durable_session_is_listed_after_a_restart(make_api_bridge: Any,
     async with aiohttp.ClientSession() as session:
         api = Api(second, session)
         listed = await api.get("/sessions", params={"connected": "false"})
-        assert [(s["clientid"], s["loaded"]) for s in listed["data"]] == [("keeper", False)]  # not read back yet
+        lazy = preload == "0"
+        assert [(s["clientid"], s["loaded"]) for s in listed["data"]] == [
+            ("keeper", not lazy)
+        ]  # lazy: not read back yet
         kept = await api.get("/sessions/keeper")  # one session's view reads its queue back
         assert kept["durable"] is True and kept["connected"] is False and kept["loaded"] is True
         assert [s["filter"] for s in kept["subscriptions"]] == ["d/#"]

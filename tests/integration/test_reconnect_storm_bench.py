@@ -30,6 +30,9 @@ def test_quick_run_connects_every_device_and_delivers_every_queued_message_once(
             # a third row, the embedded broker on the event loop's transport
             "--variant",
             "broker.listener.tcp.transport = loop",
+            # a fourth: each restored queue read back when its device returns, not all at start
+            "--variant",
+            "broker.durable_preload = 0",
         ],
         cwd=ROOT,
         capture_output=True,
@@ -42,7 +45,7 @@ def test_quick_run_connects_every_device_and_delivers_every_queued_message_once(
         f"{kind}-{auth}-{broker}"
         for kind in ("clean", "durable")
         for auth in ("anon", "auth")
-        for broker in ("mosquitto", "embedded", "embedded-variant1")
+        for broker in ("mosquitto", "embedded", "embedded-variant1", "embedded-variant2")
     }
     assert set(results) == runs
     for key, found in results.items():
@@ -50,5 +53,7 @@ def test_quick_run_connects_every_device_and_delivers_every_queued_message_once(
         assert 0 < found["connected"] <= found["complete"], key
         queued = QUICK["clients"] * QUICK["queued"] if key.startswith("durable") else 0
         assert found["delivered"] == queued, key
+        assert (found["restart"] > 0) == key.startswith("durable"), key
     assert "machine: " in done.stdout
     assert "embedded, broker.listener.tcp.transport = loop" in done.stdout
+    assert "embedded, broker.durable_preload = 0" in done.stdout
