@@ -59,6 +59,8 @@ COMPILED = (
     "bridge.brokers.embedded.sessions",
     "bridge.brokers.embedded.stream",
     "bridge.brokers.embedded.tcp",
+    # A restart's pass over the durable log (every restored queue at once): per log entry.
+    "bridge.brokers.embedded.durable.preload",
     # The rules' per-event work: matching, dispatching, the runner's batches. Not lanes.py:
     # mypy 1.20.2's mypyc fails on it with an internal error (AssertionError in emit_method_call).
     "bridge.pipeline.dispatcher",

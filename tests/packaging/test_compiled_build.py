@@ -44,6 +44,7 @@ COMPILED_MODULE_TESTS = [
     "tests/unit/test_idle_session_memory.py",
     "tests/unit/test_queued_bytes.py",
     "tests/unit/test_durable_lazy_load.py",
+    "tests/unit/test_durable_preload.py",
     "tests/unit/test_runner_spool.py",
     "tests/unit/test_tcp_transport.py",
 ]

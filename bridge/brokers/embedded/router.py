@@ -24,7 +24,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -244,12 +244,10 @@ class Router:
         members = groups.get(group) if groups is not None else None
         return members.members if members is not None else {}
 
-    def subscribed(self, topic: str) -> Iterator[SessionState]:
+    def subscribed(self, topic: str) -> list[SessionState]:
         """The sessions with a non-shared subscription matching `topic` (a session with several
         such filters once for each): whom `route` would consider for it."""
-        for subscribers in self._subscribers.matching(topic):
-            for state, _sub in subscribers.values():
-                yield state
+        return [state for subscribers in self._subscribers.matching(topic) for state, _sub in subscribers.values()]
 
     def unsubscribe_all(self, state: SessionState) -> None:
         for topic_filter in list(state.subscriptions):

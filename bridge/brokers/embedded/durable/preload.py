@@ -41,8 +41,7 @@ class Gathered:
 
     rows: dict[str, dict[int, MessageRow]] = field(default_factory=dict)  # client id -> seq -> row
     in_flight: dict[int, MessageRow] = field(default_factory=dict)  # seq -> row, of every in-flight window
-    entries: int = 0  # (session, entry) pairs
-    size: int = 0  # their bytes, as the queue limits count them
+    size: int = 0  # the bytes of the entries found for each session, as the queue limits count them
 
 
 def gather(store: DurableStore, router: Router, waiting: Mapping[str, SessionState], budget: int) -> Gathered | None:
@@ -55,29 +54,32 @@ def gather(store: DurableStore, router: Router, waiting: Mapping[str, SessionSta
     if store.log_bytes_after(low) > budget:  # each entry goes to one session at least
         return None
     by_name: dict[int, list[str]] = {}
-    for seq, clientid in store.routes_after(low):
-        by_name.setdefault(seq, []).append(clientid)
+    for entry, owed in store.routes_after(low):
+        by_name.setdefault(entry, []).append(owed)
     found = Gathered()
     rows = found.rows
+    size = 0
     for row in store.log_after(low):
-        seq, topic = row[0], row[2]
-        concerned: list[SessionState] = list(router.subscribed(topic)) if row[9] else []  # fanout
+        seq: int = row[0]
+        topic: str = row[2]
+        concerned = router.subscribed(topic) if row[9] else []  # fanout: by subscription
         named = by_name.get(seq)  # each session of its `targets` has its row too
         if named is not None:
-            concerned += (waiting[clientid] for clientid in named if clientid in waiting)
+            concerned += [waiting[clientid] for clientid in named if clientid in waiting]
         cost = len(topic) + len(row[3]) + MESSAGE_OVERHEAD
         for state in concerned:
             if seq <= state.position or state.unloaded is None:
                 continue
-            mine = rows.get(state.clientid)
+            clientid = state.clientid
+            mine = rows.get(clientid)
             if mine is None:
-                mine = rows[state.clientid] = {}
+                mine = rows[clientid] = {}
             if seq not in mine:
                 mine[seq] = row
-                found.entries += 1
-                found.size += cost
-        if found.size > budget:
+                size += cost
+        if size > budget:
             return None
+    found.size = size
     seqs = sorted({entry[0] for state in waiting.values() if state.unloaded for entry in state.unloaded["inflight"]})
     found.in_flight = {row[0]: row for row in store.messages_at(seqs)}
     return found
