@@ -14,6 +14,7 @@ from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.router import Message
 from bridge.brokers.embedded.sessions import NEVER, SessionState, Subscription
 from bridge.msgid import MsgIdGenerator
+from tests.unit.test_durable_lazy_load import committed
 
 MSGIDS = MsgIdGenerator("test")
 FILTERS = {
@@ -40,13 +41,6 @@ def queue(state: SessionState) -> Queue:
     return [(m.topic, m.payload, m.qos, m.filters) for m in state.outbox]
 
 
-async def written(b: Broker) -> None:
-    assert b.journal is not None
-    pending = b.journal.committed()
-    if pending is not None:
-        await pending
-
-
 async def a_store(path: Path) -> None:
     first = broker(path)
     for clientid, filters in FILTERS.items():
@@ -66,7 +60,7 @@ async def a_store(path: Path) -> None:
     first.router.subscribe(late, Subscription("c/#", 1, MSGIDS.next()))  # after the c/d messages
     late.touch(whole=True)
     publish(first, "c/late", b"late")
-    await written(first)
+    await committed(first)
     assert first.journal is not None
     first.journal.close()
 
@@ -79,7 +73,7 @@ async def test_the_queues_read_at_start_are_those_each_session_reads_back_itself
     lazily.journal.restore(lazily)
     assert all(state.unloaded is not None for state in lazily.states.values())
     expected = {clientid: queue(lazily.loaded(state)) for clientid, state in lazily.states.items()}
-    await written(lazily)  # what the Owe jobs wrote (routes rows) is in the store for the next start
+    await committed(lazily)  # what the Owe jobs wrote (routes rows) is in the store for the next start
     lazily.journal.close()
     assert [payload for _, payload, _, _ in expected["dev-1"]] == [b"a0", b"a1", b"a2", b"a3", b"a4"]
     assert expected["dev-1"][1][3] == ("a/+/x", "a/1/#")

@@ -11,9 +11,11 @@ scheduled with `call_soon`. A publisher's PUBACK waits for the commit that holds
 (`committed()`), as it waits for the rules (docs/architecture.md#acknowledged-means-kept).
 
 At start `restore()` reads back the sessions' metadata (subscriptions, position, will and expiry
-timers, QoS 2 ids) and the retained messages, not their queues: the listener opens in about the
-time reading the sessions' rows takes, whatever the size of the log. A session's queue is read
-back (`load`) when it is first needed: its client reconnects, a fetch delivers to it, the API
+timers, QoS 2 ids) and the retained messages; then, while they are small enough
+(broker.durable_preload), every session's queue in one pass over the log (preload.py), as
+Mosquitto reads its database at start. Else the queues stay in the store: the listener opens in
+about the time reading the sessions' rows takes, whatever the size of the log, and a session's
+queue is read back (`load`) when it is first needed: its client reconnects, a fetch delivers to it, the API
 subscribes it. A load reads only what may concern the session (store.logged_for: by the log's
 topic index, the entries after its position on topics its filters can match; by `routes`, those
 given to it alone), plus what is logged but not committed yet, and routes them again to it
@@ -30,6 +32,10 @@ once in the store in the first commits after the start (store.Owe), each later m
 entry; past the queue limits its oldest entries are dropped as a loaded queue's are, and the
 trim passes what it is not owed (`trim_bound`, `_trim`). Once counted, a load reads only its
 `routes` rows, a page at a time (`load_paged` yields to the loop between pages on a reconnect).
+
+A loaded session does not hold the trim back while its client is away (offline _ABSENT_AFTER
+with messages queued): its entries below the trim get `routes` rows, as an unloaded session's
+have, and are released once it has taken them (`_kept`).
 
 A QoS 2 PUBLISH's packet id is committed with its message (`hold_incoming`): a resend after a
 crash is recognised. A session whose rows cannot be read is refused at its CONNECT
