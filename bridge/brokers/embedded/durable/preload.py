@@ -18,8 +18,9 @@ database into memory at start instead. This does the same while the log is small
 Sessions so loaded need no `routes` rows: the trim is again one range delete below the lowest
 position (journal.py's `trim_bound`).
 
-The log after the lowest position is measured first (`DurableStore.log_bytes_after`, headers
-only): when it is over the budget, or the pass finds the queues together over it (a message
+The log after the lowest position is measured first: its entries counted up to as many as the
+budget can hold (each costs MESSAGE_OVERHEAD at least; a count stops there, so a log of millions
+costs milliseconds), then their bytes. When it is over the budget, or the pass finds the queues together over it (a message
 for several sessions is counted for each), nothing is kept and the sessions are loaded one at a
 time as before. The budget is bytes as the queue limits count them (topic, payload and
 MESSAGE_OVERHEAD a message), so it is also what the queues add to broker.max_queued_bytes.
@@ -51,7 +52,8 @@ def gather(store: DurableStore, router: Router, waiting: Mapping[str, SessionSta
     if not waiting:
         return Gathered()
     low = min(state.position for state in waiting.values())
-    if store.log_bytes_after(low) > budget:  # each entry goes to one session at least
+    most = budget // MESSAGE_OVERHEAD  # entries that can fit: each goes to one session at least
+    if store.log_entries_after(low, most + 1) > most or store.log_bytes_after(low) > budget:
         return None
     by_name: dict[int, list[str]] = {}
     for entry, owed in store.routes_after(low):

@@ -449,10 +449,16 @@ class DurableStore:
 
     # -- reading every queue at once (durable/preload.py) ---------------------------
 
+    def log_entries_after(self, after: int, most: int) -> int:
+        """How many entries the log holds after `after`, counted up to `most` (a bound that is
+        cheap on a log of millions: `log_bytes_after` reads every entry's header)."""
+        query = "SELECT count(*) FROM (SELECT 1 FROM messages WHERE seq > ? LIMIT ?)"
+        return int(self._loading().execute(query, (after, most)).fetchone()[0])
+
     def log_bytes_after(self, after: int) -> int:
         """The bytes of the log after `after`, each entry counted as the queue limits count a
-        message (topic + payload + MESSAGE_OVERHEAD). Reads only the rows' headers: SQLite
-        knows a value's length without reading it."""
+        message (topic + payload + MESSAGE_OVERHEAD). Reads every entry (a topic's length is
+        counted in characters): about 60 ms for 150,000."""
         query = f"SELECT total(length(topic) + length(payload) + {MESSAGE_OVERHEAD}) FROM messages WHERE seq > ?"
         return int(self._loading().execute(query, (after,)).fetchone()[0])
 
