@@ -104,3 +104,20 @@ async def test_queues_over_the_budget_are_left_to_each_session_s_load(tmp_path: 
     assert all(state.unloaded is not None for state in over.states.values())
     assert [p for _, p, _, _ in queue(over.loaded(over.states["dev-3"]))] == [b"c%d" % n for n in range(5)]
     over.journal.close()
+
+
+def test_the_budget_is_the_setting_at_most_half_the_broker_wide_bound(tmp_path: Path) -> None:
+    """broker.durable_preload, as `hookbridge run` builds the broker: the queues read at start
+    count toward broker.max_queued_bytes, so they never take more than half of it."""
+    from bridge.brokers.embedded.mode import make_source
+    from bridge.conf.config import parse_config
+
+    def budget(lines: str) -> int:
+        text = f"broker.durable_sessions = on\nbroker.durable_dir = {tmp_path}\nbroker.bans_file =\n{lines}"
+        source = make_source(parse_config("bridge.conf", text), [], MSGIDS)
+        return cast(Any, source)._preload
+
+    assert budget("") == 64 << 20
+    assert budget("broker.durable_preload = 0\n") == 0
+    assert budget("broker.durable_preload = 1GB\nbroker.max_queued_bytes = 100MB\n") == 50 << 20
+    assert budget("broker.durable_preload = 10MB\nbroker.max_queued_bytes = 100MB\n") == 10 << 20

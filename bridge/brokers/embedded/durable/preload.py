@@ -20,10 +20,11 @@ position (journal.py's `trim_bound`).
 
 The log after the lowest position is measured first: its entries counted up to as many as the
 budget can hold (each costs MESSAGE_OVERHEAD at least; a count stops there, so a log of millions
-costs milliseconds), then their bytes. When it is over the budget, or the pass finds the queues together over it (a message
-for several sessions is counted for each), nothing is kept and the sessions are loaded one at a
-time as before. The budget is bytes as the queue limits count them (topic, payload and
-MESSAGE_OVERHEAD a message), so it is also what the queues add to broker.max_queued_bytes.
+costs milliseconds), then their bytes. When it is over the budget, or the pass finds the
+queues together over it (a message for several sessions is counted for each), nothing is kept
+and the sessions are loaded one at a time as before. The budget is bytes as the queue limits
+count them (topic, payload and MESSAGE_OVERHEAD a message), so it is also what the queues add to
+broker.max_queued_bytes.
 """
 
 from __future__ import annotations
