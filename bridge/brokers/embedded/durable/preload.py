@@ -16,7 +16,7 @@ database into memory at start instead. This does the same while the log is small
   its subscriptions' rules, its queue limits, message expiry), and it counts as loaded.
 
 Sessions so loaded need no `routes` rows: the trim is again one range delete below the lowest
-position (journal.py's `trim_bound`).
+position (journal.py's `trim_bound`), but for a session away (journal.py's `_ABSENT_AFTER`).
 
 The log after the lowest position is measured first: its entries counted up to as many as the
 budget can hold (each costs MESSAGE_OVERHEAD at least; a count stops there, so a log of millions
