@@ -348,12 +348,14 @@ class Journal:
         (their entries below the bound get rows now); release the rows of sessions that were owed
         entries below the trim and are loaded past them, or gone."""
         bound, away = self.trim_bound(now)
-        waiting = [since for clientid, since in self._away.items() if now - since < _ABSENT_AFTER]
-        if waiting:  # a trim when the first of them counts as away
-            self._trim_in(min(waiting) + _ABSENT_AFTER - now)
+        going = [since for since in self._away.values() if now - since < _ABSENT_AFTER]
+        if going:  # a trim when the first of them counts as away
+            self._trim_in(min(going) + _ABSENT_AFTER - now)
         if bound > self._trimmed_to:
             batch.owing = [clientid for clientid, state in self.states.items() if state.unloaded is not None]
-            for absentee in away:
+            for absentee, first in away:
+                if first >= bound:
+                    continue  # nothing of it below the trim that has no row yet
                 entries = _entries_in(absentee, self._trimmed_to, bound)
                 batch.routes.extend((seq, absentee.clientid) for seq in entries)
                 batch.owing.append(absentee.clientid)
@@ -419,15 +421,16 @@ class Journal:
             return ""
         return f"{self.last_error} ({ago:.0f} s ago; ready again {FAILURE_HOLD:.0f} s after the last failed commit)"
 
-    def trim_bound(self, now: float) -> tuple[int, list[SessionState]]:
+    def trim_bound(self, now: float) -> tuple[int, list[tuple[SessionState, int]]]:
         """The highest sequence number no durable session needs by its position, and the loaded
-        sessions that are away (offline _ABSENT_AFTER seconds with messages queued): they do not
-        hold it back, their entries below it get `routes` rows (`_trim`). A session not loaded
+        sessions that are away (offline _ABSENT_AFTER seconds with messages queued), each with the
+        bound it would set: they do not hold it back, their entries below it get `routes` rows
+        (`_trim`). A session not loaded
         whose backlog is counted (owed.py) holds its entries by its `routes` rows too, and so does
         a loaded one for the entries it was owed below the last trim (`_kept`)."""
         head, held_below = self.store.head, self._trimmed_to
         bound = head
-        away: list[SessionState] = []
+        away: list[tuple[SessionState, int]] = []
         offline: dict[str, float] = {}
         for state in self.states.values():
             if not state.durable:
@@ -442,7 +445,7 @@ class Journal:
             if first < head and state.conn is None:
                 since = offline[state.clientid] = self._away.get(state.clientid, now)
                 if now - since >= _ABSENT_AFTER:
-                    away.append(state)
+                    away.append((state, first))
                     continue
             bound = min(bound, first)
         self._away = offline

@@ -43,7 +43,6 @@ class Gathered:
 
     rows: dict[str, dict[int, MessageRow]] = field(default_factory=dict)  # client id -> seq -> row
     in_flight: dict[int, MessageRow] = field(default_factory=dict)  # seq -> row, of every in-flight window
-    size: int = 0  # the bytes of the entries found for each session, as the queue limits count them
 
 
 def gather(store: DurableStore, router: Router, waiting: Mapping[str, SessionState], budget: int) -> Gathered | None:
@@ -61,7 +60,7 @@ def gather(store: DurableStore, router: Router, waiting: Mapping[str, SessionSta
         by_name.setdefault(entry, []).append(owed)
     found = Gathered()
     rows = found.rows
-    size = 0
+    size = 0  # the entries found for each session, as the queue limits count them
     for row in store.log_after(low):
         seq: int = row[0]
         topic: str = row[2]
@@ -82,7 +81,6 @@ def gather(store: DurableStore, router: Router, waiting: Mapping[str, SessionSta
                 size += cost
         if size > budget:
             return None
-    found.size = size
     seqs = sorted({entry[0] for state in waiting.values() if state.unloaded for entry in state.unloaded["inflight"]})
     found.in_flight = {row[0]: row for row in store.messages_at(seqs)}
     return found
