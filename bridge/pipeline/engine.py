@@ -50,9 +50,11 @@ class Engine:
 
     def takes(self, hookpoint: Hookpoint, topic: str | None = None) -> bool:
         """Whether a rule may run on this hookpoint (for this topic, when one is given)."""
-        if topic is None:
-            return bool(self._by_hook.get(hookpoint))
-        return bool(self._matching(hookpoint, topic)[0])
+        if not self._by_hook.get(hookpoint):
+            # No rule on the hookpoint: nothing to match, and no entry in the per-topic cache (a
+            # fleet's deliveries and acks would fill it with one empty entry per topic).
+            return False
+        return topic is None or bool(self._matching(hookpoint, topic)[0])
 
     @property
     def pools(self) -> set[str]:

@@ -340,6 +340,34 @@ async def test_the_will_of_a_session_connected_at_kill_9_goes_out_after_its_dela
     assert [(p.topic, p.payload) for p in got] == [("will/w", b"w is gone")]
 
 
+async def test_a_session_resumed_and_connected_at_kill_9_keeps_its_expiry_from_the_restart(
+    tmp_path: Path, bridges: list[BridgeProcess], raw_connect: RawConnect
+) -> None:
+    """A CONNECT that resumes a session and changes nothing else of it rewrites only its
+    `positions` row (durable/journal.py `progress`): that row must say it is connected. Its
+    `sessions` row still says when its last disconnection would have ended it; at kill -9 that
+    moment is past, and the session must survive: its client was connected until the crash."""
+    bridge = await start(durable_bridge(tmp_path))
+    bridges.append(bridge)
+    port = bridge.mqtt_port
+    client, _ = await persistent(raw_connect, port, "back-again", v5=True, expiry=4, fresh=True)
+    assert (await client.subscribe(1, ("back/t", 1))).reason_codes == [1]
+    await client.send(Disconnect())
+    await sessions_stored(bridge, 1)
+    client, connack = await persistent(raw_connect, port, "back-again", v5=True, expiry=4)
+    assert connack.session_present
+    await handled(client)
+    await asyncio.sleep(5)  # connected past the end its disconnection had set
+    bridge.kill()
+    await start(bridge)  # its expiry (4 s) counts from here
+
+    publisher, _ = await raw_connect(port, "back-pub")
+    await publish_all(publisher, [("back/t", b"kept")])
+    client, connack = await persistent(raw_connect, port, "back-again", v5=True, expiry=4)
+    assert connack.session_present
+    assert [p.payload for p in await drain(client, b"kept")] == [b"kept"]
+
+
 # -- 4, 5: what a publisher got a PUBACK for reaches the durable session after kill -9 ----------
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import socket
+import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +22,9 @@ import pytest
 from bridge.brokers.base import Delivery, DeliveryError
 from bridge.brokers.embedded import EmbeddedBroker
 from bridge.brokers.embedded.codec import (
+    MQTT_3_1_1,
+    Connack,
+    Connect,
     Disconnect,
     Pingreq,
     Pingresp,
@@ -233,6 +238,33 @@ async def test_anonymous_persistent_session_gets_offline_messages_in_order(env: 
     assert delivered == published
     assert sorted(acked) == published
     assert all(e.filters == ("q/#",) and not e.retain for e in env.sink.find(MessageDelivered, clientid="off1"))
+
+
+def data_segments_received(sock: socket.socket) -> int:
+    """Linux's count of TCP segments with data this socket received (tcp_info.tcpi_data_segs_in,
+    at byte 152 of struct tcp_info since Linux 4.6): each write of the broker is one."""
+    return int(struct.unpack_from("I", sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256), 152)[0])
+
+
+async def test_a_resumed_sessions_queue_goes_out_in_the_connacks_write(env: Env) -> None:
+    """The CONNACK and the queue's first turn leave in one write (Channel.attach,
+    Connection.pump_now): a fleet reconnecting at once costs the broker one write per device and
+    each device one read, not two. Counted as TCP segments at the client, the CONNACK first."""
+    sub = await env.raw("joined", clean_session=False)
+    await sub.send(Subscribe(1, (Subscription("j/t", 1),)))
+    await sub.recv()  # SUBACK
+    await sub.send(Disconnect())
+    pub = await env.client("joined-pub")
+    for n in range(3):
+        await pub.publish("j/t", b"m%d" % n, 1)
+    await env.sink.wait_for(MessagePublish, clientid="joined-pub", count=3)
+
+    again = await RawClient.open(env.port)
+    await again.send(Connect("joined", MQTT_3_1_1, False, 60))
+    packets = [await again.recv() for _ in range(4)]
+    assert [type(p) for p in packets] == [Connack, Publish, Publish, Publish]
+    assert packets[0].session_present and [p.payload for p in packets[1:]] == [b"m0", b"m1", b"m2"]
+    assert data_segments_received(again.sock) == 1
 
 
 async def test_session_present_and_clean_session_discards(env: Env) -> None:

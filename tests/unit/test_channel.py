@@ -102,6 +102,10 @@ class Socketless:
     def pump(self) -> None:
         asyncio.get_running_loop().call_soon(self._deliver)
 
+    def pump_now(self, first: bytes) -> None:
+        self.write(first)
+        self._deliver()
+
     def _deliver(self) -> None:
         channel = self.channel
         if channel.state is not None and channel.reason is None:

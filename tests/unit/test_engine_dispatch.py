@@ -74,6 +74,16 @@ def test_takes_answers_per_hookpoint_and_per_topic() -> None:
     assert engine.takes(Hookpoint.MESSAGE_PUBLISH, "x/1")
 
 
+def test_a_hookpoint_without_rules_takes_no_topic_and_leaves_the_cache_alone() -> None:
+    """A fleet's deliveries ask per topic; with no rule on message.delivered every answer is no,
+    and none of the fleet's topics takes a place in the per-topic cache."""
+    engine = Engine(rules(RULES))
+    for n in range(100):
+        assert not engine.takes(Hookpoint.MESSAGE_DELIVERED, f"dev/{n}/cmd/x")
+    assert engine._by_topic == {}
+    assert engine.takes(Hookpoint.MESSAGE_ACKED, "q/1") and list(engine._by_topic) == [(Hookpoint.MESSAGE_ACKED, "q/1")]
+
+
 def test_the_engine_matches_the_filters_once_per_topic(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[str, str]] = []
     real = bridge.pipeline.engine.matches

@@ -42,7 +42,7 @@ from bridge.brokers.embedded.codec import (
 )
 from bridge.brokers.embedded.compact import shrink_if_sparse
 from bridge.brokers.embedded.deadlines import Deadlines
-from bridge.brokers.embedded.durable import DurableStore, Journal, UnreadableSession
+from bridge.brokers.embedded.durable import DurableStore, Journal, UnreadableSession, stored_fields
 from bridge.brokers.embedded.flows import FlowsMixin, OwnPublisher
 from bridge.brokers.embedded.limits import Limits
 from bridge.brokers.embedded.queuedbytes import QueuedBytes
@@ -225,6 +225,8 @@ class Broker(FlowsMixin):
                     return  # the new connection went away meanwhile
                 if self._banned(conn, level, clientid, verdict.username):
                     return  # banned while the previous connection closed or the queue was read
+                resumed = self.states.get(clientid)
+                stored = stored_fields(resumed) if resumed is not None else None
                 state, present = self._session(clientid, packet, expiry, verdict)
             except UnreadableSession:  # logged once by the journal
                 self.refused["durable_unreadable"] += 1
@@ -240,7 +242,9 @@ class Broker(FlowsMixin):
             traffic = self.traffic
             traffic.connections += 1
             traffic.clients_maximum = max(traffic.clients_maximum, len(self.states))  # sessions, as Mosquitto
-            state.touch(whole=True)
+            # A durable session's `sessions` row is rewritten only if this CONNECT changed it;
+            # its `positions` row says it is connected (durable/journal.py `progress`).
+            state.touch(whole=not present or stored_fields(state) != stored)
             event = ClientConnected(
                 clientid=clientid,
                 username=state.username,

@@ -276,11 +276,14 @@ class Channel:
             if props.receive_maximum is not None:
                 self.send_window = min(self.broker.limits.max_inflight, props.receive_maximum)
             self.client_max_packet = props.maximum_packet_size or 0
-        self.wire.write(encode(connack, self.level))
         self.connacked = True
         self.connected_at = time.time()
-        self._resend_inflight()
-        self.pump()
+        if state.inflight or not state.outbox:
+            self.wire.write(encode(connack, self.level))
+            self._resend_inflight()
+            self.pump()
+        else:  # the queue's first turn goes with the CONNACK: one write, one segment to read
+            self.wire.pump_now(encode(connack, self.level))
         if not keepalive:
             return None
         self.watched_keepalive = True

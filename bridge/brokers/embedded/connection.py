@@ -379,13 +379,21 @@ class Connection(asyncio.Protocol):
             self._pump_soon = True
             running_loop().call_soon(self._pump)
 
-    def _pump(self) -> None:
+    def pump_now(self, first: bytes) -> None:
+        """Write `first` (a CONNACK), with the queue's first turn when it may go at once."""
+        self._pump(first)
+
+    def _pump(self, first: bytes = b"") -> None:
         self._pump_soon = False
         channel, transport = self.channel, self.transport
         state = channel.state
         if state is None or transport is None or channel.reason is not None or state.conn is not channel:
+            if first:
+                self.write(first)
             return
         if self.writing_paused:
+            if first:
+                self.write(first)
             return  # resume_writing pumps again
         # Not paused means the transport holds at most max_output_bytes (it pauses past it), so
         # room >= 0 and at least one message goes out each turn: the pump always moves.
@@ -400,9 +408,19 @@ class Connection(asyncio.Protocol):
             channel.publish_out += len(out)
             room -= len(data)
             if commit is None and held is None:
-                self._put(data, len(out))
+                if first:
+                    self.turn_bytes += len(first)
+                    data, first = first + data, b""
+                    self._put(data, len(out) + 1)
+                else:
+                    self._put(data, len(out))
             else:
+                if first:
+                    self.write(first)
+                    first = b""
                 self.write_ordered(data, len(out), commit)
+        if first:
+            self.write(first)
         if room < 0 and out and state.outbox and not self.writing_paused:
             # This turn's room is used up but the transport took the bytes without pausing (the
             # kernel's socket buffer had space), so no resume_writing will come to restart the

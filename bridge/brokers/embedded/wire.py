@@ -39,5 +39,6 @@ class Wire(Protocol):
     # done (aftercommit.py: what a durable session's client may see only once it is stored).
     def write_ordered(self, data: bytes, packets: int, commit: Commit | None) -> None: ...
     def pump(self) -> None: ...  # deliver the session's queue soon, as far as the socket takes it (deliveries)
+    def pump_now(self, first: bytes) -> None: ...  # write `first` (a CONNACK) with the queue's first turn, now
     def hang_up(self, how: Hangup) -> None: ...  # the channel closed: end the socket, then the broker's teardown
     def abandon(self) -> None: ...  # its teardown did not end within the stop's grace: cancel its task

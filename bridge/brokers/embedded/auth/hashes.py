@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import bcrypt
 
+from bridge.brokers.embedded.auth.pbkdf2 import pbkdf2_hmac
+
 DIGESTS = ("md5", "sha", "sha256", "sha512")
 PBKDF2_MACS = ("md5", "sha", "sha224", "sha256", "sha384", "sha512")
 _HASHLIB_NAME = {"sha": "sha1"}  # EMQX's `sha` is SHA-1
@@ -68,7 +70,7 @@ class PasswordHash:
             return password.decode("utf-8", "replace")
         if self.name == "pbkdf2":
             mac = _HASHLIB_NAME.get(self.mac, self.mac)
-            return hashlib.pbkdf2_hmac(mac, password, salted, self.iterations, self.dklen).hex()
+            return pbkdf2_hmac(mac, password, salted, self.iterations, self.dklen).hex()
         if self.salt == "prefix":
             password = salted + password
         elif self.salt == "suffix":

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from bridge.brokers.embedded.auth.pbkdf2 import pbkdf2_hmac
 from bridge.errors import HookbridgeError
 
 # mosquitto_passwd writes 101 iterations (well under a millisecond); a file with many more is
@@ -37,7 +38,7 @@ class FileHash:
 
     def matches(self, password: bytes) -> bool:
         if self.iterations:
-            made = hashlib.pbkdf2_hmac("sha512", password, self.salt, self.iterations, len(self.digest))
+            made = pbkdf2_hmac("sha512", password, self.salt, self.iterations, len(self.digest))
         else:
             made = hashlib.sha512(password + self.salt).digest()
         return hmac.compare_digest(made, self.digest)

@@ -7,7 +7,7 @@
   window, subscriptions and will) and how it rebuilds sessions from it at start.
 """
 
-from bridge.brokers.embedded.durable.journal import Journal, hold_incoming
+from bridge.brokers.embedded.durable.journal import Journal, hold_incoming, stored_fields
 from bridge.brokers.embedded.durable.store import DurableStore, StoreError, UnreadableSession, full_check
 
-__all__ = ["DurableStore", "Journal", "StoreError", "UnreadableSession", "full_check", "hold_incoming"]
+__all__ = ["DurableStore", "Journal", "StoreError", "UnreadableSession", "full_check", "hold_incoming", "stored_fields"]

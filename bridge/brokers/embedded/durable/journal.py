@@ -54,6 +54,8 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
+import orjson
+
 from bridge.brokers.embedded.codec import EMPTY, Properties, Will
 from bridge.brokers.embedded.codec import properties as mqtt_properties
 from bridge.brokers.embedded.codec.kinds import WILL, PacketType
@@ -703,13 +705,14 @@ class Journal:
         """Its will and its expiry, as if its connection (if it had one) ended now."""
         will = _unwill(data["will"]) if data["will"] else None
         if will is not None:
-            if data["connected"]:
+            if data.get("connected", False):
                 due = now_wall + min(will.properties.will_delay_interval or 0, state.expiry)
             else:
                 due = data["will_due"] or now_wall
             broker.delay_will(state, PendingWill(will, "(before the restart)"), max(0.0, due - now_wall))
         if state.expiry != NEVER:
-            deadline = data["expires_at"] if not data["connected"] and data["expires_at"] else now_wall + state.expiry
+            offline_until = None if data.get("connected", False) else data.get("expires_at")
+            deadline = offline_until or now_wall + state.expiry
             state.expires_at = deadline
             state.expiry_timer = running_loop().call_later(max(0.0, deadline - now_wall), broker.expire, state)
 
@@ -772,7 +775,9 @@ def _entries_in(state: SessionState, floor: int, upto: int) -> list[int]:
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
+    """A session's row: the JSON json.dumps writes compactly (json.loads reads it back), about
+    ten times faster (orjson): every CONNECT and every commit of acknowledgements writes one."""
+    return orjson.dumps(value).decode()
 
 
 # The progress of a session whose positions row is missing: nothing owed (it is written with the
@@ -781,7 +786,12 @@ _NOTHING_OWED: dict[str, Any] = {"position": 0, "inflight": [], "incoming": []}
 
 
 def progress(state: SessionState, head: int) -> dict[str, Any]:
-    """How far a durable session is (its `positions` row, JSON): rewritten as it acknowledges."""
+    """How far a durable session is (its `positions` row, JSON): rewritten as it acknowledges,
+    and at each CONNECT and disconnection (whether it is connected, when it expires offline: a
+    reconnect with nothing else changed rewrites this row only; read back over the `sessions`
+    row's, which held them before)."""
+    connected = state.conn is not None
+    expires_at = state.expires_at if not connected else None
     if state.unloaded is not None:
         owed = state.unloaded["owed"]
         return {
@@ -790,6 +800,8 @@ def progress(state: SessionState, head: int) -> dict[str, Any]:
             "incoming": [packet_id for packet_id, held in state.incoming_qos2.items() if held.acked],
             # every entry up to this it is owed has its `routes` row (owed.py)
             "owed_to": head if owed.complete else state.unloaded["owed_to"],
+            "connected": connected,
+            "expires_at": expires_at,
         }
     return {
         "position": position(state, head),
@@ -799,7 +811,17 @@ def progress(state: SessionState, head: int) -> dict[str, Any]:
             if m.seq
         ],
         "incoming": [packet_id for packet_id, held in state.incoming_qos2.items() if held.acked],
+        "connected": connected,
+        "expires_at": expires_at,
     }
+
+
+def stored_fields(state: SessionState) -> tuple[object, ...]:
+    """What of a session's `sessions` row a CONNECT that resumes it may change (`snapshot`): the
+    row is rewritten only when this differs before and after (Broker.connect)."""
+    conn = state.conn
+    will = conn.will if conn is not None else None
+    return (state.expiry, state.level, state.username, state.owner, will is not None, state.will is not None)
 
 
 def snapshot(state: SessionState) -> dict[str, Any]:
@@ -818,8 +840,6 @@ def snapshot(state: SessionState) -> dict[str, Any]:
         ],
         "will": _will(will) if will is not None else None,
         "will_due": pending.due if pending is not None and conn_will is None else None,
-        "connected": state.conn is not None,
-        "expires_at": state.expires_at if state.conn is None else None,
     }
 
 

@@ -17,9 +17,12 @@ Tables:
   routed to a session by matching its subscriptions when its queue is read back; `targets` (JSON) names the
   sessions a message was given to one by one (a shared subscription's pick, a retained message
   sent on subscribe, a fetched message) with how each got it.
-- `sessions(clientid, body)`: a durable session (JSON: subscriptions, will, expiry deadline),
+- `sessions(clientid, body)`: a durable session (JSON: subscriptions, will, expiry, user),
   written when those change; `positions(clientid, body)`: its position in the log, in-flight
-  window and QoS 2 ids (JSON), written as it acknowledges (small, so that is cheap).
+  window and QoS 2 ids, whether it is connected and when it expires offline (JSON), written as
+  it acknowledges, connects and goes (small, so that is cheap; a reconnect writes only this row).
+  Read back merged, this row's keys over the other's (stores before December 2026 kept
+  `connected` and `expires_at` in `sessions`).
 - an index of the log by (topic, seq), and `routes(seq, clientid)`, the sessions each message
   was given to by name (its `targets`): after a restart a session's queue is read back on its
   own when it is first needed (`logged_for`), not the whole log into every session at start.
