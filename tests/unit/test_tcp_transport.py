@@ -45,10 +45,12 @@ class Recorder(asyncio.Protocol):
         self.transport: Any = None
         self.lost: asyncio.Future[Exception | None] = asyncio.get_running_loop().create_future()
         self.got: asyncio.Event = asyncio.Event()
+        self.peername: Any = None
 
     def connection_made(self, transport: Any) -> None:
         self.events.append("made")
         self.transport = transport
+        self.peername = transport.get_extra_info("peername")  # as accept() gave it (tcp.Poller.accepted)
 
     def data_received(self, data: bytes) -> None:
         self.events.append("data")
@@ -164,8 +166,9 @@ def test_the_peer_and_local_addresses_and_socket_options(kind: str) -> None:
     async def test() -> None:
         listening = await listen()
         sock = await client(listening.port)
-        transport = (await listening.accepted()).transport
-        assert transport.get_extra_info("peername") == sock.getsockname()
+        accepted = await listening.accepted()
+        transport = accepted.transport
+        assert accepted.peername == transport.get_extra_info("peername") == sock.getsockname()
         assert transport.get_extra_info("sockname") == sock.getpeername()
         view = transport.get_extra_info("socket")
         assert view.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1  # as asyncio's transports

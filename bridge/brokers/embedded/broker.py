@@ -53,7 +53,7 @@ from bridge.brokers.embedded.sortedkeys import SortedKeys
 from bridge.brokers.embedded.stream import EventStream, Kept
 from bridge.brokers.embedded.traffic import Traffic
 from bridge.errors import HookbridgeError
-from bridge.events import ClientConnected, ClientDisconnected
+from bridge.events import ClientConnected, ClientDisconnected, Hookpoint
 from bridge.msgid import MsgIdGenerator
 
 log = logging.getLogger("bridge.brokers.embedded")
@@ -245,18 +245,23 @@ class Broker(FlowsMixin):
             # A durable session's `sessions` row is rewritten only if this CONNECT changed it;
             # its `positions` row says it is connected (durable/journal.py `progress`).
             state.touch(whole=not present or stored_fields(state) != stored)
-            event = ClientConnected(
-                clientid=clientid,
-                username=state.username,
-                node=self.node,
-                peername=conn.peer.address,
-                timestamp=time.time(),
-                clean_session=packet.clean_start or state.clean,
-                proto_ver=state.level,
-            )
-            connected = state.stream.post(event, wait=True)
-        assert connected is not None
-        await connected
+            connected = None
+            # Nothing takes client.connected (no rule, no fetch page waiting for this client):
+            # with its stream idle, skipping the event keeps the client's event order and saves
+            # the stream's task per CONNECT, a fleet reconnecting at once; it is still counted.
+            if not state.stream.idle or self.should_post(Hookpoint.CLIENT_CONNECTED, clientid):
+                event = ClientConnected(
+                    clientid=clientid,
+                    username=state.username,
+                    node=self.node,
+                    peername=conn.peer.address,
+                    timestamp=time.time(),
+                    clean_session=packet.clean_start or state.clean,
+                    proto_ver=state.level,
+                )
+                connected = state.stream.post(event, wait=True)
+        if connected is not None:
+            await connected
 
     def _connect_refusal(self, packet: Connect) -> int | None:
         """A CONNACK refusal code (3.1.1 return code or 5.0 reason) for a CONNECT, or None."""
@@ -542,16 +547,17 @@ class Broker(FlowsMixin):
                 state.expiry_timer = loop.call_later(state.expiry, self.expire, state)
                 state.expires_at = time.time() + state.expiry
             state.touch(whole=True)
-            event = ClientDisconnected(
-                clientid=state.clientid,
-                username=state.username,
-                node=self.node,
-                peername=conn.peer.address,
-                reason=reason,
-                timestamp=time.time(),
-                proto_ver=state.level,
-            )
-            await state.stream.emit(event)
+            if not state.stream.idle or self.should_post(Hookpoint.CLIENT_DISCONNECTED, state.clientid):
+                event = ClientDisconnected(
+                    clientid=state.clientid,
+                    username=state.username,
+                    node=self.node,
+                    peername=conn.peer.address,
+                    reason=reason,
+                    timestamp=time.time(),
+                    proto_ver=state.level,
+                )
+                await state.stream.emit(event)
         finally:
             if conn.state is not None and self.active.get(conn.state.clientid) is conn:
                 del self.active[conn.state.clientid]

@@ -54,7 +54,7 @@ from bridge.brokers.embedded.codec import (
     Will,
     encode,
     encode_puback,
-    encode_publish,
+    publish_bytes,
 )
 from bridge.brokers.embedded.ended import Ended
 from bridge.brokers.embedded.sessions import IncomingQos2, Outgoing
@@ -561,8 +561,9 @@ class Channel:
                 props = replace(props, message_expiry_interval=max(0, int(message.expires - (now or time.monotonic()))))
             if message.subscription_ids:
                 props = replace(props, subscription_identifier=message.subscription_ids)
-        publish = Publish(message.topic, message.payload, message.qos, message.retain, dup, message.packet_id, props)
-        return encode_publish(publish, self.level)
+        return publish_bytes(
+            message.topic, message.payload, message.qos, message.retain, dup, message.packet_id, props, self.level
+        )
 
     def _post_receipt(self, kind: type[MessageAcked], message: Outgoing) -> None:
         state = self.state

@@ -61,7 +61,7 @@ class Poller:
     """One epoll for the sockets of one listener's connections, watched by the loop. Its table
     is a list indexed by file descriptor (they are small and dense): 8 bytes a connection."""
 
-    __slots__ = ("_count", "_epoll", "_listening", "_loop", "_transports")
+    __slots__ = ("_count", "_epoll", "_listening", "_loop", "_transports", "accepted")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -69,16 +69,15 @@ class Poller:
         self._transports: list[SocketTransport | None] = []
         self._count = 0
         self._listening = True
+        # The socket being adopted and its peer's address as accept() gave it: what
+        # connection_made asks for, without a socket object and a system call per connection.
+        self.accepted: tuple[int, Any] | None = None
         loop.add_reader(self._epoll.fileno(), self._ready)
 
-    def adopt(self, fd: int, family: int, protocol: asyncio.Protocol) -> None:
-        """Serve an accepted socket: non-blocking, no Nagle delay (as asyncio's transports)."""
-        sock = socket.socket(family, socket.SOCK_STREAM, 0, fd)
-        try:
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        finally:
-            sock.detach()
+    def adopt(self, fd: int, address: Any, protocol: asyncio.Protocol) -> None:
+        """Serve an accepted socket: non-blocking; no Nagle delay (as asyncio's transports), which
+        Linux's accept() copies from the listening socket (`serve` sets it there)."""
+        os.set_blocking(fd, False)
         self._epoll.register(fd, _READ)
         transport = SocketTransport(self, fd, protocol)
         transports = self._transports
@@ -86,11 +85,14 @@ class Poller:
             transports.extend([None] * (max(fd + 1, 2 * len(transports)) - len(transports)))
         transports[fd] = transport
         self._count += 1
+        self.accepted = (fd, address)
         try:
             protocol.connection_made(transport)  # type: ignore[arg-type]
         except Exception:
             log.exception("connection_made failed; connection closed")
             transport.abort()
+        finally:
+            self.accepted = None
 
     def watch(self, fd: int, mask: int) -> None:
         self._epoll.modify(fd, mask)
@@ -257,6 +259,10 @@ class SocketTransport:
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         if self._fd < 0:
             return default
+        if name == "peername":
+            accepted = self._poller.accepted
+            if accepted is not None and accepted[0] == self._fd:
+                return accepted[1]
         view = SocketView(self._fd)
         try:
             if name == "peername":
@@ -429,7 +435,7 @@ class Server:
     def _accept(self, sock: socket.socket) -> None:
         for _ in range(self._backlog):  # as asyncio: up to a whole backlog per loop step
             try:
-                fd, _address = sock._accept()  # type: ignore[attr-defined]  # a descriptor, no socket object
+                fd, address = sock._accept()  # type: ignore[attr-defined]  # a descriptor, no socket object
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
@@ -441,7 +447,7 @@ class Server:
                     return
                 continue  # ECONNABORTED and the like: that client is gone
             try:
-                self._poller.adopt(fd, sock.family, self._factory())
+                self._poller.adopt(fd, address, self._factory())
             except OSError as exc:  # the socket failed between accept and setup
                 log.info("an accepted connection failed at once: %s", exc)
                 os.close(fd)
@@ -482,6 +488,7 @@ async def serve(factory: Callable[[], asyncio.Protocol], host: str | None, port:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # its connections inherit it
             try:
                 sock.bind(address)
             except OSError as exc:

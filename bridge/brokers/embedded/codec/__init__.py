@@ -11,7 +11,7 @@ Where each part comes from, and why not a library: docs/brokers.md, "The broker 
 
 from bridge.brokers.embedded.codec.bounds import Bounds
 from bridge.brokers.embedded.codec.decoder import DEFAULT_MAX_PACKET_SIZE, Decoder
-from bridge.brokers.embedded.codec.encoder import encode, encode_puback, encode_publish
+from bridge.brokers.embedded.codec.encoder import encode, encode_puback, encode_publish, publish_bytes
 from bridge.brokers.embedded.codec.errors import (
     CodecError,
     MalformedPacket,
@@ -96,5 +96,6 @@ __all__ = [
     "encode",
     "encode_puback",
     "encode_publish",
+    "publish_bytes",
     "split_shared",
 ]

@@ -34,21 +34,38 @@ def frame(first: int, body: bytes) -> bytes:
 
 
 def encode_publish(packet: p.Publish, level: int) -> bytes:
-    topic = packet.topic.encode()
+    return publish_bytes(
+        packet.topic, packet.payload, packet.qos, packet.retain, packet.dup, packet.packet_id, packet.properties, level
+    )
+
+
+def publish_bytes(
+    topic_name: str,
+    payload: bytes,
+    qos: int,
+    retain: bool,
+    dup: bool,
+    packet_id: int,
+    props: properties.Properties,
+    level: int,
+) -> bytes:
+    """A PUBLISH from its fields: the broker's deliveries, without a `Publish` object each (its
+    class is interpreted, this module compiled: building one cost more than encoding it)."""
+    topic = topic_name.encode()
     if len(topic) > 0xFFFF:
         raise ValueError(f"a topic of {len(topic)} bytes is longer than 65535")
-    first = 0x30 | packet.qos << 1 | packet.retain | packet.dup << 3
+    first = 0x30 | qos << 1 | retain | dup << 3
     head = _U16.pack(len(topic)) + topic
-    if packet.qos:
-        head += _U16.pack(packet.packet_id)
+    if qos:
+        head += _U16.pack(packet_id)
     if level == MQTT_5:
-        head += b"\x00" if packet.properties is EMPTY else properties.encode(packet.properties)
-    length = len(head) + len(packet.payload)
+        head += b"\x00" if props is EMPTY else properties.encode(props)
+    length = len(head) + len(payload)
     if length < 128:
-        return bytes((first, length)) + head + packet.payload
+        return bytes((first, length)) + head + payload
     if length > MAX_VARINT:
         raise ValueError(f"PUBLISH of {length} bytes is over MQTT's limit")
-    return b"".join((bytes((first,)), varint(length), head, packet.payload))
+    return b"".join((bytes((first,)), varint(length), head, payload))
 
 
 def _ack(packet: p.Ack, level: int) -> bytes:
