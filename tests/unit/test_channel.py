@@ -499,6 +499,24 @@ async def test_an_event_nothing_wants_is_not_posted_and_is_counted_as_skipped() 
     assert sink.skips == {Hookpoint.MESSAGE_PUBLISH: 1, Hookpoint.MESSAGE_DELIVERED: 1, Hookpoint.MESSAGE_ACKED: 1}
 
 
+@pytest.mark.parametrize("wanted", [False, True])
+async def test_connect_and_disconnect_events_are_posted_only_when_wanted(wanted: bool) -> None:
+    """A fleet reconnecting at once posts no client.connected / client.disconnected that no rule
+    takes (Broker.connect, Broker.teardown): each is counted as skipped; a wanted one is posted."""
+    hookpoints = {Hookpoint.CLIENT_CONNECTED, Hookpoint.CLIENT_DISCONNECTED}
+    sink = Choosy(hookpoints if wanted else set())
+    broker = Broker(node="test", msgids=MsgIdGenerator("test"), sink=sink, limits=Limits())
+    client = await connected(broker, "quiet")
+    assert client.received() == [Connack(False, 0)]
+    await client.send(Disconnect())
+    await settle()
+    posted = [(type(e), e.clientid) for e in sink.events]
+    if wanted:
+        assert posted == [(ClientConnected, "quiet"), (ClientDisconnected, "quiet")] and not sink.skips
+    else:
+        assert posted == [] and sink.skips == dict.fromkeys(hookpoints, 1)
+
+
 # -- deadlines (the broker's wheel asks the channel, with the socket's clock facts) -----------
 
 
