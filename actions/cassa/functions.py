@@ -219,6 +219,13 @@ def event_log(job: Job) -> list[Write]:
 
 
 WRITERS: Writers[Write] = writers(
-    connected=connected, disconnected=disconnected, publish=store, retain=retain, retain_delete=retain_delete,
-    acked_for_queue=acked_for_queue, acked_for_pubsub=acked_for_pubsub, acked_delete=acked_delete, event_log=event_log
+    connected=connected,
+    disconnected=disconnected,
+    publish=store,
+    retain=retain,
+    retain_delete=retain_delete,
+    acked_for_queue=acked_for_queue,
+    acked_for_pubsub=acked_for_pubsub,
+    acked_delete=acked_delete,
+    event_log=event_log,
 )

@@ -29,6 +29,7 @@ def wrong_type_message(key: bytes) -> str:
         " its retained message is skipped; hookbridge migrate-emqx44 converts it"
     )
 
+
 # redis.asyncio.Redis with protocol 2: replies are bytes. Its stubs type them as unions, hence Any.
 Redis = Any
 Candidate = tuple[int, str, str]  # (score, msgid, topic)
