@@ -251,7 +251,7 @@ async def test_a_resumed_sessions_queue_goes_out_in_the_connacks_write(env: Env)
     Connection.pump_now): a fleet reconnecting at once costs the broker one write per device and
     each device one read, not two. Counted as TCP segments at the client, the CONNACK first."""
     sub = await env.raw("joined", clean_session=False)
-    await sub.send(Subscribe(1, (Subscription("j/t", 1),)))
+    await sub.send(Subscribe(1, [Subscription("j/t", 1)]))
     await sub.recv()  # SUBACK
     await sub.send(Disconnect())
     pub = await env.client("joined-pub")
