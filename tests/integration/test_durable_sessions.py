@@ -340,6 +340,9 @@ async def test_the_will_of_a_session_connected_at_kill_9_goes_out_after_its_dela
     assert [(p.topic, p.payload) for p in got] == [("will/w", b"w is gone")]
 
 
+RESUMED_EXPIRY = 8  # s: the session expiry interval of the test below
+
+
 async def test_a_session_resumed_and_connected_at_kill_9_keeps_its_expiry_from_the_restart(
     tmp_path: Path, bridges: list[BridgeProcess], raw_connect: RawConnect
 ) -> None:
@@ -350,20 +353,20 @@ async def test_a_session_resumed_and_connected_at_kill_9_keeps_its_expiry_from_t
     bridge = await start(durable_bridge(tmp_path))
     bridges.append(bridge)
     port = bridge.mqtt_port
-    client, _ = await persistent(raw_connect, port, "back-again", v5=True, expiry=4, fresh=True)
+    client, _ = await persistent(raw_connect, port, "back-again", v5=True, expiry=RESUMED_EXPIRY, fresh=True)
     assert (await client.subscribe(1, ("back/t", 1))).reason_codes == [1]
     await client.send(Disconnect())
     await sessions_stored(bridge, 1)
-    client, connack = await persistent(raw_connect, port, "back-again", v5=True, expiry=4)
+    client, connack = await persistent(raw_connect, port, "back-again", v5=True, expiry=RESUMED_EXPIRY)
     assert connack.session_present
     await handled(client)
-    await asyncio.sleep(5)  # connected past the end its disconnection had set
+    await asyncio.sleep(RESUMED_EXPIRY + 1)  # connected past the end its disconnection had set
     bridge.kill()
-    await start(bridge)  # its expiry (4 s) counts from here
+    await start(bridge)  # its expiry counts from here: seconds to come back, on a slow machine too
 
     publisher, _ = await raw_connect(port, "back-pub")
     await publish_all(publisher, [("back/t", b"kept")])
-    client, connack = await persistent(raw_connect, port, "back-again", v5=True, expiry=4)
+    client, connack = await persistent(raw_connect, port, "back-again", v5=True, expiry=RESUMED_EXPIRY)
     assert connack.session_present
     assert [p.payload for p in await drain(client, b"kept")] == [b"kept"]
 

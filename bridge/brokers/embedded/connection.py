@@ -380,26 +380,32 @@ class Connection(asyncio.Protocol):
             running_loop().call_soon(self._pump)
 
     def pump_now(self, first: bytes) -> None:
-        """Write `first` (a CONNACK), with the queue's first turn when it may go at once."""
+        """Write `first` (a CONNACK) now, and the queue's first turn in the same write when it
+        may go at once (nothing of it waits for a commit)."""
         self._pump(first)
 
     def _pump(self, first: bytes = b"") -> None:
         self._pump_soon = False
         channel, transport = self.channel, self.transport
         state = channel.state
-        if state is None or transport is None or channel.reason is not None or state.conn is not channel:
+        if (
+            state is None
+            or transport is None
+            or channel.reason is not None
+            or state.conn is not channel
+            or self.writing_paused  # resume_writing pumps again
+        ):
             if first:
                 self.write(first)
             return
-        if self.writing_paused:
-            if first:
-                self.write(first)
-            return  # resume_writing pumps again
         # Not paused means the transport holds at most max_output_bytes (it pauses past it), so
         # room >= 0 and at least one message goes out each turn: the pump always moves.
         held = self.held
         room = self.broker.limits.max_output_bytes - transport.get_write_buffer_size() - (held.bytes if held else 0)
         out, payload_bytes, commit = channel.deliveries(room)
+        if first and (not out or commit is not None or held is not None):
+            self.write(first)  # alone, ahead of deliveries that wait for a commit
+            first = b""
         if out:
             data = b"".join(out)
             traffic = self.broker.traffic
@@ -408,19 +414,10 @@ class Connection(asyncio.Protocol):
             channel.publish_out += len(out)
             room -= len(data)
             if commit is None and held is None:
-                if first:
-                    self.turn_bytes += len(first)
-                    data, first = first + data, b""
-                    self._put(data, len(out) + 1)
-                else:
-                    self._put(data, len(out))
+                self.turn_bytes += len(first)
+                self._put(first + data, len(out) + (1 if first else 0))
             else:
-                if first:
-                    self.write(first)
-                    first = b""
                 self.write_ordered(data, len(out), commit)
-        if first:
-            self.write(first)
         if room < 0 and out and state.outbox and not self.writing_paused:
             # This turn's room is used up but the transport took the bytes without pausing (the
             # kernel's socket buffer had space), so no resume_writing will come to restart the
