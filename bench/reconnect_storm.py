@@ -52,9 +52,9 @@ from bench.broker_servers import (
     use_installed_bridge,
 )
 from bench.machine import cpu_ticks, describe, steal_since, table
-from bench.mqtt_clients import Client, publish
+from bench.mqtt_clients import TIMEOUT, Client, publish
 from bench.mqtt_subscribers import cpu_seconds
-from bridge.brokers.embedded.codec import Pingreq, Pingresp, Puback, Publish
+from bench.storm_device import StormDevice, connect_packet, reconnect
 
 FULL = {"clients": 15_000, "window": 1_000, "queued": 10}
 QUICK = {"clients": 200, "window": 50, "queued": 3}
@@ -176,60 +176,48 @@ async def close_all(clients: list[Client]) -> None:
     await asyncio.gather(*(client.close() for client in clients), return_exceptions=True)
 
 
-async def take_queue(client: Client, number: int, queued: int) -> int:
-    """Receive and acknowledge the device's `queued` messages; each must be its own, once, in
-    publish order, and nothing may follow them (the PINGREQ fence). Returns how many it took."""
-    taken = 0
-    for sequence in range(queued):
-        packet = await client.receive()
-        expected = payload_of(number, sequence)
-        if not isinstance(packet, Publish) or packet.topic != topic_of(number) or packet.payload != expected:
-            raise RuntimeError(
-                f"{client_id(number)}: message {sequence + 1} of {queued} should be {expected!r}: {packet!r}"
-            )
-        if packet.qos != 1:
-            raise RuntimeError(f"{client_id(number)}: {expected!r} arrived at QoS {packet.qos}, subscribed at 1")
-        client.send(Puback(packet.packet_id))
-        taken += 1
-    client.send(Pingreq())
-    packet = await client.receive()
-    if not isinstance(packet, Pingresp):
-        raise RuntimeError(f"{client_id(number)}: {packet!r} after its {queued} queued messages (delivered twice?)")
-    return taken
-
-
 async def storm(server: Server, count: int, window: int, login: Login, *, durable: bool, queued: int) -> Storm:
     """Every device reconnects at once, up to `window` handshakes in flight; the run fails unless
-    every one is connected (and, durable, got its session and its whole queue)."""
+    every one is connected (and, durable, got its session and its whole queue). The devices are
+    bench/storm_device.py's, cheaper for this process than the general client, so that the storm
+    times the broker rather than the bench."""
     gate = asyncio.Semaphore(window)
     handshakes: list[float] = []
     tcp_handshakes: list[float] = []  # the TCP part of each
+    connects = [
+        connect_packet(client_id(n), clean=not durable, username=login.username(n), password=login.password(n))
+        for n in range(count)
+    ]
     broker_cpu, bench_cpu = cpu_seconds(server.process.pid), time.process_time()
     started = time.perf_counter()
 
-    async def one(number: int) -> tuple[Client, float, float, int]:
+    async def one(number: int) -> tuple[StormDevice, float, float, int]:
+        expected = None
+        if durable:
+            expected = (topic_of(number).encode(), [payload_of(number, sequence) for sequence in range(queued)])
         async with gate:
             began = time.perf_counter()
-            client, present, tcp = await login.connect(server.port, number, clean=not durable)
+            device, tcp = await reconnect(server.port, client_id(number), connects[number], expected)
             connected = time.perf_counter()
         handshakes.append(connected - began)
         tcp_handshakes.append(tcp)
         taken = 0
         try:
-            if durable and not present:
+            if durable and not device.connack.result():
                 raise RuntimeError(f"{client_id(number)}: session present 0 after the restart (its session was lost)")
             if durable:
-                taken = await take_queue(client, number, queued)
+                async with asyncio.timeout(TIMEOUT):
+                    taken = await device.done
         except BaseException:
-            await close_all([client])
+            await device.close()
             raise
-        return client, connected - started, time.perf_counter() - started, taken
+        return device, connected - started, time.perf_counter() - started, taken
 
     done = await asyncio.gather(*(one(number) for number in range(count)), return_exceptions=True)
     broker_cpu, bench_cpu = cpu_seconds(server.process.pid) - broker_cpu, time.process_time() - bench_cpu
-    clients = [result[0] for result in done if isinstance(result, tuple)]
+    devices = [result[0] for result in done if isinstance(result, tuple)]
     rss = server.rss()
-    await close_all(clients)
+    await asyncio.gather(*(device.close() for device in devices))
     failures = [result for result in done if isinstance(result, BaseException)]
     if failures:
         raise RuntimeError(f"{server.name}: {len(failures)} of {count} devices failed, the first: {failures[0]!r}")

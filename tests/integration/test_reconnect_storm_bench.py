@@ -1,7 +1,7 @@
 """The reconnect storm bench (bench/reconnect_storm.py) runs whole at its --quick size, and what it
 reports is what happened: every device of every storm got its CONNACK (the bench fails a run
 otherwise), and in the durable storm every queued message reached its device once, in order,
-after the broker's restart (bench.reconnect_storm.take_queue fails a run on a missing, doubled
+after the broker's restart (bench/storm_device.py fails a run on a missing, doubled
 or foreign message). No figure is judged: timing never decides a test.
 """
 
