@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import statistics
 import subprocess
@@ -189,11 +188,6 @@ async def storm(server: Server, count: int, window: int, login: Login, *, durabl
         connect_packet(client_id(n), clean=not durable, username=login.username(n), password=login.password(n))
         for n in range(count)
     ]
-    # No garbage collection in this process while the storm lasts: with 15,000 devices' objects a
-    # full one paused the fleet for about a second near the storm's end, and the devices that were
-    # connecting then took that second longer (counted as retried SYNs, though no SYN was lost).
-    gc.collect()
-    gc.disable()
     broker_cpu, bench_cpu = cpu_seconds(server.process.pid), time.process_time()
     started = time.perf_counter()
 
@@ -221,10 +215,7 @@ async def storm(server: Server, count: int, window: int, login: Login, *, durabl
             raise
         return device, connected - started, time.perf_counter() - started, taken
 
-    try:
-        done = await asyncio.gather(*(one(number) for number in range(count)), return_exceptions=True)
-    finally:
-        gc.enable()
+    done = await asyncio.gather(*(one(number) for number in range(count)), return_exceptions=True)
     broker_cpu, bench_cpu = cpu_seconds(server.process.pid) - broker_cpu, time.process_time() - bench_cpu
     devices = [result[0] for result in done if isinstance(result, tuple)]
     rss = server.rss()
