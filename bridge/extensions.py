@@ -48,19 +48,23 @@ COMPILED = (
     "bridge.brokers.embedded.router",
     "bridge.brokers.embedded.topictree",
     # A client's path: its socket side and protocol, its sessions' queues, the publish path and
-    # the event stream with the acknowledgements waiting on it. Not inflight.py: mypyc does not
-    # compile its exception (HookbridgeError and RuntimeError both); nor broker.py (its client
-    # lock is an async generator, which mypyc does not compile) and listeners.py, whose classes
-    # derive from compiled ones (allowed by `mypyc_attr(allow_interpreted_subclasses=True)`).
+    # the event stream with the acknowledgements waiting on it, a session's in-flight window. Not
+    # broker.py (its client lock is an async generator, which mypyc does not compile) and
+    # listeners.py, whose classes derive from compiled ones (allowed by
+    # `mypyc_attr(allow_interpreted_subclasses=True)`).
     "bridge.brokers.embedded.acks",
     "bridge.brokers.embedded.channel",
     "bridge.brokers.embedded.connection",
     "bridge.brokers.embedded.flows",
+    "bridge.brokers.embedded.inflight",
     "bridge.brokers.embedded.sessions",
     "bridge.brokers.embedded.stream",
     "bridge.brokers.embedded.tcp",
-    # A restart's pass over the durable log (every restored queue at once): per log entry.
+    # A restart's pass over the durable log (every restored queue at once): per log entry. The
+    # journal: a durable session's rows on every delivery and acknowledgement, and the trim's
+    # walk over every session once a second.
     "bridge.brokers.embedded.durable.preload",
+    "bridge.brokers.embedded.durable.journal",
     # The rules' per-event work: matching, dispatching, the runner's batches. Not lanes.py:
     # mypy 1.20.2's mypyc fails on it with an internal error (AssertionError in emit_method_call).
     "bridge.pipeline.dispatcher",

@@ -45,6 +45,10 @@ COMPILED_MODULE_TESTS = [
     "tests/unit/test_queued_bytes.py",
     "tests/unit/test_durable_lazy_load.py",
     "tests/unit/test_durable_preload.py",
+    "tests/unit/test_durable_owed.py",
+    "tests/unit/test_durable_head.py",
+    "tests/unit/test_durable_rows.py",
+    "tests/unit/test_durable_failure_hold.py",
     "tests/unit/test_runner_spool.py",
     "tests/unit/test_tcp_transport.py",
 ]
@@ -60,8 +64,8 @@ BROKER_AND_PIPELINE_TESTS = [
     "tests/unit/test_engine_dispatch.py",
     "tests/unit/test_runner.py",
     # Interpreted classes deriving from compiled ones: listeners.CertConnection (a client
-    # certificate's name as the user name) from Connection; and the durable sessions, whose
-    # journal (interpreted) drives the compiled sessions and publish path.
+    # certificate's name as the user name) from Connection; and the durable sessions, their
+    # journal driving the sessions and the publish path.
     "tests/integration/test_embedded_listeners.py",
     "tests/integration/test_durable_sessions.py",
 ]

@@ -510,8 +510,10 @@ class Channel:
         should_post = self.broker.should_post
         payload_bytes = 0
         stored_ids = False  # a QoS 2 message of a durable session got its packet id
+        moved = False  # a stored message left the queue: the session's position moved
         while state.outbox and state.inflight.has_room(self.send_window) and room >= 0:
             message = state.pop()
+            moved = moved or message.seq != 0
             if message.expires:
                 now = now or time.monotonic()
                 if message.expires <= now:
@@ -529,6 +531,8 @@ class Channel:
             room -= len(data)
             if should_post(Hookpoint.MESSAGE_DELIVERED, state.clientid, message.topic):
                 state.stream.post(self._receipt(MessageDelivered, message))
+        if moved:
+            state.touch()
         return out, payload_bytes, self._commit(state) if stored_ids else None
 
     @staticmethod

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import ItemsView, Iterator, ValuesView
 from typing import Generic, Protocol, TypeVar
 
+from mypy_extensions import mypyc_attr
+
 from bridge.errors import HookbridgeError
 
 # MQTT packet ids are 1..65535 [MQTT-2.3.1-1].
@@ -32,6 +34,9 @@ class Sent(Protocol):
 Message = TypeVar("Message", bound=Sent)
 
 
+# An ordinary Python class in the compiled build too: mypyc compiles no class with an interpreted
+# base (HookbridgeError, RuntimeError).
+@mypyc_attr(native_class=False)
 class NoFreePacketId(HookbridgeError, RuntimeError):
     """Every packet id is held by a message in flight (the window cannot be that large unless
     broker.max_inflight allowed it)."""

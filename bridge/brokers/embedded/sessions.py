@@ -349,10 +349,11 @@ class SessionState:
         return message
 
     def pop(self) -> Outgoing:
+        """The oldest queued message, out of the queue. A durable session's position moves with
+        it: the caller `touch()`es the session once for the messages it took (a turn of
+        deliveries takes many)."""
         message = self._take()
         self._forget(message.size)
-        if message.seq:
-            self.touch()
         return message
 
     def acked(self, packet_id: int) -> Outgoing | None:
