@@ -47,12 +47,14 @@ COMPILED = (
     "bridge.brokers.embedded.codec.wire",
     "bridge.brokers.embedded.router",
     "bridge.brokers.embedded.topictree",
-    # A client's path: its socket side and protocol, its sessions' queues, the publish path and
+    # A client's path: its socket side and protocol, what it publishes (client.Inbound), its
+    # sessions' queues, the publish path and
     # the event stream with the acknowledgements waiting on it, a session's in-flight window. Not
     # broker.py (its client lock is an async generator, which mypyc does not compile) and
     # listeners.py, whose classes derive from compiled ones (allowed by
     # `mypyc_attr(allow_interpreted_subclasses=True)`).
     "bridge.brokers.embedded.acks",
+    "bridge.brokers.embedded.client",
     "bridge.brokers.embedded.channel",
     "bridge.brokers.embedded.connection",
     "bridge.brokers.embedded.flows",

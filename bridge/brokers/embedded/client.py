@@ -40,19 +40,39 @@ class ClientDetails:
     bytes_out: int
 
 
-@dataclass(slots=True)
 class Inbound:
-    """An application message the client published, with the acknowledgement it is owed."""
+    """An application message the client published, with the acknowledgement it is owed.
 
-    topic: str
-    payload: bytes
-    qos: int
-    retain: bool
-    properties: Any
-    expires: float
-    ack: bytes | None = None  # PUBACK (QoS 1) or PUBREC (QoS 2), sent once the message is kept
-    packet_id: int = 0
-    refused: bool = False  # denied by the ACL (or $SYS): acknowledged, never published
+    A plain slotted class, not a dataclass: built for every PUBLISH (by the compiled codec),
+    and a dataclass's generated `__init__` costs twice as much
+    (docs/benchmarks.md#per-message-objects-built-natively)."""
+
+    __slots__ = ("ack", "expires", "packet_id", "payload", "properties", "qos", "refused", "retain", "topic")
+
+    def __init__(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        properties: Any,
+        expires: float,
+        ack: bytes | None = None,
+        packet_id: int = 0,
+        refused: bool = False,
+    ) -> None:
+        self.topic = topic
+        self.payload = payload
+        self.qos = qos
+        self.retain = retain
+        self.properties = properties
+        self.expires = expires
+        self.ack = ack  # PUBACK (QoS 1) or PUBREC (QoS 2), sent once the message is kept
+        self.packet_id = packet_id
+        self.refused = refused  # denied by the ACL (or $SYS): acknowledged, never published
+
+    def __repr__(self) -> str:
+        return f"Inbound({self.topic!r}, qos={self.qos}, retain={self.retain}, packet_id={self.packet_id})"
 
 
 class Client(Protocol):
