@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Final, Protocol
 
 from bridge.brokers.embedded.codec import EMPTY, Properties, split_shared
@@ -42,15 +41,32 @@ Target = tuple[int, bool, tuple[str, ...], tuple[int, ...]]
 _Subscribers = dict[str, tuple[SessionState, Subscription]]
 
 
-@dataclass(frozen=True, slots=True)
 class Retained:
-    msgid: str
-    topic: str
-    payload: bytes
-    qos: int
-    from_clientid: str
-    properties: Properties = EMPTY
-    expires: float = 0.0  # monotonic deadline; 0: never
+    """A topic's retained message: read-only, a class of its own for the reason `Message` is
+    (one is built for every retained publish, and for every retained message a restart reads)."""
+
+    __slots__ = ("expires", "from_clientid", "msgid", "payload", "properties", "qos", "topic")
+
+    def __init__(
+        self,
+        msgid: str,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        from_clientid: str,
+        properties: Properties = EMPTY,
+        expires: float = 0.0,
+    ) -> None:
+        self.msgid: Final = msgid
+        self.topic: Final = topic
+        self.payload: Final = payload
+        self.qos: Final = qos
+        self.from_clientid: Final = from_clientid
+        self.properties: Final = properties
+        self.expires: Final = expires  # monotonic deadline; 0: never
+
+    def __repr__(self) -> str:
+        return f"Retained({self.msgid!r}, {self.topic!r}, qos={self.qos}, from={self.from_clientid!r})"
 
 
 class Message:

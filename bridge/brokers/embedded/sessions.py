@@ -142,14 +142,17 @@ class Subscription:
     identifier: int = 0  # 5.0 subscription identifier; 0: none
 
 
-@dataclass(slots=True)
 class IncomingQos2:
-    """A QoS 2 PUBLISH from the client, passed on, whose packet id is held until PUBREL."""
+    """A QoS 2 PUBLISH from the client, passed on, whose packet id is held until PUBREL (one per
+    QoS 2 message: a class of its own for the reason `Outgoing` is)."""
 
-    kept: Kept = None  # done once the bridge kept the message: PUBREC may go out
-    # Passed on and kept: a durable session stores only these ids, committed with the message
-    # (durable/journal.py hold_incoming), so a resend after a restart is acknowledged again.
-    acked: bool = False
+    __slots__ = ("acked", "kept")
+
+    def __init__(self, kept: Kept = None, *, acked: bool = False) -> None:
+        self.kept = kept  # done once the bridge kept the message: PUBREC may go out
+        # Passed on and kept: a durable session stores only these ids, committed with the message
+        # (durable/journal.py hold_incoming), so a resend after a restart is acknowledged again.
+        self.acked = acked
 
 
 @dataclass(slots=True)
