@@ -578,20 +578,22 @@ class Channel:
     def _receipt(self, kind: type[Any], message: Outgoing) -> Any:
         state = self.state
         assert state is not None
+        # Positional, in the order of the receipt's fields, as flows.py builds message.publish
+        # (keywords from compiled code cost a dict per call; the same tests hold every field).
         return kind(
-            msgid=message.msgid,
-            clientid=state.clientid,
-            username=state.username,
-            from_clientid=message.from_clientid,
-            topic=message.topic,
-            qos=message.qos,
-            payload=message.payload,
-            retain=message.retain,
-            node=self.broker.node,
-            timestamp=time.time(),
-            filters=message.filters,
-            proto_ver=state.level,
-            user_properties=message.properties.user_property,
+            message.msgid,  # msgid
+            state.clientid,  # clientid
+            state.username,  # username
+            message.from_clientid,  # from_clientid
+            message.topic,  # topic
+            message.qos,  # qos
+            message.payload,  # payload
+            message.retain,  # retain
+            self.broker.node,  # node
+            time.time(),  # timestamp
+            message.filters,  # filters
+            state.level,  # proto_ver
+            message.properties.user_property,  # user_properties
         )
 
 

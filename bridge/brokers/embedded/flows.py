@@ -282,20 +282,24 @@ class FlowsMixin:
             publishing.stored.cancel()
 
     def _publish_event(self, state: Publisher, peername: str, message: Message) -> MessagePublish:
+        # Positional, in the order of MessagePublish's fields: compiled code calls an interpreted
+        # class with keywords through a dict, 655 against 208 ns for this one (every message's
+        # path; tests/integration/test_embedded_broker.py::test_publish_delivered_acked_events and
+        # test_mqtt5_hooks.py hold every field).
         return MessagePublish(
-            msgid=message.msgid,
-            clientid=state.clientid,
-            username=state.username,
-            topic=message.topic,
-            qos=message.qos,
-            payload=message.payload,
-            retain=message.retain,
-            node=self.node,
-            peername=peername,
-            timestamp=time.time(),
-            proto_ver=state.level,
-            user_properties=message.properties.user_property,
-            expiry=message.properties.message_expiry_interval,
+            message.msgid,  # msgid
+            state.clientid,  # clientid
+            state.username,  # username
+            message.topic,  # topic
+            message.qos,  # qos
+            message.payload,  # payload
+            message.retain,  # retain
+            self.node,  # node
+            peername,  # peername
+            time.time(),  # timestamp
+            state.level,  # proto_ver
+            message.properties.user_property,  # user_properties
+            message.properties.message_expiry_interval,  # expiry
         )
 
     def _add_subscription(
