@@ -73,8 +73,10 @@ COMPILED = (
     "bridge.pipeline.engine",
     "bridge.pipeline.runner",
     "bridge.msgid",
-    # Not actions/redis/packing.py: its connection classes derive from redis-py's, and a compiled
-    # class cannot have an interpreted base (its import failed); its work is hiredis's, already C.
+    # A Redis pipeline's commands packed (every message rules/redis.conf keeps is four). Not
+    # actions/redis/packing.py: its connection classes derive from redis-py's, and a compiled
+    # class cannot have an interpreted base (its import failed).
+    "actions.redis.resp",
 )
 """Module names; setup.py compiles `<name with / for .>.py` for each."""
 

@@ -6,7 +6,8 @@
   for reply parsing, packs the same RESP bytes in C. Arguments here are always bytes, str, int
   or float (what hiredis accepts); a command name of two words ("SCRIPT LOAD") is split as
   redis-py splits it.
-- `pipeline`: a batch's commands in one write, and their replies read under ONE timeout.
+- `pipeline`: a batch's commands in one write (packed by resp.py, compiled, which keeps the
+  packed form of the strings every command repeats), and their replies read under ONE timeout.
   redis-py's Pipeline enters an asyncio timeout, looks up a reply callback and re-raises
   for every reply; in the mqtt mode's profile that was about a tenth of the bridge's CPU per
   message (py-spy, 100,000 messages through Mosquitto,
@@ -27,6 +28,8 @@ import redis.asyncio as aioredis
 from redis import exceptions as rexc
 from redis._parsers.hiredis import NOT_ENOUGH_DATA
 from redis.asyncio.sentinel import SentinelManagedConnection, SentinelManagedSSLConnection
+
+from actions.redis.resp import pack_commands
 
 
 class _HiredisPacking:
@@ -76,7 +79,7 @@ async def pipeline_on(connection: Any, commands: Sequence[Sequence[Any]], reply_
     takes the replies from its hiredis reader in one loop (docs/benchmarks.md#redis-replies-in-one-loop).
     So the redis-py pin in pyproject.toml admits only the versions this is tested with, and
     tests/unit/test_redis_packing.py fails at once if one stops having it."""
-    await connection.send_packed_command(b"".join(hiredis.pack_command(tuple(c)) for c in commands))
+    await connection.send_packed_command(pack_commands(commands))
     parser = connection._parser
     try:
         async with asyncio.timeout(reply_within):

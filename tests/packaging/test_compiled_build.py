@@ -51,6 +51,7 @@ COMPILED_MODULE_TESTS = [
     "tests/unit/test_durable_failure_hold.py",
     "tests/unit/test_runner_spool.py",
     "tests/unit/test_tcp_transport.py",
+    "tests/unit/test_redis_resp.py",
 ]
 # The broker and the pipeline on top of them: the MQTT rules against the embedded broker (the
 # suite's `embedded` and `embedded-durable` runs), acknowledgement once kept in Redis, malformed
