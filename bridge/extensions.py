@@ -73,9 +73,12 @@ COMPILED = (
     "bridge.pipeline.engine",
     "bridge.pipeline.runner",
     "bridge.msgid",
-    # A Redis pipeline's commands packed (every message rules/redis.conf keeps is four). Not
+    # The Redis functions' commands for a job (on_message_publish: every message rules/redis.conf
+    # keeps), its keys, and a pipeline's commands packed (four a stored message). Not
     # actions/redis/packing.py: its connection classes derive from redis-py's, and a compiled
     # class cannot have an interpreted base (its import failed).
+    "actions.redis.functions",
+    "actions.redis.keys",
     "actions.redis.resp",
 )
 """Module names; setup.py compiles `<name with / for .>.py` for each."""

@@ -7,7 +7,7 @@ goes out in one pipeline.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Final
 
 from actions.redis import keys
 from bridge.backend import Job, Writers
@@ -24,11 +24,20 @@ from bridge.plugin import to_bytes
 Arg = bytes | str | int
 
 
-@dataclass(frozen=True, slots=True)
 class Script:
-    name: str
-    keys: tuple[bytes, ...]
-    args: tuple[Arg, ...]
+    """An EVALSHA of one of scripts.py's scripts (by name) with its keys and arguments: read-only
+    (`Final`), a class of its own rather than a frozen dataclass for the reason router.Message is
+    (this module is compiled: bridge/extensions.py)."""
+
+    __slots__ = ("args", "keys", "name")
+
+    def __init__(self, name: str, keys: tuple[bytes, ...], args: tuple[Arg, ...]) -> None:
+        self.name: Final = name
+        self.keys: Final = keys
+        self.args: Final = args
+
+    def __repr__(self) -> str:
+        return f"Script({self.name!r}, {self.keys!r}, {self.args!r})"
 
 
 Command = tuple[Arg, ...] | Script

@@ -26,10 +26,9 @@ from typing import Any
 import hiredis
 import redis.asyncio as aioredis
 from redis import exceptions as rexc
-from redis._parsers.hiredis import NOT_ENOUGH_DATA
 from redis.asyncio.sentinel import SentinelManagedConnection, SentinelManagedSSLConnection
 
-from actions.redis.resp import pack_commands
+from actions.redis.resp import pack_commands, read_replies
 
 
 class _HiredisPacking:
@@ -75,7 +74,7 @@ async def pipeline_on(connection: Any, commands: Sequence[Sequence[Any]], reply_
     attribute): its public `read_response` enters a timeout and checks the connection's health per
     reply, which cost 2 µs of CPU per command more (5.4 against 3.4 µs, a pipeline of 500 HSETs;
     about 8 µs per stored message, a seventh of the runner's client CPU, bench/redis_bench.py).
-    And the parser's own `read_response`, a coroutine per reply, is itself skipped: `_read_replies`
+    And the parser's own `read_response`, a coroutine per reply, is itself skipped: `resp.read_replies`
     takes the replies from its hiredis reader in one loop (docs/benchmarks.md#redis-replies-in-one-loop).
     So the redis-py pin in pyproject.toml admits only the versions this is tested with, and
     tests/unit/test_redis_packing.py fails at once if one stops having it."""
@@ -83,7 +82,7 @@ async def pipeline_on(connection: Any, commands: Sequence[Sequence[Any]], reply_
     parser = connection._parser
     try:
         async with asyncio.timeout(reply_within):
-            replies = await _read_replies(parser, len(commands))
+            replies = await read_replies(parser, len(commands))
     except TimeoutError:
         await connection.disconnect(nowait=True)
         raise rexc.TimeoutError(f"no reply within {reply_within:g} s") from None
@@ -97,26 +96,4 @@ async def pipeline_on(connection: Any, commands: Sequence[Sequence[Any]], reply_
         # A primary demoted to a replica (a Sentinel failover while this connection stayed
         # open): reconnect next time, which asks the Sentinels for the primary again.
         await connection.disconnect(nowait=True)
-    return replies
-
-
-async def _read_replies(parser: Any, count: int) -> list[Any]:
-    """`count` replies from redis-py's hiredis parser, as its `read_response` gives them one at a
-    time (a reply that is, or begins with, a ConnectionError is raised; other error replies are
-    returned as exception objects), without a coroutine per reply. Protocol 2 only (every pool
-    here: actions/redis/clients.py): no push notifications come between the replies."""
-    if not parser._connected:
-        raise rexc.ConnectionError("Connection closed by server.")
-    reader = parser._reader
-    replies: list[Any] = []
-    while len(replies) < count:
-        reply = reader.gets()
-        if reply is NOT_ENOUGH_DATA:
-            await parser.read_from_socket()
-            continue
-        if isinstance(reply, rexc.ConnectionError):
-            raise reply
-        if type(reply) is list and reply and isinstance(reply[0], rexc.ConnectionError):
-            raise reply[0]
-        replies.append(reply)
     return replies

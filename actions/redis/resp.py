@@ -1,4 +1,5 @@
-"""A pipeline's commands packed as RESP, the bytes `hiredis.pack_command` gives, a third faster.
+"""A pipeline's RESP both ways: its commands packed (the bytes `hiredis.pack_command` gives, a
+third faster), its replies taken from redis-py's hiredis reader in one loop (`read_replies`).
 
 Compiled with the per-message path (bridge/extensions.py): every message `rules/redis.conf`
 keeps is four commands of 27 arguments, and hiredis's generic packing (a `sprintf` per argument)
@@ -16,6 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any, Final
+
+from redis import exceptions as rexc
+from redis._parsers.hiredis import NOT_ENOUGH_DATA
 
 _HEADERS: Final = 1024
 _LENGTHS: Final = [b"$%d\r\n" % n for n in range(_HEADERS)]  # a bulk string's header, by length
@@ -64,3 +68,25 @@ def pack_commands(commands: Sequence[Sequence[Any]]) -> bytes:
 def _bulk(data: bytes) -> bytes:
     size = len(data)
     return (_LENGTHS[size] if size < _HEADERS else b"$%d\r\n" % size) + data + b"\r\n"
+
+
+async def read_replies(parser: Any, count: int) -> list[Any]:
+    """`count` replies from redis-py's hiredis parser, as its `read_response` gives them one at a
+    time (a reply that is, or begins with, a ConnectionError is raised; other error replies are
+    returned as exception objects), without a coroutine per reply. Protocol 2 only (every pool
+    here: actions/redis/clients.py): no push notifications come between the replies."""
+    if not parser._connected:
+        raise rexc.ConnectionError("Connection closed by server.")
+    reader = parser._reader
+    replies: list[Any] = []
+    while len(replies) < count:
+        reply = reader.gets()
+        if reply is NOT_ENOUGH_DATA:
+            await parser.read_from_socket()
+            continue
+        if isinstance(reply, rexc.ConnectionError):
+            raise reply
+        if type(reply) is list and reply and isinstance(reply[0], rexc.ConnectionError):
+            raise reply[0]
+        replies.append(reply)
+    return replies

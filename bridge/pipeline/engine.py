@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from bridge.events import Event, Hookpoint, event_topic
-from bridge.rules import Rule
+from bridge.rules import FunctionAction, Rule
 from bridge.topics import matches
 
 _TOPIC_CACHE_SIZE = 65536
+
+# Each rule with its function's `applies` (None: it takes every event): see Engine.match.
+_Checks = list[tuple[Rule, Callable[[Any, Any], bool] | None]]
+
+
+def _check(rule: Rule) -> Callable[[Any, Any], bool] | None:
+    """What Rule.applies calls for this rule; None when it always says yes."""
+    action = rule.action
+    return action.spec.applies if isinstance(action, FunctionAction) else None
 
 
 class Engine:
@@ -22,18 +32,21 @@ class Engine:
             self._by_hook[rule.hookpoint].append(rule)
         # (hookpoint, topic) -> the rules whose topic filters match: matching every filter of
         # every rule per event was the engine's whole cost on the publish path.
-        # The cached value also says whether any of those rules may skip an event (`applies`).
-        self._by_topic: dict[tuple[Hookpoint, str | None], tuple[list[Rule], bool]] = {}
+        # The cached value also holds, when any of those rules may skip an event, each rule's check.
+        self._by_topic: dict[tuple[Hookpoint, str | None], tuple[list[Rule], _Checks | None]] = {}
 
     def match(self, event: Event) -> list[Rule]:
         """The rules to run for `event` (do not modify the list: it may be the cache's)."""
-        by_topic, selective = self._matching(event.hookpoint, event_topic(event))
-        if not selective:
+        by_topic, checks = self._matching(event.hookpoint, event_topic(event))
+        if checks is None:
             return by_topic
-        return [rule for rule in by_topic if rule.applies(event)]
+        # A function's own check, called directly: Rule.applies is an interpreted call per rule
+        # and event on every message's path.
+        return [rule for rule, applies in checks if applies is None or applies(event, rule)]
 
-    def _matching(self, hookpoint: Hookpoint, topic: str | None) -> tuple[list[Rule], bool]:
-        """The rules of `hookpoint` whose topic filters match `topic` (cached per topic)."""
+    def _matching(self, hookpoint: Hookpoint, topic: str | None) -> tuple[list[Rule], _Checks | None]:
+        """The rules of `hookpoint` whose topic filters match `topic` (cached per topic), and,
+        when any of them may skip an event (`Rule.selective`), each with its function's check."""
         key = (hookpoint, topic)
         cached = self._by_topic.get(key)
         if cached is None:
@@ -42,7 +55,8 @@ class Engine:
                 for rule in self._by_hook.get(hookpoint, ())
                 if rule.topics is None or (topic is not None and any(matches(f, topic) for f in rule.topics))
             ]
-            cached = by_topic, any(rule.selective for rule in by_topic)
+            checks = [(rule, _check(rule)) for rule in by_topic] if any(r.selective for r in by_topic) else None
+            cached = by_topic, checks
             if len(self._by_topic) >= _TOPIC_CACHE_SIZE:
                 self._by_topic.clear()  # a fleet with more topics than this pays the match again
             self._by_topic[key] = cached

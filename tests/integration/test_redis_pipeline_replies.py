@@ -1,5 +1,5 @@
 """actions/redis/packing.py reads a pipeline's replies straight from redis-py's hiredis reader
-(`_read_replies`): against a real Redis, every kind of reply comes back as redis-py's own
+(`resp.read_replies`, compiled in the wheel): against a real Redis, every kind of reply comes back as redis-py's own
 pipeline gives it, including replies that take many socket reads and error replies in the
 middle of a batch."""
 

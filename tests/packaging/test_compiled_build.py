@@ -52,6 +52,7 @@ COMPILED_MODULE_TESTS = [
     "tests/unit/test_runner_spool.py",
     "tests/unit/test_tcp_transport.py",
     "tests/unit/test_redis_resp.py",
+    "tests/unit/test_redis_packing.py",
 ]
 # The broker and the pipeline on top of them: the MQTT rules against the embedded broker (the
 # suite's `embedded` and `embedded-durable` runs), acknowledgement once kept in Redis, malformed
@@ -59,6 +60,7 @@ COMPILED_MODULE_TESTS = [
 BROKER_AND_PIPELINE_TESTS = [
     "tests/broker_suite",
     "tests/integration/test_ack_kept.py",
+    "tests/integration/test_redis_pipeline_replies.py",
     "tests/integration/test_embedded_broker.py",
     "tests/integration/test_embedded_malformed.py",
     "tests/integration/test_broker_output_bound.py",

@@ -14,6 +14,6 @@ def test_the_connection_has_the_reply_parser_packing_reads() -> None:
         parser = kind(host="127.0.0.1", port=1)._parser
         assert inspect.iscoroutinefunction(parser.read_response)
         assert "hiredis" in type(parser).__name__.lower()  # redis-py's hiredis parser: error replies returned
-        # _read_replies: the parser's hiredis reader (made at connect), its socket read, its state
+        # resp.read_replies: the parser's hiredis reader (made at connect), its socket read, its state
         assert hasattr(parser, "_reader")  # and `_connected`, set at connect: test_redis_pipeline_replies.py
         assert inspect.iscoroutinefunction(parser.read_from_socket)
