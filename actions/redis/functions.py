@@ -85,23 +85,44 @@ def client_disconnected(job: Job) -> Plan:
 def _store(job: Job) -> Plan:
     event = job.event
     assert isinstance(event, MessagePublish)
-    fields = stored_fields(event, job.rule.expired_time or 0, job.rule.time_scale)
-    msgid, score, expire, sender, qos, topic, payload, ts, retain = fields
-    key, topic_list = keys.message(event.msgid), keys.topic_list(event.topic)
+    msgid, rule = event.msgid, job.rule
+    key = keys.message(msgid)
     if event.retain:
         # A retained message may also be kept by a retain rule, which makes its hash persist: the
         # script gives it a TTL only if it is not in the topic's retained set, atomically.
+        fields = stored_fields(event, rule.expired_time or 0, rule.time_scale)
+        topic_list = keys.topic_list(event.topic)
         return [Script("store", (key, topic_list, keys.retain(event.topic), keys.MSG_INDEX), fields)]
     # Not retained: the script's check can only pass, so the same writes go out as plain commands,
     # which cost Redis about a third less per message than the script (bench/mqtt_bench.py,
     # database CPU column). Each is idempotent: a redelivery (same msgid) writes the same state.
-    fields_of_hash = ("id", msgid, "from", sender, "qos", qos, "topic", topic, "payload", payload, "ts", ts)
-    plan: Plan = [
-        ("HSET", key, *fields_of_hash, "retain", retain),
-        ("ZADD", topic_list, score, msgid),
-        ("ZADD", keys.MSG_INDEX, 0, topic),
-    ]
-    if isinstance(expire, int) and expire > 0:
+    # The fields are stored_fields' values, taken one by one here (each message of rules/redis.conf
+    # comes this way: no tuple to unpack, the topic encoded once).
+    expire = rule.expired_time or 0
+    if event.expiry is not None:  # a 5.0 message expiry shortens the rule's expired_time
+        expire = min(expire, max(1, event.expiry)) if expire else max(1, event.expiry)
+    topic = keys.enc(event.topic)
+    score = keys.score(msgid)
+    hashed = (
+        "HSET",
+        key,
+        "id",
+        msgid,
+        "from",
+        keys.enc(event.clientid),
+        "qos",
+        event.qos,
+        "topic",
+        topic,
+        "payload",
+        event.payload,
+        "ts",
+        int(event.timestamp * rule.time_scale),
+        "retain",
+        "false",
+    )
+    plan: Plan = [hashed, ("ZADD", keys.TOPIC_LIST_PREFIX + topic, score, msgid), ("ZADD", keys.MSG_INDEX, 0, topic)]
+    if expire > 0:
         plan.append(("EXPIRE", key, expire))
     return plan
 

@@ -51,7 +51,12 @@ def lane_index(event: Event, lanes: int) -> int:
     """The lane of an event: stable across processes (spooled actions keep their lane after a
     restart), and spread evenly: crc32 alone is linear, so similar keys share low bits; the
     Fibonacci multiplication mixes every bit into the high ones used here."""
-    mixed = (zlib.crc32(ordering_key(event).encode("utf-8", "surrogatepass")) * 0x9E3779B97F4A7C15) >> 32
+    key = ordering_key(event)
+    try:  # strict UTF-8 is the same bytes without a lone surrogate, and spares a codec lookup
+        data = key.encode()
+    except UnicodeEncodeError:
+        data = key.encode("utf-8", "surrogatepass")
+    mixed = (zlib.crc32(data) * 0x9E3779B97F4A7C15) >> 32
     return (mixed & 0xFFFFFFFF) % lanes
 
 

@@ -174,7 +174,7 @@ class FlowsMixin:
                     if item.ack is not None:
                         await conn.accepted(item, None)
                     continue
-                await self._publish_end(publishing, _acceptor(conn, item) if item.qos else None)
+                await self._publish_end(publishing, None, conn if item.qos else None, item)
         finally:
             for _, publishing in begun[ended:]:
                 if publishing is not None:
@@ -245,9 +245,17 @@ class FlowsMixin:
                 taken = stream.post(event, wait=True)
         return Publishing(message, ticket, stored, taken)
 
-    async def _publish_end(self, publishing: Publishing, accepted: Callable[[Kept], Awaitable[None]] | None) -> int:
+    async def _publish_end(
+        self,
+        publishing: Publishing,
+        accepted: Callable[[Kept], Awaitable[None]] | None,
+        client: Client | None = None,
+        item: Inbound | None = None,
+    ) -> int:
         """Acknowledge (once kept) and route a begun publish; must follow every _publish_begin.
-        Returns how many sessions it was routed to."""
+        Returns how many sessions it was routed to. The acknowledgement: `accepted`, or a
+        client's own PUBLISH `item` acknowledged to `client` (a client's every QoS 1 and 2
+        message: no closure and no coroutine of its own)."""
         sequencer = self.router.sequencer
         stored = publishing.stored
         routed = False
@@ -256,7 +264,10 @@ class FlowsMixin:
             kept: Kept = None
             if publishing.taken is not None:
                 kept = await publishing.taken
-            if accepted is not None:
+            if client is not None:
+                assert item is not None
+                await client.accepted(item, kept if stored is None else both(kept, stored))
+            elif accepted is not None:
                 await accepted(kept if stored is None else both(kept, stored))
             if not sequencer.ready(publishing.ticket):
                 await sequencer.wait(publishing.ticket)
@@ -484,10 +495,3 @@ def _chain(source: asyncio.Future[None] | None, target: asyncio.Future[None]) ->
             target.set_result(None)
 
     source.add_done_callback(settle)
-
-
-def _acceptor(conn: Client, item: Inbound) -> Callable[[Kept], Awaitable[None]]:
-    async def accepted(kept: Kept) -> None:
-        await conn.accepted(item, kept)
-
-    return accepted
