@@ -171,7 +171,8 @@ class RedisBackend(Backend):
         owners: list[int] = []
         for index, plan in planned(self, batch, run, outcomes, self._plan):
             for command in plan:
-                commands.append(self._command(command))
+                # A plain command goes as it is (four per stored message: no method call each)
+                commands.append(command if type(command) is tuple else self._command(command))
                 owners.append(index)
         await self._flush(commands, owners, outcomes)
 
@@ -210,6 +211,8 @@ class RedisBackend(Backend):
             held = replies.pop()
             commands.pop()
         for owner, reply in zip(owners, replies, strict=True):
+            if not isinstance(reply, Exception):  # the usual reply: one check, not two
+                continue
             if isinstance(reply, rexc.NoScriptError):
                 # Redis restarted and lost its script cache: retry the batch. Its data may be
                 # another one too (a restored dump): look at the index marker again.
@@ -217,7 +220,7 @@ class RedisBackend(Backend):
                 self.index.recheck()
                 self._check_index()
                 raise reply
-            if isinstance(reply, Exception) and outcomes[owner] is None:
+            if outcomes[owner] is None:
                 if self.is_recoverable(reply):
                     raise reply
                 outcomes[owner] = reply
