@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -87,15 +88,11 @@ class Rule:
     time_scale: int = 1
 
     @property
-    def selective(self) -> bool:
-        """Whether `applies` may say no (a function that skips some events)."""
-        return isinstance(self.action, FunctionAction) and self.action.spec.applies is not None
-
-    def applies(self, event: Any) -> bool:
-        """False when the rule's function has nothing to do for this event (not queued)."""
-        if isinstance(self.action, FunctionAction) and self.action.spec.applies is not None:
-            return self.action.spec.applies(event, self)
-        return True
+    def applies(self) -> Callable[[Any, Any], bool] | None:
+        """The check of the rule's function, `applies(event, rule)`: False when it has nothing to
+        do for this event (not queued). None: the rule takes every event. The engine calls it
+        (pipeline/engine.py)."""
+        return self.action.spec.applies if isinstance(self.action, FunctionAction) else None
 
 
 @dataclass(frozen=True, slots=True)

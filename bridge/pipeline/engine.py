@@ -7,19 +7,13 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from bridge.events import Event, Hookpoint, event_topic
-from bridge.rules import FunctionAction, Rule
+from bridge.rules import Rule
 from bridge.topics import matches
 
 _TOPIC_CACHE_SIZE = 65536
 
-# Each rule with its function's `applies` (None: it takes every event): see Engine.match.
+# Each rule with its function's check (`Rule.applies`; None: it takes every event): Engine.match.
 _Checks = list[tuple[Rule, Callable[[Any, Any], bool] | None]]
-
-
-def _check(rule: Rule) -> Callable[[Any, Any], bool] | None:
-    """What Rule.applies calls for this rule; None when it always says yes."""
-    action = rule.action
-    return action.spec.applies if isinstance(action, FunctionAction) else None
 
 
 class Engine:
@@ -40,13 +34,13 @@ class Engine:
         by_topic, checks = self._matching(event.hookpoint, event_topic(event))
         if checks is None:
             return by_topic
-        # A function's own check, called directly: Rule.applies is an interpreted call per rule
-        # and event on every message's path.
+        # Each check is looked up once per topic (Rule.applies is an interpreted property), then
+        # called directly for every event.
         return [rule for rule, applies in checks if applies is None or applies(event, rule)]
 
     def _matching(self, hookpoint: Hookpoint, topic: str | None) -> tuple[list[Rule], _Checks | None]:
         """The rules of `hookpoint` whose topic filters match `topic` (cached per topic), and,
-        when any of them may skip an event (`Rule.selective`), each with its function's check."""
+        when any of them may skip an event, each with its function's check (`Rule.applies`)."""
         key = (hookpoint, topic)
         cached = self._by_topic.get(key)
         if cached is None:
@@ -55,8 +49,8 @@ class Engine:
                 for rule in self._by_hook.get(hookpoint, ())
                 if rule.topics is None or (topic is not None and any(matches(f, topic) for f in rule.topics))
             ]
-            checks = [(rule, _check(rule)) for rule in by_topic] if any(r.selective for r in by_topic) else None
-            cached = by_topic, checks
+            checks = [(rule, rule.applies) for rule in by_topic]
+            cached = by_topic, None if all(applies is None for _, applies in checks) else checks
             if len(self._by_topic) >= _TOPIC_CACHE_SIZE:
                 self._by_topic.clear()  # a fleet with more topics than this pays the match again
             self._by_topic[key] = cached
