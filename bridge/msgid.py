@@ -43,8 +43,8 @@ class MsgIdGenerator:
                 if self._seq > _SEQ_MASK:  # 65536 ids in one microsecond: borrow the next one
                     self._last_us, self._seq = self._last_us + 1, 0
             last_us, seq = self._last_us, self._seq
-        # The 128-bit value in hex: through bytes.hex, a third of what three formatted fields cost
-        # (compiled: 95 against 233 ns for the timestamp's alone), on every message's path.
+        # The 128-bit value in hex, through bytes.hex: on every message's path, and compiled 370 ns
+        # an id where three formatted fields cost 816.
         return ((last_us << 64) | self._node_bits | seq).to_bytes(16, "big").hex().upper()
 
 
