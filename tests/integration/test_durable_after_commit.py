@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from bridge.brokers.embedded.codec import Connack, Puback, Pubcomp, Publish, Pubrec, Pubrel
+from bridge.brokers.embedded.codec import Connack, Puback, Pubcomp, Publish, Pubrec, Pubrel, Unsuback, Unsubscribe
 from support.process import BridgeProcess
 from support.raw import RawClient, brief
 
@@ -138,3 +138,41 @@ async def test_a_packet_id_freed_by_pubcomp_is_free_after_kill_9(
         payloads.append(packet.payload)
         await subscriber.send(Puback(packet.packet_id))
     assert payloads.count(b"second") == 1
+
+
+async def test_a_subscription_acknowledged_is_there_after_kill_9_and_one_unsubscribed_is_gone(
+    tmp_path: Path, bridges: list[BridgeProcess], raw_connect: RawConnect
+) -> None:
+    """SUBACK and UNSUBACK wait for the commit of the subscriptions they announce. Sent before
+    it, a kill -9 in the commit window brought the session back (session present) without the
+    filter its client was told it had, so the client never subscribed again and its messages
+    were never routed to it; or with the filter it was told was gone."""
+    bridge = await _bridge(tmp_path, bridges)
+    port = bridge.mqtt_port
+    subscriber = await _durable(raw_connect, port, "ac-sub")
+    stored = lambda: bridge.metric("hookbridge_broker_durable_sessions") == 1  # noqa: E731
+    await asyncio.to_thread(bridge.wait_for, stored, "the session in the store")  # its row, no filter yet
+    assert (await subscriber.subscribe(1, ("ac/keep/#", 1), ("ac/drop/#", 1))).reason_codes == [1, 1]
+    await _kill_and_start(bridge)  # the moment the client has its SUBACK
+
+    publisher, _ = await raw_connect(port, "ac-pub")
+    subscriber, connack = await raw_connect(port, "ac-sub", clean_session=False)
+    assert connack.session_present
+    await publisher.send(Publish("ac/keep/1", b"kept", qos=1, packet_id=1))
+    assert await publisher.recv(timeout=10) == Puback(1)
+    got = await subscriber.recv(timeout=10)
+    assert isinstance(got, Publish) and got.payload == b"kept", got and brief(got)
+    await subscriber.send(Puback(got.packet_id))
+
+    await subscriber.send(Unsubscribe(2, ["ac/drop/#"]))
+    assert isinstance(await subscriber.recv(timeout=10), Unsuback)
+    await _kill_and_start(bridge)  # the moment the client has its UNSUBACK
+
+    publisher, _ = await raw_connect(port, "ac-pub")
+    subscriber, connack = await raw_connect(port, "ac-sub", clean_session=False)
+    assert connack.session_present
+    for packet_id, (topic, payload) in enumerate([("ac/drop/2", b"unsubscribed"), ("ac/keep/3", b"after")], 1):
+        await publisher.send(Publish(topic, payload, qos=1, packet_id=packet_id))
+        assert await publisher.recv(timeout=10) == Puback(packet_id)
+    got = await subscriber.recv(timeout=10)  # one publisher's messages arrive in order: "after" first
+    assert isinstance(got, Publish) and got.payload == b"after", got and brief(got)

@@ -72,6 +72,7 @@ BROKER_AND_PIPELINE_TESTS = [
     # journal driving the sessions and the publish path.
     "tests/integration/test_embedded_listeners.py",
     "tests/integration/test_durable_sessions.py",
+    "tests/integration/test_durable_after_commit.py",  # what waits for a commit, in compiled channel.py
 ]
 
 # This one counts how often the decoder calls one of its own functions by replacing it with

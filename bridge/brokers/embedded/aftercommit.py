@@ -1,7 +1,7 @@
 """Packets a durable session's client may see only once the durable store holds the state they
 announce (docs/brokers.md#exactly-once), and the packets of its outgoing stream behind them.
 
-Three packets tell a client something the broker must still know after a `kill -9`:
+Four kinds of packet tell a client something the broker must still know after a `kill -9`:
 - a QoS 2 PUBLISH gives its message a packet id. Were the process to die before the store had
   that id, the broker would come back with the message still queued and send it again under
   another id: the client, which holds the first id until its PUBREL (MQTT 4.3.3), takes it for a
@@ -10,7 +10,11 @@ Three packets tell a client something the broker must still know after a `kill -
 - a PUBREL says the broker has the client's PUBREC. Come back without it, the broker would send
   the PUBLISH again after its PUBREL: a second delivery;
 - a PUBCOMP frees the packet id of the client's own QoS 2 message. Come back still holding it,
-  the broker would take the client's next message under that id for a resend and drop it.
+  the broker would take the client's next message under that id for a resend and drop it;
+- a SUBACK or UNSUBACK says the session has (or no longer has) its filters. Come back without
+  them, the broker would answer the client's reconnect with "session present" and a session
+  that lacks a filter the client was told it has: the client does not subscribe again, and
+  what it subscribed to never reaches it (or the other way round, messages it unsubscribed from).
 
 So a channel hands these to its socket side with the commit they wait for (`Commit`: the
 journal's `committed`, which is None when nothing is pending), and `AfterCommit` holds them, and

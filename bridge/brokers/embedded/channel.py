@@ -182,8 +182,10 @@ class Channel:
         self.wire.pump()
 
     def send(self, packet: Any) -> None:
-        """Write one MQTT packet in the client's protocol level (a SUBACK, an UNSUBACK)."""
-        self.wire.write(encode(packet, self.level))
+        """Write one MQTT packet in the client's protocol level (a SUBACK, an UNSUBACK). A durable
+        session's waits for the commit of the subscriptions it announces (aftercommit.py)."""
+        state = self.state
+        self.wire.write_ordered(encode(packet, self.level), 1, self._commit(state) if state is not None else None)
 
     def close(self, reason: str, code: int | None = None) -> None:
         """End the connection; the first reason given is the one reported. `code`: the 5.0
