@@ -19,32 +19,12 @@ from bridge.brokers.delivery import DeliveryLog
 from bridge.conf import registry
 from bridge.conf.config import PoolConfig
 from bridge.errors import HookbridgeError
-from bridge.events import Event, SessionSubscribed
-from bridge.render import Values
+from bridge.events import SessionSubscribed
+from bridge.job import Job as Job  # published to backends here (bridge/plugin.py)
 from bridge.topics import filter_error
 
 if TYPE_CHECKING:
-    from bridge.rules import Rule
-
-
-@dataclass(slots=True)
-class Job:
-    """One rule to run for one event."""
-
-    rule: Rule
-    event: Event
-    seq: int = 0  # submission order across the pool, set by the runner
-    cursor: str | None = None  # a paged fetch's continuation: deliver after this msgid
-    # What a backend derives once per job so that a retried batch writes the same thing
-    # (MongoDB: the event log document's _id).
-    memo: Any = None
-    _values: Values | None = field(default=None, repr=False)
-
-    @property
-    def values(self) -> Values:
-        if self._values is None:
-            self._values = Values(self.event)
-        return self._values
+    pass
 
 
 @dataclass

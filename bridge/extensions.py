@@ -67,10 +67,12 @@ COMPILED = (
     # walk over every session once a second.
     "bridge.brokers.embedded.durable.preload",
     "bridge.brokers.embedded.durable.journal",
-    # The rules' per-event work: matching, dispatching, the runner's batches. Not lanes.py:
-    # mypy 1.20.2's mypyc fails on it with an internal error (AssertionError in emit_method_call).
+    # The rules' per-event work: matching, dispatching, a rule's job for an event, the runner's
+    # lanes and batches.
+    "bridge.job",
     "bridge.pipeline.dispatcher",
     "bridge.pipeline.engine",
+    "bridge.pipeline.lanes",
     "bridge.pipeline.runner",
     "bridge.msgid",
     # The Redis functions' commands for a job (on_message_publish: every message rules/redis.conf

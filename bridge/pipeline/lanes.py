@@ -20,14 +20,10 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
 
 from bridge.backend import Job
+from bridge.pipeline.laneowner import LaneOwner
 from bridge.pipeline.spool import LaneSpool, Record, RecordError, decode, encode
-
-if TYPE_CHECKING:
-    from bridge.rules import Rule
 
 log = logging.getLogger(__name__)
 
@@ -42,29 +38,6 @@ _PROCESS = f"{os.getpid()}-{id(object())}"
 # Pauses after a failed step (and between tries of a spool that cannot write), doubling.
 _RETRY_FIRST, _RETRY_MAX = 0.1, 5.0
 _DROP_OLDEST = "spool full (overflow policy drop_oldest)"
-
-
-class LaneOwner(Protocol):
-    """What a lane needs of the runner of its pool (bridge/pipeline/runner.py): the lane owns its queue and
-    its spool; the runner owns writing, the pool's health and the counters."""
-
-    pool_id: str
-    batch_size: int
-    batch_time: float  # seconds a batch may wait to fill, from its oldest action's arrival
-    healthy: bool
-    progress: asyncio.Event  # set after every batch
-
-    def rule(self, rule_id: str) -> Rule | None:
-        """The loaded rule of a spooled action (None: a reload removed it)."""
-
-    async def commit(self, batch: Sequence[Job], on_stall: Callable[[], None]) -> None:
-        """Write a batch, retrying in place; `on_stall` once the pool is found down under it."""
-
-    def spooled(self, jobs: Sequence[Job]) -> None:
-        """These jobs are safe on disk: count them, and they are done for the broker's acks."""
-
-    def dropped(self, rule_id: str, why: str, seq: int = 0, log_it: bool = True) -> None:
-        """A spooled action will never be written: count it; nobody may wait for it."""
 
 
 class Lane:

@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from bridge.backend import Job, Pager
@@ -53,7 +53,7 @@ class FetchPager(Pager):
         self._pages[event.clientid][(event.topic, job.rule.id)] = _Page(job, last, pending)
 
     def _continue(self, job: Job, last: str) -> None:
-        follow_up = replace(job, cursor=last, seq=0, _values=None)
+        follow_up = Job(job.rule, job.event, cursor=last)
         task = asyncio.get_running_loop().create_task(self._resubmit(follow_up))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

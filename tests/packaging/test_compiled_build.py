@@ -67,6 +67,7 @@ BROKER_AND_PIPELINE_TESTS = [
     "tests/integration/test_broker_output_bound.py",
     "tests/unit/test_engine_dispatch.py",
     "tests/unit/test_runner.py",
+    "tests/unit/test_runner_spool.py",  # the compiled lanes over the spool
     # Interpreted classes deriving from compiled ones: listeners.CertConnection (a client
     # certificate's name as the user name) from Connection; and the durable sessions, their
     # journal driving the sessions and the publish path.
