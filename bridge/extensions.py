@@ -76,12 +76,14 @@ COMPILED = (
     "bridge.pipeline.runner",
     "bridge.msgid",
     # The Redis functions' commands for a job (on_message_publish: every message rules/redis.conf
-    # keeps), its keys, and a pipeline's commands packed (four a stored message). Not
+    # keeps), its keys, a pipeline's commands packed (four a stored message), and the loops
+    # from a run's jobs to its commands and from the replies back to the jobs (runs.py). Not
     # actions/redis/packing.py: its connection classes derive from redis-py's, and a compiled
     # class cannot have an interpreted base (its import failed).
     "actions.redis.functions",
     "actions.redis.keys",
     "actions.redis.resp",
+    "actions.redis.runs",
 )
 """Module names; setup.py compiles `<name with / for .>.py` for each."""
 

@@ -10,7 +10,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis import exceptions as rexc
 
-from actions.redis import cluster_scripts, emqx44, scripts
+from actions.redis import cluster_scripts, emqx44, runs, scripts
 from actions.redis.clients import cluster_client, connection_pool
 from actions.redis.cluster import ClusterNodes, PhasedBatch
 from actions.redis.cluster_functions import CLUSTER_WRITERS, Steps
@@ -20,9 +20,9 @@ from actions.redis.packing import pipeline
 from actions.redis.reads import RedisStore
 from actions.redis.schema import describe
 from bridge.backend import Backend, Job
-from bridge.batches import cut_at_reads, is_read, planned, read
+from bridge.batches import cut_at_reads, planned, read
 from bridge.fetch import READERS
-from bridge.plugin import CommandsAction, FunctionAction, TemplateAction
+from bridge.plugin import CommandsAction, FunctionAction
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +52,6 @@ _SERVER_STATE_REPLIES = (
     "TRYAGAIN ",
     "CLUSTERDOWN ",
 )
-
-
-def _alone(job: Job) -> bool:
-    """A read, or commands sent one by one (`"pipeline": false`): not in the batch's pipeline."""
-    action = job.rule.action
-    return is_read(job) or (isinstance(action, CommandsAction) and not action.pipeline)
 
 
 class RedisBackend(Backend):
@@ -141,7 +135,7 @@ class RedisBackend(Backend):
         if not self._shas:
             await self._load_scripts()
         write = self._write_run if self.nodes is None else self._cluster_write_run
-        return await cut_at_reads(batch, write, self._run_alone, alone=_alone)
+        return await cut_at_reads(batch, write, self._run_alone, alone=runs.alone)
 
     async def _cluster_write_run(
         self, batch: Sequence[Job], run: list[int], outcomes: list[BaseException | None]
@@ -163,17 +157,11 @@ class RedisBackend(Backend):
         action = job.rule.action
         if isinstance(action, FunctionAction):
             return CLUSTER_WRITERS[action.spec.impl_name](job)
-        return [(0, command) for command in self._plan(job)]  # a rule's own commands, in order
+        return [(0, command) for command in runs.plan(job)]  # a rule's own commands, in order
 
     async def _write_run(self, batch: Sequence[Job], run: list[int], outcomes: list[BaseException | None]) -> None:
-        """The run's commands in one pipeline."""
-        commands: list[tuple[Any, ...]] = []
-        owners: list[int] = []
-        for index, plan in planned(self, batch, run, outcomes, self._plan):
-            for command in plan:
-                # A plain command goes as it is (four per stored message: no method call each)
-                commands.append(command if type(command) is tuple else self._command(command))
-                owners.append(index)
+        """The run's commands in one pipeline (the loops over its jobs and commands: runs.py)."""
+        commands, owners = runs.commands_of(batch, run, outcomes, self._shas, self.is_recoverable)
         await self._flush(commands, owners, outcomes)
 
     async def _run_alone(self, job: Job) -> BaseException | None:
@@ -183,15 +171,6 @@ class RedisBackend(Backend):
         failed = await read(self, self.store, job, refusals=(rexc.ResponseError,))
         wrong_type = self.store.take_wrong_type()  # counted for this rule, the others delivered
         return failed or wrong_type
-
-    def _plan(self, job: Job) -> list[Command]:
-        action = job.rule.action
-        if isinstance(action, FunctionAction):
-            return WRITERS[action.spec.impl_name](job)
-        if isinstance(action, CommandsAction):
-            return [tuple(command.render(job.values)) for command in action.commands]
-        assert isinstance(action, TemplateAction)
-        return [tuple(args) for args in action.template.render_lines(job.values)]
 
     def _command(self, command: Command) -> tuple[Any, ...]:
         if isinstance(command, Script):
@@ -210,20 +189,14 @@ class RedisBackend(Backend):
         if wait:
             held = replies.pop()
             commands.pop()
-        for owner, reply in zip(owners, replies, strict=True):
-            if not isinstance(reply, Exception):  # the usual reply: one check, not two
-                continue
-            if isinstance(reply, rexc.NoScriptError):
-                # Redis restarted and lost its script cache: retry the batch. Its data may be
-                # another one too (a restored dump): look at the index marker again.
-                self._shas.clear()
-                self.index.recheck()
-                self._check_index()
-                raise reply
-            if outcomes[owner] is None:
-                if self.is_recoverable(reply):
-                    raise reply
-                outcomes[owner] = reply
+        no_script = runs.settle(replies, owners, outcomes, self.is_recoverable)
+        if no_script is not None:
+            # Redis restarted and lost its script cache: retry the batch. Its data may be
+            # another one too (a restored dump): look at the index marker again.
+            self._shas.clear()
+            self.index.recheck()
+            self._check_index()
+            raise no_script
         if wait and (not isinstance(held, int) or held < wait):
             # Written on the primary but not (yet) on enough replicas: a failover now could lose
             # it. Retried (every write is idempotent on its msgid) or spooled, never acknowledged.
