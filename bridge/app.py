@@ -164,7 +164,7 @@ class Bridge:
             runner = Runner(pool, backend, self.metrics, Path(self.config["spool.dir"]), self.spool_budget)
             runner.rules = {rule.id: rule for rule in rules if rule.pool == pool_id}
             runner.commit_hooks.append(self.dispatcher.job_done)  # "this job is done" (broker acks)
-            runner.commit_hooks.append(self.dead_letters)  # a failed action is kept, not dropped
+            runner.failure_hooks.append(self.dead_letters.add)  # a failed action is kept, not dropped
             ctx.publishes_committed = runner.publishes_committed
             await runner.start()
         except BaseException:

@@ -52,17 +52,13 @@ def dead_letter_line(job: Job, reason: BaseException, now: float) -> bytes:
 
 
 class DeadLetters:
-    """Appends failed actions to the pool's file; a runner commit hook (`bridge/pipeline/runner.py`)."""
+    """Appends failed actions to the pool's file: `add` is a runner failure hook (`bridge/pipeline/runner.py`)."""
 
     def __init__(self, directory: Path, max_bytes: int, metrics: Metrics) -> None:
         self.directory = directory
         self.max_bytes = max_bytes
         self.metrics = metrics
         self._used: int | None = None  # bytes of the files, read once
-
-    def __call__(self, job: Job, outcome: BaseException | None) -> None:
-        if outcome is not None:
-            self.add(job, outcome)
 
     def add(self, job: Job, reason: BaseException) -> None:
         line = dead_letter_line(job, reason, time.time())

@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 # (the exception), or written to the spool (None; it is written later, from disk, as a new job).
 # External broker modes acknowledge a message to the broker when all of its jobs got here.
 CommitHook = Callable[[Job, BaseException | None], None]
+# Called for a job that failed for good, before the commit hooks (the dead letters keep it).
+FailureHook = Callable[[Job, BaseException], None]
 
 
 def lane_index(event: Event, lanes: int) -> int:
@@ -103,6 +105,7 @@ class Runner:
         self._pending_publishes: set[int] = set()
         self._publishes_changed = asyncio.Condition()
         self.commit_hooks: list[CommitHook] = []
+        self.failure_hooks: list[FailureHook] = []  # apart: none is called per written job
         self.healthy = True
         self.last_error: str = ""
         self._down_by_probe = False  # down since a probe failed (not a batch): a probe may say up
@@ -283,17 +286,25 @@ class Runner:
 
     async def _finish(self, batch: Sequence[Job], outcomes: Sequence[BaseException | None]) -> None:
         published = False
+        pending, hooks = self._pending_publishes, self.commit_hooks
+        succeeded: dict[str, int] = {}  # by rule: counted once per batch, not per job
         for job, outcome in zip(batch, outcomes, strict=True):
             if outcome is None:
-                self.metrics.count(job.rule.id, "succeeded")
+                rule_id = job.rule.id
+                succeeded[rule_id] = succeeded.get(rule_id, 0) + 1
             else:
                 self.metrics.count(job.rule.id, "failed")
                 log.warning("rule %s (%s): %s", job.rule.id, job.rule.where, outcome)
-            if job.seq in self._pending_publishes:
-                self._pending_publishes.discard(job.seq)
+                for failed in self.failure_hooks:
+                    failed(job, outcome)
+            seq = job.seq
+            if seq in pending:
+                pending.discard(seq)
                 published = True
-            for hook in self.commit_hooks:
+            for hook in hooks:
                 hook(job, outcome)
+        for rule_id, count in succeeded.items():
+            self.metrics.count(rule_id, "succeeded", count)
         if published:
             async with self._publishes_changed:
                 self._publishes_changed.notify_all()
