@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from bridge.brokers.base import BrokerSource, Delivery, DeliveryError
 from bridge.brokers.delivery import DeliveryLog
@@ -22,9 +22,6 @@ from bridge.errors import HookbridgeError
 from bridge.events import SessionSubscribed
 from bridge.job import Job as Job  # published to backends here (bridge/plugin.py)
 from bridge.topics import filter_error
-
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass

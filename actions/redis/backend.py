@@ -14,7 +14,7 @@ from actions.redis import cluster_scripts, emqx44, runs, scripts
 from actions.redis.clients import cluster_client, connection_pool
 from actions.redis.cluster import ClusterNodes, PhasedBatch
 from actions.redis.cluster_functions import CLUSTER_WRITERS, Steps
-from actions.redis.functions import WRITERS, Command, Script
+from actions.redis.functions import WRITERS, Command
 from actions.redis.index import TopicIndex
 from actions.redis.packing import pipeline
 from actions.redis.reads import RedisStore
@@ -173,9 +173,7 @@ class RedisBackend(Backend):
         return failed or wrong_type
 
     def _command(self, command: Command) -> tuple[Any, ...]:
-        if isinstance(command, Script):
-            return ("EVALSHA", self._shas[command.name], len(command.keys), *command.keys, *command.args)
-        return command
+        return runs.as_sent(command, self._shas)
 
     async def _flush(
         self, commands: list[tuple[Any, ...]], owners: list[int], outcomes: list[BaseException | None]

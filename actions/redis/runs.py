@@ -15,7 +15,7 @@ from redis import exceptions as rexc
 
 from actions.redis.functions import WRITERS, Command, Script
 from bridge.backend import Job
-from bridge.fetch import READERS
+from bridge.batches import is_read
 from bridge.plugin import CommandsAction, FunctionAction, TemplateAction
 
 Outcomes = list[BaseException | None]
@@ -24,9 +24,7 @@ Outcomes = list[BaseException | None]
 def alone(job: Job) -> bool:
     """A read, or commands sent one by one (`"pipeline": false`): not in the batch's pipeline."""
     action = job.rule.action
-    if isinstance(action, FunctionAction):
-        return action.spec.impl_name in READERS
-    return isinstance(action, CommandsAction) and not action.pipeline
+    return is_read(job) or (isinstance(action, CommandsAction) and not action.pipeline)
 
 
 def plan(job: Job) -> list[Command]:
@@ -61,12 +59,16 @@ def commands_of(
             outcomes[index] = exc
             continue
         for command in planned:
-            if isinstance(command, Script):
-                commands.append(("EVALSHA", shas[command.name], len(command.keys), *command.keys, *command.args))
-            else:
-                commands.append(command)
+            commands.append(as_sent(command, shas))
             owners.append(index)
     return commands, owners
+
+
+def as_sent(command: Command, shas: dict[str, str]) -> tuple[Any, ...]:
+    """A command's arguments as Redis gets them: a script as EVALSHA of its loaded sha."""
+    if isinstance(command, Script):
+        return ("EVALSHA", shas[command.name], len(command.keys), *command.keys, *command.args)
+    return command
 
 
 def settle(
