@@ -18,6 +18,7 @@ from actions.redis.functions import WRITERS, Command
 from actions.redis.index import TopicIndex
 from actions.redis.packing import pipeline
 from actions.redis.reads import RedisStore
+from actions.redis.resp import Packed
 from actions.redis.schema import describe
 from bridge.backend import Backend, Job
 from bridge.batches import cut_at_reads, planned, read
@@ -172,11 +173,11 @@ class RedisBackend(Backend):
         wrong_type = self.store.take_wrong_type()  # counted for this rule, the others delivered
         return failed or wrong_type
 
-    def _command(self, command: Command) -> tuple[Any, ...]:
+    def _command(self, command: Command) -> tuple[Any, ...] | Packed:
         return runs.as_sent(command, self._shas)
 
     async def _flush(
-        self, commands: list[tuple[Any, ...]], owners: list[int], outcomes: list[BaseException | None]
+        self, commands: list[tuple[Any, ...] | Packed], owners: list[int], outcomes: list[BaseException | None]
     ) -> None:
         if not commands:
             return

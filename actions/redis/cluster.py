@@ -26,6 +26,7 @@ from actions.redis.clients import node_pool
 from actions.redis.cluster_functions import Step, Then, Touch
 from actions.redis.functions import Command, Script
 from actions.redis.packing import pipeline_on
+from actions.redis.resp import Packed
 
 Outcomes = list[BaseException | None]
 # Replies that say the slot map is out of date, or the cluster is changing: read the map again.
@@ -56,6 +57,8 @@ class ClusterNodes:
         `commands` are parsed as redis-py parses them, COMMAND INFO)."""
         if isinstance(command, Script):
             return self.pool_of(command.keys[0])
+        if isinstance(command, Packed):  # only a single server's message store packs its commands
+            raise TypeError("a packed command names no key to route it by")
         name = command[0].decode() if isinstance(command[0], bytes) else str(command[0])
         if name.upper() in _OWN:
             return self.pool_of(command[1])  # type: ignore[arg-type]
@@ -93,7 +96,7 @@ class PhasedBatch:
     def __init__(
         self,
         nodes: ClusterNodes,
-        wire: Callable[[Command], tuple[Any, ...]],
+        wire: Callable[[Command], tuple[Any, ...] | Packed],
         recoverable: Callable[[BaseException], bool],
         settings: Any,
     ) -> None:
@@ -123,7 +126,7 @@ class PhasedBatch:
                 await self._wait(connections)
 
     async def _phase(self, now: list[tuple[int, Any]], connections: dict[Any, Any], held: AsyncExitStack) -> list[Any]:
-        lanes: dict[aioredis.ConnectionPool, list[tuple[int, Any, tuple[Any, ...]]]] = {}
+        lanes: dict[aioredis.ConnectionPool, list[tuple[int, Any, tuple[Any, ...] | Packed]]] = {}
         for owner, step in _merge_touches(now):
             command = step.command if isinstance(step, Then) else step
             try:
@@ -155,7 +158,7 @@ class PhasedBatch:
                 more += self._outcome(owner, step, reply)
         return more
 
-    async def _send(self, connection: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
+    async def _send(self, connection: Any, commands: list[tuple[Any, ...] | Packed]) -> list[Any]:
         try:
             return await pipeline_on(connection, commands, self.timeout)
         except (rexc.ConnectionError, rexc.TimeoutError, OSError):

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from actions.redis import keys
+from actions.redis import keys, resp
+from actions.redis.resp import Packed
 from bridge.backend import Job, Writers
 from bridge.events import (
     ClientConnected,
@@ -40,7 +41,7 @@ class Script:
         return f"Script({self.name!r}, {self.keys!r}, {self.args!r})"
 
 
-Command = tuple[Arg, ...] | Script
+Command = tuple[Arg, ...] | Script | Packed  # Packed: already in RESP (the message store's commands)
 Plan = list[Command]
 
 
@@ -96,34 +97,99 @@ def _store(job: Job) -> Plan:
     # Not retained: the script's check can only pass, so the same writes go out as plain commands,
     # which cost Redis about a third less per message than the script (bench/mqtt_bench.py,
     # database CPU column). Each is idempotent: a redelivery (same msgid) writes the same state.
-    # The fields are stored_fields' values, taken one by one here (each message of rules/redis.conf
-    # comes this way: no tuple to unpack, the topic encoded once).
     expire = rule.expired_time or 0
     if event.expiry is not None:  # a 5.0 message expiry shortens the rule's expired_time
         expire = min(expire, max(1, event.expiry)) if expire else max(1, event.expiry)
+    return _stored_not_retained(event, key, int(event.timestamp * rule.time_scale), expire)
+
+
+# The commands that store a message that is not retained, packed here: every message of
+# rules/redis.conf takes them, and 14 of their 27 arguments are the same every time, so their
+# RESP is made once. Argument by argument (resp.pack_commands), the four commands were a tenth
+# of the bridge's CPU per message (docs/benchmarks.md#the-message-stores-commands-packed-once).
+# The hash's fields are stored_fields' values; tests/unit/test_redis_store_packed.py holds the
+# bytes to hiredis's packing of the same commands.
+_HSET: Final = resp.head(16) + resp.bulk(b"HSET")
+_ID: Final = resp.bulk(b"id")
+_FROM: Final = resp.bulk(b"from")
+_QOS: Final = resp.bulk(b"qos")
+_TOPIC: Final = resp.bulk(b"topic")
+_PAYLOAD: Final = resp.bulk(b"payload")
+_TS: Final = resp.bulk(b"ts")
+_NOT_RETAINED: Final = resp.bulk(b"retain") + resp.bulk(b"false")
+_ZADD_TO_LIST: Final = resp.head(4) + resp.bulk(b"ZADD")
+_ZADD_TO_INDEX: Final = resp.head(4) + resp.bulk(b"ZADD") + resp.bulk(keys.MSG_INDEX) + resp.bulk_int(0)
+_EXPIRE: Final = resp.head(3) + resp.bulk(b"EXPIRE")
+_CRLF: Final = b"\r\n"
+_QOS_VALUES: Final = [resp.bulk_int(qos) for qos in range(3)]
+_LIST_PREFIX: Final = keys.TOPIC_LIST_PREFIX  # Final: a constant of this module, not a lookup in keys
+
+
+def _stored_not_retained(event: MessagePublish, key: bytes, ts: int, expire: int) -> Plan:
+    """HSET of the message's hash, ZADD to its topic's list and of the topic to the index, and
+    the hash's EXPIRE (if it expires): one Packed command each, one reply each. Each argument is
+    its header (from resp's table), its bytes and CRLF, joined once per command: no bytes object
+    is made for an argument alone."""
+    msgid = event.msgid.encode()
     topic = keys.enc(event.topic)
-    score = keys.score(msgid)
-    hashed = (
-        "HSET",
+    clientid = keys.enc(event.clientid)
+    payload = event.payload
+    stamp = b"%d" % ts
+    qos = event.qos
+    key_head, msgid_head = resp.bulk_header(len(key)), resp.bulk_header(len(msgid))
+    topic_head = resp.bulk_header(len(topic))
+    # One list literal per command, argument by argument (header, bytes, CRLF): unpacked tuples
+    # (`*(...)`) cost mypyc a list and a conversion each, more than packing argument by argument.
+    hashed = [
+        _HSET,
+        key_head,
         key,
-        "id",
+        _CRLF,
+        _ID,
+        msgid_head,
         msgid,
-        "from",
-        keys.enc(event.clientid),
-        "qos",
-        event.qos,
-        "topic",
+        _CRLF,
+        _FROM,
+        resp.bulk_header(len(clientid)),
+        clientid,
+        _CRLF,
+        _QOS,
+        _QOS_VALUES[qos] if 0 <= qos <= 2 else resp.bulk_int(qos),
+        _TOPIC,
+        topic_head,
         topic,
-        "payload",
-        event.payload,
-        "ts",
-        int(event.timestamp * rule.time_scale),
-        "retain",
-        "false",
-    )
-    plan: Plan = [hashed, ("ZADD", keys.TOPIC_LIST_PREFIX + topic, score, msgid), ("ZADD", keys.MSG_INDEX, 0, topic)]
+        _CRLF,
+        _PAYLOAD,
+        resp.bulk_header(len(payload)),
+        payload,
+        _CRLF,
+        _TS,
+        resp.bulk_header(len(stamp)),
+        stamp,
+        _CRLF,
+        _NOT_RETAINED,
+    ]
+    score = b"%d" % keys.score(event.msgid)
+    listed = [
+        _ZADD_TO_LIST,
+        resp.bulk_header(len(_LIST_PREFIX) + len(topic)),
+        _LIST_PREFIX,
+        topic,
+        _CRLF,
+        resp.bulk_header(len(score)),
+        score,
+        _CRLF,
+        msgid_head,
+        msgid,
+        _CRLF,
+    ]
+    plan: Plan = [
+        Packed(b"".join(hashed)),
+        Packed(b"".join(listed)),
+        Packed(b"".join((_ZADD_TO_INDEX, topic_head, topic, _CRLF))),
+    ]
     if expire > 0:
-        plan.append(("EXPIRE", key, expire))
+        plan.append(Packed(b"".join((_EXPIRE, key_head, key, _CRLF, resp.bulk_int(expire)))))
     return plan
 
 

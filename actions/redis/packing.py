@@ -28,7 +28,7 @@ import redis.asyncio as aioredis
 from redis import exceptions as rexc
 from redis.asyncio.sentinel import SentinelManagedConnection, SentinelManagedSSLConnection
 
-from actions.redis.resp import pack_commands, read_replies
+from actions.redis.resp import Packed, any_read_only, pack_commands, read_replies
 
 
 class _HiredisPacking:
@@ -55,7 +55,9 @@ class PackedSentinelSSLConnection(_HiredisPacking, SentinelManagedSSLConnection)
     pass
 
 
-async def pipeline(pool: aioredis.ConnectionPool, commands: Sequence[Sequence[Any]], reply_within: float) -> list[Any]:
+async def pipeline(
+    pool: aioredis.ConnectionPool, commands: Sequence[Sequence[Any] | Packed], reply_within: float
+) -> list[Any]:
     """Run `commands` in order on one connection of `pool` (`pipeline_on`)."""
     connection: Any = await pool.get_connection()  # type: ignore[no-untyped-call]
     try:
@@ -64,7 +66,7 @@ async def pipeline(pool: aioredis.ConnectionPool, commands: Sequence[Sequence[An
         await pool.release(connection)
 
 
-async def pipeline_on(connection: Any, commands: Sequence[Sequence[Any]], reply_within: float) -> list[Any]:
+async def pipeline_on(connection: Any, commands: Sequence[Sequence[Any] | Packed], reply_within: float) -> list[Any]:
     """Run `commands` in order on `connection`; every reply, an error reply as its exception
     object (like redis-py's `execute(raise_on_error=False)`). A connection that fails or times out
     is closed (its replies are unknown) and the error raised, as redis-py does: ConnectionError or
@@ -92,7 +94,7 @@ async def pipeline_on(connection: Any, commands: Sequence[Sequence[Any]], reply_
     except BaseException:
         await connection.disconnect(nowait=True)
         raise
-    if any(isinstance(reply, rexc.ReadOnlyError) for reply in replies):
+    if any_read_only(replies):
         # A primary demoted to a replica (a Sentinel failover while this connection stayed
         # open): reconnect next time, which asks the Sentinels for the primary again.
         await connection.disconnect(nowait=True)

@@ -8,6 +8,9 @@ Most of those arguments are the same short strings every time (the command names
 field names, a device's topic and client id): their RESP form is kept in a bounded table, so a
 message packs its msgid, payload and numbers and copies the rest.
 
+The message store's four commands (actions/redis/functions.py) come already packed, as `Packed`,
+which this copies as it is: 14 of their 27 arguments never change, and their RESP is made once.
+
 What is accepted is what hiredis accepts, packed the same way (tests/unit/test_redis_resp.py
 compares the two byte for byte): str (UTF-8), bytes, memoryview, int (not bool), float (its
 repr); anything else is a TypeError, as there.
@@ -31,10 +34,54 @@ _KEPT_MAX: Final = 4096
 _kept: dict[str, bytes] = {}
 
 
-def pack_commands(commands: Sequence[Sequence[Any]]) -> bytes:
+class Packed:
+    """One command already in RESP, which `pack_commands` copies as it is: the message store's
+    commands, which actions/redis/functions.py packs itself (most of their arguments never change)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data: Final = data
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Packed) and other.data == self.data
+
+    def __hash__(self) -> int:
+        return hash(self.data)
+
+    def __repr__(self) -> str:
+        return f"Packed({self.data!r})"
+
+
+def head(count: int) -> bytes:
+    """A command's header: how many arguments follow (its name included)."""
+    return _COUNTS[count] if count < 64 else b"*%d\r\n" % count
+
+
+def bulk(data: bytes) -> bytes:
+    """One argument, packed."""
+    size = len(data)
+    return (_LENGTHS[size] if size < _HEADERS else b"$%d\r\n" % size) + data + b"\r\n"
+
+
+def bulk_header(size: int) -> bytes:
+    """The header of an argument of `size` bytes (then the bytes, then CRLF): for a payload,
+    which is not copied into a bulk of its own first."""
+    return _LENGTHS[size] if size < _HEADERS else b"$%d\r\n" % size
+
+
+def bulk_int(number: int) -> bytes:
+    """An integer argument, packed as its decimal digits (as hiredis and redis-py send it)."""
+    return bulk(b"%d" % number)
+
+
+def pack_commands(commands: Sequence[Sequence[Any] | Packed]) -> bytes:
     """The commands, in order, as one RESP buffer for one write."""
     parts: list[bytes] = []
     for command in commands:
+        if isinstance(command, Packed):
+            parts.append(command.data)
+            continue
         count = len(command)
         parts.append(_COUNTS[count] if count < 64 else b"*%d\r\n" % count)
         for arg in command:
@@ -42,7 +89,7 @@ def pack_commands(commands: Sequence[Sequence[Any]]) -> bytes:
                 if len(arg) <= _KEPT_LENGTH:
                     packed = _kept.get(arg)
                     if packed is None:
-                        packed = _bulk(arg.encode())
+                        packed = bulk(arg.encode())
                         if len(_kept) < _KEPT_MAX:
                             _kept[arg] = packed
                     parts.append(packed)
@@ -65,11 +112,6 @@ def pack_commands(commands: Sequence[Sequence[Any]]) -> bytes:
     return b"".join(parts)
 
 
-def _bulk(data: bytes) -> bytes:
-    size = len(data)
-    return (_LENGTHS[size] if size < _HEADERS else b"$%d\r\n" % size) + data + b"\r\n"
-
-
 async def read_replies(parser: Any, count: int) -> list[Any]:
     """`count` replies from redis-py's hiredis parser, as its `read_response` gives them one at a
     time (a reply that is, or begins with, a ConnectionError is raised; other error replies are
@@ -84,9 +126,16 @@ async def read_replies(parser: Any, count: int) -> list[Any]:
         if reply is NOT_ENOUGH_DATA:
             await parser.read_from_socket()
             continue
-        if isinstance(reply, rexc.ConnectionError):
-            raise reply
-        if type(reply) is list and reply and isinstance(reply[0], rexc.ConnectionError):
-            raise reply[0]
+        if type(reply) is not int:  # most replies of a write are counts: no class check for them
+            if isinstance(reply, rexc.ConnectionError):
+                raise reply
+            if type(reply) is list and reply and isinstance(reply[0], rexc.ConnectionError):
+                raise reply[0]
         replies.append(reply)
     return replies
+
+
+def any_read_only(replies: list[Any]) -> bool:
+    """Whether one of the replies is READONLY: the connection is to a replica (packing.py).
+    Here, compiled, because it looks at every reply of every batch."""
+    return any(type(reply) is not int and isinstance(reply, rexc.ReadOnlyError) for reply in replies)

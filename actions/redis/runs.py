@@ -14,6 +14,7 @@ from typing import Any
 from redis import exceptions as rexc
 
 from actions.redis.functions import WRITERS, Command, Script
+from actions.redis.resp import Packed
 from bridge.backend import Job
 from bridge.batches import is_read
 from bridge.plugin import CommandsAction, FunctionAction, TemplateAction
@@ -44,11 +45,11 @@ def commands_of(
     outcomes: Outcomes,
     shas: dict[str, str],
     recoverable: Callable[[BaseException], bool],
-) -> tuple[list[tuple[Any, ...]], list[int]]:
+) -> tuple[list[tuple[Any, ...] | Packed], list[int]]:
     """The commands of the run's jobs, in order, and the index of the job each is for. A job
     whose planning raises fails alone, with that error as its outcome, as bridge.batches.planned
     has it for every backend; an error worth retrying fails the batch (raised)."""
-    commands: list[tuple[Any, ...]] = []
+    commands: list[tuple[Any, ...] | Packed] = []
     owners: list[int] = []
     for index in run:
         try:
@@ -64,8 +65,8 @@ def commands_of(
     return commands, owners
 
 
-def as_sent(command: Command, shas: dict[str, str]) -> tuple[Any, ...]:
-    """A command's arguments as Redis gets them: a script as EVALSHA of its loaded sha."""
+def as_sent(command: Command, shas: dict[str, str]) -> tuple[Any, ...] | Packed:
+    """A command as Redis gets it: a script as EVALSHA of its loaded sha (a Packed one as it is)."""
     if isinstance(command, Script):
         return ("EVALSHA", shas[command.name], len(command.keys), *command.keys, *command.args)
     return command

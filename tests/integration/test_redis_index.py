@@ -17,6 +17,8 @@ import redis.asyncio as aioredis
 
 from actions.redis import functions, keys, scripts
 from actions.redis.index import MSG, RETAIN, TopicIndex
+from actions.redis.packing import pipeline
+from actions.redis.resp import Packed
 from bridge.backend import Job
 from bridge.events import MessageAcked, MessagePublish
 from bridge.msgid import MsgIdGenerator
@@ -228,7 +230,10 @@ async def _run_plan(redis: Any, plan: list[functions.Command]) -> None:
     for command in plan:
         if isinstance(command, functions.Script):
             await redis.register_script(scripts.ALL[command.name])(keys=command.keys, args=command.args)
-        else:  # a plain command (a message that is not retained is stored without the script)
+        elif isinstance(command, Packed):  # a message that is not retained: its commands come packed
+            (reply,) = await pipeline(redis.connection_pool, [command], 5.0)
+            assert not isinstance(reply, Exception), reply
+        else:  # a plain command
             await redis.execute_command(*command)
 
 

@@ -55,6 +55,7 @@ COMPILED_MODULE_TESTS = [
     "tests/unit/test_redis_packing.py",
     "tests/unit/test_strict_utf8_first.py",
     "tests/unit/test_redis_runs.py",
+    "tests/unit/test_redis_store_packed.py",
 ]
 # The broker and the pipeline on top of them: the MQTT rules against the embedded broker (the
 # suite's `embedded` and `embedded-durable` runs), acknowledgement once kept in Redis, malformed

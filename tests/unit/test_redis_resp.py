@@ -9,6 +9,7 @@ from typing import Any
 
 import hiredis
 import pytest
+from redis import exceptions as rexc
 
 from actions.redis import resp
 
@@ -74,3 +75,11 @@ def test_a_string_utf8_cannot_encode_is_refused_as_hiredis_refuses_it() -> None:
     for pack in (lambda c: hiredis.pack_command(c), lambda c: resp.pack_commands([c])):
         with pytest.raises(UnicodeEncodeError):
             pack(("SET", "k", "\udcff"))
+
+
+def test_a_readonly_reply_is_found_among_the_others() -> None:
+    """packing.pipeline_on drops a connection that has reached a replica (a Sentinel failover)."""
+    others: list[Any] = [1, 0, b"x", None, [1, b"y"], rexc.ResponseError("ERR x"), rexc.NoScriptError("NOSCRIPT")]
+    assert not resp.any_read_only(others)
+    assert not resp.any_read_only([])
+    assert resp.any_read_only([*others, rexc.ReadOnlyError("READONLY You can't write against a read only replica.")])
