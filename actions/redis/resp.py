@@ -60,8 +60,7 @@ def head(count: int) -> bytes:
 
 def bulk(data: bytes) -> bytes:
     """One argument, packed."""
-    size = len(data)
-    return (_LENGTHS[size] if size < _HEADERS else b"$%d\r\n" % size) + data + b"\r\n"
+    return bulk_header(len(data)) + data + b"\r\n"
 
 
 def bulk_header(size: int) -> bytes:
@@ -82,8 +81,7 @@ def pack_commands(commands: Sequence[Sequence[Any] | Packed]) -> bytes:
         if isinstance(command, Packed):
             parts.append(command.data)
             continue
-        count = len(command)
-        parts.append(_COUNTS[count] if count < 64 else b"*%d\r\n" % count)
+        parts.append(head(len(command)))
         for arg in command:
             if isinstance(arg, str):
                 if len(arg) <= _KEPT_LENGTH:
@@ -105,8 +103,7 @@ def pack_commands(commands: Sequence[Sequence[Any] | Packed]) -> bytes:
                 data = arg.tobytes()
             else:
                 raise TypeError("A tuple item must be str, int, float or bytes.")
-            size = len(data)
-            parts.append(_LENGTHS[size] if size < _HEADERS else b"$%d\r\n" % size)
+            parts.append(bulk_header(len(data)))
             parts.append(data)
             parts.append(b"\r\n")
     return b"".join(parts)
